@@ -1,0 +1,7 @@
+"""Entry point for `python -m suite`."""
+
+import sys
+
+from suite.cli import main
+
+sys.exit(main())

@@ -1,0 +1,54 @@
+"""`python -m suite COMMAND` / `benchsuite COMMAND`: devices, report, compare, schema, run.
+
+Each command lives in its own module with `add_arguments(parser)` and `run(args) -> int`; only the module of
+the command being run is imported, so `report` and `compare` never import torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from suite import __version__
+from suite.errors import UserError
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "devices": ("suite.devices", "show what try_gpu()/try_all_gpus() return and the device inventory"),
+    "report": ("suite.report.command", "build one self-contained HTML report from results files or folders"),
+    "compare": ("suite.compare", "compare two results files; exit 1 on a regression beyond the threshold"),
+    "schema": ("suite.config", "print the JSON Schema of the YAML config (for editors)"),
+}
+
+
+def _build_parser(selected: str | None) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m suite", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name, (module_name, help_text) in COMMANDS.items():
+        cmd = sub.add_parser(name, help=help_text, description=help_text)
+        if name == selected:
+            importlib.import_module(module_name).add_arguments(cmd)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    selected = next((a for a in argv if not a.startswith("-")), None)
+    parser = _build_parser(selected if selected in COMMANDS else None)
+    args = parser.parse_args(argv)
+    module = importlib.import_module(COMMANDS[args.command][0])
+    try:
+        return int(module.run(args) or 0)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
