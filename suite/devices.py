@@ -1,0 +1,384 @@
+"""Devices: try_gpu/try_all_gpus, device specs, synchronisation and the machine inventory.
+
+Everything that differs between CUDA, MPS, XPU and the CPU goes through one seam, `Platform`, so the rest of
+the suite has a single code path and tests can swap in a fake multi-GPU machine (`use_platform`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform as _pyplatform
+import re
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from suite.errors import UserError
+
+ACCELERATOR_KINDS = ("cuda", "xpu", "mps")
+_DEVICE_RE = re.compile(r"^(cpu|cuda|xpu|mps)(?::(\d+))?$")
+SPEC_HELP = "'all', 'cpu', 'gpus', a device such as 'cuda:1', or a list of these"
+
+
+class Platform:
+    """What torch can see on this machine; the only place that asks torch about accelerators."""
+
+    def count(self, kind: str) -> int:
+        if kind == "cuda":
+            return torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if kind == "xpu":
+            xpu = getattr(torch, "xpu", None)
+            return xpu.device_count() if xpu is not None and xpu.is_available() else 0
+        if kind == "mps":
+            mps = getattr(torch.backends, "mps", None)
+            return 1 if mps is not None and mps.is_available() else 0
+        return 0
+
+    def synchronize(self, device: torch.device) -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        elif device.type == "xpu":
+            torch.xpu.synchronize(device)
+        elif device.type == "mps":
+            torch.mps.synchronize()
+        # The CPU runs torch ops synchronously: nothing to wait for.
+
+    def properties(self, device: torch.device) -> dict:
+        """Name, memory and, where the backend says, capability and multiprocessor count."""
+        if device.type == "cuda":
+            p = torch.cuda.get_device_properties(device)
+            return {
+                "name": p.name,
+                "memory_bytes": int(p.total_memory),
+                "capability": f"{p.major}.{p.minor}",
+                "multiprocessors": int(p.multi_processor_count),
+            }
+        if device.type == "xpu":
+            p = torch.xpu.get_device_properties(device)
+            return {"name": p.name, "memory_bytes": int(p.total_memory)}
+        if device.type == "mps":
+            # MPS shares the host's unified memory; torch reports the recommended working set.
+            limit = getattr(torch.mps, "recommended_max_memory", lambda: 0)()
+            return {"name": "Apple MPS", "memory_bytes": int(limit)}
+        raise ValueError(f"not an accelerator: {device}")
+
+    def can_access_peer(self, a: torch.device, b: torch.device) -> bool:
+        if a.type == b.type == "cuda" and a != b:
+            return bool(torch.cuda.can_device_access_peer(a.index, b.index))
+        return False
+
+    def mem_get_info(self, device: torch.device) -> tuple[int, int] | None:
+        """(free, total) bytes on an accelerator, None where the backend cannot tell."""
+        if device.type == "cuda":
+            free, total = torch.cuda.mem_get_info(device)
+            return int(free), int(total)
+        return None
+
+    def empty_cache(self, device: torch.device) -> None:
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        elif device.type == "xpu":
+            torch.xpu.empty_cache()
+        elif device.type == "mps":
+            torch.mps.empty_cache()
+
+    def supports_pinned_memory(self) -> bool:
+        return self.count("cuda") > 0 or self.count("xpu") > 0
+
+    def software(self) -> dict:
+        cuda = torch.version.cuda
+        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        nccl = None
+        if cuda and torch.distributed.is_available() and torch.distributed.is_nccl_available():
+            with contextlib.suppress(Exception):
+                nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
+        return {
+            "torch": torch.__version__,
+            "cuda": cuda,
+            "hip": getattr(torch.version, "hip", None),
+            "cudnn": str(cudnn) if cudnn else None,
+            "nccl": nccl,
+            "python": _pyplatform.python_version(),
+        }
+
+
+_platform: Platform = Platform()
+
+
+def current_platform() -> Platform:
+    return _platform
+
+
+@contextlib.contextmanager
+def use_platform(platform: Platform) -> Iterator[Platform]:
+    """Swap the platform (tests: a fake multi-GPU machine), restoring the real one afterwards."""
+    global _platform
+    previous, _platform = _platform, platform
+    try:
+        yield platform
+    finally:
+        _platform = previous
+
+
+# --- the classic helpers -------------------------------------------------------------------------------
+
+
+def try_gpu(i: int = 0) -> torch.device:
+    """The i-th GPU if it exists, else the CPU."""
+    if current_platform().count("cuda") >= i + 1:
+        return torch.device(f"cuda:{i}")
+    return torch.device("cpu")
+
+
+def try_all_gpus() -> list[torch.device]:
+    """Every GPU, or [cpu] if there is none."""
+    n = current_platform().count("cuda")
+    return [torch.device(f"cuda:{i}") for i in range(n)] or [torch.device("cpu")]
+
+
+def accelerators() -> list[torch.device]:
+    """Every accelerator torch can see (CUDA, XPU, MPS), in that order."""
+    plat = current_platform()
+    found: list[torch.device] = []
+    for kind in ACCELERATOR_KINDS:
+        n = plat.count(kind)
+        if kind == "mps":
+            found += [torch.device("mps")] * min(n, 1)
+        else:
+            found += [torch.device(f"{kind}:{i}") for i in range(n)]
+    return found
+
+
+def available_devices() -> list[torch.device]:
+    """The CPU plus every accelerator torch can see."""
+    return [torch.device("cpu"), *accelerators()]
+
+
+def device_id(device: torch.device | str) -> str:
+    """The suite's name for a device: 'cpu', 'cuda:0', 'mps' (torch's own spelling, index always shown)."""
+    dev = torch.device(device)
+    if dev.type in ("cpu", "mps"):
+        return dev.type
+    return f"{dev.type}:{dev.index if dev.index is not None else 0}"
+
+
+def normalize_device_name(name: str) -> str:
+    """Validate one device name and give its canonical spelling (`cuda` -> `cuda:0`); ValueError if malformed."""
+    text = str(name).strip().lower()
+    match = _DEVICE_RE.match(text)
+    if not match:
+        raise ValueError(f"{name!r} is not a device; expected {SPEC_HELP}")
+    kind, index = match.groups()
+    if kind in ("cpu", "mps"):
+        if index not in (None, "0"):
+            raise ValueError(f"{name!r} is not a device; {kind} has no index")
+        return kind
+    return f"{kind}:{index or 0}"
+
+
+def resolve_spec(spec: str | list[str] | tuple[str, ...]) -> list[str]:
+    """Expand a device spec into device ids, keeping named devices the machine lacks (they become skips).
+
+    'all' -> the CPU and every accelerator; 'gpus' -> every accelerator, or the CPU if there is none (as
+    try_all_gpus); 'cpu', 'cuda:1', or a comma-separated string / list of these.
+    """
+    items = spec.split(",") if isinstance(spec, str) else list(spec)
+    out: list[str] = []
+    for raw in items:
+        item = str(raw).strip().lower()
+        if not item:
+            continue
+        if item == "all":
+            names = [device_id(d) for d in available_devices()]
+        elif item in ("gpus", "gpu", "accelerators"):
+            names = [device_id(d) for d in accelerators()] or ["cpu"]
+        else:
+            names = [normalize_device_name(item)]
+        out += [n for n in names if n not in out]
+    if not out:
+        raise ValueError(f"empty device list; expected {SPEC_HELP}")
+    return out
+
+
+def missing_reason(name: str) -> str | None:
+    """None if the device exists here, else why not (for a skip)."""
+    if name == "cpu":
+        return None
+    present = [device_id(d) for d in accelerators()]
+    if name in present:
+        return None
+    have = ", ".join(present) if present else "no accelerator"
+    return f"{name} is not available on this machine (it has: cpu, {have})" if present else (
+        f"{name} is not available on this machine (it has the CPU only; torch {torch.__version__} sees no accelerator)"
+    )
+
+
+def synchronize(*devices: torch.device | str) -> None:
+    """Wait until all work queued on the given devices has finished."""
+    plat = current_platform()
+    for dev in devices:
+        plat.synchronize(torch.device(dev))
+
+
+# --- inventory -----------------------------------------------------------------------------------------
+
+
+def _read_proc_cpuinfo() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return ""
+
+
+def _cpu_info() -> dict:
+    text = _read_proc_cpuinfo()
+    name = ""
+    pairs: set[tuple[str, str]] = set()
+    phys = core = None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key, value = key.strip(), value.strip()
+        if key == "model name" and not name:
+            name = value
+        elif key == "physical id":
+            phys = value
+        elif key == "core id":
+            core = value
+        elif not key and phys is not None and core is not None:
+            pairs.add((phys, core))
+    if phys is not None and core is not None:
+        pairs.add((phys, core))
+    if not name:
+        with contextlib.suppress(Exception):
+            import cpuinfo  # py-cpuinfo: slow (it may start a subprocess), so only where /proc lacks a name
+
+            name = cpuinfo.get_cpu_info().get("brand_raw") or ""
+    memory = 0
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    threads = os.cpu_count() or 1
+    return {
+        "id": "cpu",
+        "kind": "cpu",
+        "name": name or _pyplatform.processor() or _pyplatform.machine(),
+        "memory_bytes": int(memory),
+        # Distinct (physical id, core id) pairs; the thread count where /proc does not list them.
+        "cores": len(pairs) or threads,
+        "threads": threads,
+        "torch_threads": torch.get_num_threads(),
+    }
+
+
+def _nvml_info(index: int) -> dict:
+    """Driver, PCIe link, clocks and power limit from NVML, where nvidia-ml-py and a driver load."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return {}
+    info: dict = {}
+    try:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        queries = {
+            "driver_version": lambda: pynvml.nvmlSystemGetDriverVersion(),
+            "pcie_gen": lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle),
+            "pcie_gen_max": lambda: pynvml.nvmlDeviceGetMaxPcieLinkGeneration(handle),
+            "pcie_width": lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle),
+            "pcie_width_max": lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(handle),
+            "sm_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "mem_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM),
+            "power_limit_w": lambda: pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0,
+            "temperature_c": lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+        }
+        for key, query in queries.items():
+            with contextlib.suppress(Exception):
+                value = query()
+                info[key] = value.decode() if isinstance(value, bytes) else value
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+    return info
+
+
+def peer_matrix(devices: list[torch.device] | None = None) -> dict[str, dict[str, bool]]:
+    """can_device_access_peer for every ordered pair of distinct CUDA devices."""
+    plat = current_platform()
+    gpus = [d for d in (devices if devices is not None else accelerators()) if d.type == "cuda"]
+    return {device_id(a): {device_id(b): plat.can_access_peer(a, b) for b in gpus if b != a} for a in gpus}
+
+
+@dataclass(frozen=True)
+class Inventory:
+    devices: list[dict]
+    peer_access: dict[str, dict[str, bool]]
+    software: dict
+
+    def as_machine_info(self) -> dict:
+        return {"devices": self.devices, "peer_access": self.peer_access, "software": self.software}
+
+
+def inventory() -> Inventory:
+    """What this machine has: the CPU, each accelerator, the peer matrix and software versions."""
+    plat = current_platform()
+    entries = [_cpu_info()]
+    peers = peer_matrix()
+    runtime = torch.version.cuda or getattr(torch.version, "hip", None)
+    for dev in accelerators():
+        entry = {"id": device_id(dev), "kind": dev.type}
+        entry.update(plat.properties(dev))
+        if dev.type == "cuda":
+            entry["runtime_version"] = runtime
+            entry["peer_access"] = peers.get(device_id(dev), {})
+            entry.update(_nvml_info(dev.index or 0))
+        entries.append(entry)
+    from suite import __version__
+
+    software = dict(plat.software(), suite=__version__)
+    return Inventory(devices=entries, peer_access=peers, software=software)
+
+
+# --- `python -m suite devices` -------------------------------------------------------------------------
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--json", action="store_true", help="print the inventory as JSON")
+
+
+def run(args) -> int:
+    import json
+
+    inv = inventory()
+    if args.json:
+        print(json.dumps(inv.as_machine_info(), indent=2, default=str))
+        return 0
+    print(f"try_gpu()       -> {try_gpu()}")
+    print(f"try_gpu(1)      -> {try_gpu(1)}")
+    print(f"try_all_gpus()  -> {try_all_gpus()}")
+    print(f"all devices     -> {[device_id(d) for d in available_devices()]}")
+    print()
+    for entry in inv.devices:
+        gib = entry.get("memory_bytes", 0) / 2**30
+        extras = {k: v for k, v in entry.items() if k not in ("id", "kind", "name", "memory_bytes", "peer_access")}
+        detail = ", ".join(f"{k}={v}" for k, v in extras.items() if v is not None)
+        print(f"{entry['id']:<8} {entry['name']}  {gib:.1f} GiB  {detail}")
+    if inv.peer_access:
+        print("\npeer access (row can access column):")
+        gpus = list(inv.peer_access)
+        print("        " + " ".join(f"{g:>7}" for g in gpus))
+        for a in gpus:
+            cells = ["      -" if a == b else f"{'yes' if inv.peer_access[a].get(b) else 'no':>7}" for b in gpus]
+            print(f"{a:<8}" + " ".join(cells))
+    print("\nsoftware: " + ", ".join(f"{k} {v}" for k, v in inv.software.items() if v))
+    return 0
+
+
+def check_spec(spec) -> list[str]:
+    """resolve_spec for user input: a bad spec becomes a UserError."""
+    try:
+        return resolve_spec(spec)
+    except ValueError as exc:
+        raise UserError(f"--suite-devices: {exc}") from None

@@ -1,0 +1,144 @@
+"""Plain values for the report's HTML tables: machine summaries, relative speed, per-family result rows."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from suite.results import Machine, relative_speed
+from suite.units import format_size
+
+# Keys already shown in their own column, so the params column does not repeat them.
+_SHOWN_KEYS = frozenset({"device", "src", "dst"})
+
+
+def format_time(seconds: float) -> str:
+    """3 significant digits in the unit that keeps the number between 1 and 1000: `195 µs`, `1.23 ms`."""
+    if seconds is None or math.isnan(seconds):
+        return "—"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(seconds) >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def format_rate(value: float, unit: str | None) -> str:
+    if value is None or math.isnan(value) or not unit:
+        return "—"
+    return f"{value:.4g} {unit}"
+
+
+def format_bytes_decimal(n: object) -> str:
+    if not isinstance(n, (int, float)) or isinstance(n, bool) or math.isnan(n):
+        return "—"
+    return f"{n / 1e9:.1f} GB"
+
+
+@dataclass
+class MachineView:
+    """What the header shows about one machine."""
+
+    label: str
+    partial: bool
+    host: str
+    file: str
+    devices: list[dict]
+    software: list[tuple[str, str]]
+    suite_version: str
+    date: str
+    commit: str
+    config_path: str
+    n_benchmarks: int
+    foreign: bool
+
+
+def machine_views(machines: dict[str, Machine]) -> list[MachineView]:
+    views = []
+    for m in machines.values():
+        devices = [{"id": str(d.get("id", "")), "name": str(d.get("name", "")),
+                    "memory": format_bytes_decimal(d.get("memory_bytes")),
+                    "capability": str(d.get("capability") or "")} for d in m.devices]
+        if not devices and m.cpu_name:
+            devices = [{"id": "cpu", "name": m.cpu_name, "memory": "—", "capability": ""}]
+        software = [(k, str(m.software[k])) for k in ("torch", "cuda", "cudnn", "nccl", "python")
+                    if m.software.get(k)]
+        commit = str(m.commit.get("id") or "")[:12] + (" (dirty)" if m.commit.get("dirty") else "")
+        views.append(MachineView(label=m.label, partial=m.partial, host=m.host, file=m.file, devices=devices,
+                                 software=software, suite_version=m.suite_version, date=m.datetime[:19],
+                                 commit=commit, config_path=m.config_path, n_benchmarks=m.n_benchmarks,
+                                 foreign=m.foreign))
+    return views
+
+
+def speed_table(table: pd.DataFrame, labels: list[str], baseline: str) -> tuple[list[str], list[dict]]:
+    """Families (columns) and one row per machine: geometric-mean speed relative to the baseline."""
+    cases = list(dict.fromkeys(table["case"]))
+    speeds = relative_speed(table, baseline)
+    lookup = {(c, lab): (s, n) for c, lab, s, n in zip(speeds["case"], speeds["label"], speeds["speed"], speeds["n"])}
+    base_cases = set(table.loc[table["label"] == baseline, "case"])
+    rows = []
+    for label in labels:
+        cells = []
+        for case in cases:
+            if label == baseline:
+                cells.append(("baseline", "", 1.0) if case in base_cases else ("—", "", math.nan))
+            elif (case, label) in lookup:
+                speed, n = lookup[(case, label)]
+                cells.append((f"{speed:.3g}×", f"{int(n)} common", speed))
+            else:
+                cells.append(("—", "none in common", math.nan))
+        rows.append({"label": label, "cells": cells})
+    return cases, rows
+
+
+def _sort(value: float) -> str:
+    """The number a column sorts by, as text for a data attribute; empty sorts last."""
+    return "" if value is None or math.isnan(value) else f"{value:.6g}"
+
+
+def _params_text(params_json: str) -> str:
+    params = json.loads(params_json)
+    parts = []
+    for key, value in params.items():
+        if key in _SHOWN_KEYS or key == "case" or value is None:
+            continue
+        if key == "bytes" and isinstance(value, int):
+            value = format_size(value)
+        parts.append(f"{key}={value}")
+    return ", ".join(parts)
+
+
+def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[tuple]:
+    """Per result: machine, benchmark, where, params, (median text, s), (IQR text, s), rounds, (metric, value)."""
+    out = []
+    where = [
+        f"{s}→{d}" if isinstance(s, str) and isinstance(d, str) else (dev if isinstance(dev, str) else "")
+        for s, d, dev in zip(rows["src"], rows["dst"], rows["device"])
+    ]
+    traffic = rows["traffic_gbps"]
+    for i, r in enumerate(rows[["label", "name", "params_json", "median", "iqr", "rounds", "metric",
+                                "metric_unit"]].itertuples(index=False)):
+        label = r.label + (" (partial)" if r.label in partial_labels else "")
+        iqr_text = format_time(r.iqr)
+        if r.median and not math.isnan(r.iqr):
+            iqr_text += f" ({100 * r.iqr / r.median:.1f}%)"
+        metric = format_rate(r.metric, r.metric_unit)
+        t = traffic.iat[i]
+        if not math.isnan(t):
+            metric += f" (traffic {t:.4g} GB/s)"
+        rounds = "" if math.isnan(r.rounds) else str(int(r.rounds))
+        out.append((label, r.name, where[i], _params_text(r.params_json), format_time(r.median), _sort(r.median),
+                    iqr_text, _sort(r.iqr), rounds, metric, _sort(r.metric)))
+    return out
+
+
+def habit_rows(pairs: pd.DataFrame) -> list[tuple[str, str, str, str, str, str]]:
+    """Habit pairs as text: machine, habit, slow variant, fast variant, times, `N× slower`."""
+    out = []
+    for p in pairs.itertuples(index=False):
+        out.append((p.label, str(p.habit), str(p.slow), str(p.fast),
+                    f"{format_time(p.slow_median)} vs {format_time(p.fast_median)}", f"{p.ratio:.3g}× slower"))
+    return out

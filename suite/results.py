@@ -1,0 +1,415 @@
+"""Load results files (pytest-benchmark JSON plus the suite's additions) into one tidy pandas table."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from suite import SCHEMA_VERSION
+from suite.errors import UserError
+from suite.units import GB, TFLOP
+
+PARTIAL_SUFFIX = ".partial.jsonl"
+FOREIGN_CASE = "other"  # family given to rows of a pytest-benchmark file that is not ours
+
+# Higher-is-better rates, in the order a row's headline metric is picked; the first one present wins.
+RATE_UNITS: dict[str, str] = {"tflops": "TFLOP/s", "gbps": "GB/s", "busbw": "GB/s", "samples_per_s": "samples/s"}
+
+# extra_info keys that are measurements or follow from the parameters; everything else is a parameter.
+# Derived rates change from run to run, so they must never be part of a benchmark's identity.
+MEASURED_KEYS = frozenset(
+    {"case", "flops", "traffic_bytes", "tflops", "gbps", "traffic_gbps", "algbw", "busbw", "samples_per_s",
+     "pct_of_ceiling", "pct_of_datasheet"}
+)
+NUMERIC_KEYS = ("flops", "bytes", "traffic_bytes", "tflops", "gbps", "traffic_gbps", "algbw", "busbw",
+                "samples_per_s", "pct_of_ceiling", "pct_of_datasheet")
+STAT_KEYS = ("median", "iqr", "q1", "q3", "min", "max", "mean", "stddev", "rounds", "iterations")
+
+COLUMNS = (
+    "label", "file", "host", "partial", "schema_version", "case", "name", "fullname", "device", "src", "dst",
+    "params", "params_json", "match_key", *STAT_KEYS, *NUMERIC_KEYS, "metric", "metric_name", "metric_unit",
+)
+
+
+def _migrate_0_to_1(data: dict) -> dict:
+    """Schema 0 stored only `flops`/`bytes` per call; schema 1 adds the derived `tflops`/`gbps` (from the median)."""
+    for bench in data.get("benchmarks") or []:
+        if not isinstance(bench, dict):
+            continue
+        extra = bench.setdefault("extra_info", {})
+        median = (bench.get("stats") or {}).get("median")
+        if not isinstance(median, (int, float)) or median <= 0:
+            continue
+        if isinstance(extra.get("flops"), (int, float)) and "tflops" not in extra:
+            extra["tflops"] = extra["flops"] / median / TFLOP
+        if isinstance(extra.get("bytes"), (int, float)) and "gbps" not in extra:
+            extra["gbps"] = extra["bytes"] / median / GB
+    data.setdefault("suite", {})["schema_version"] = 1
+    return data
+
+
+# Schema N -> N+1. Schema 0 (the pre-1 layout, `"schema": 0` in the suite block) is the only older layout.
+MIGRATIONS = {0: _migrate_0_to_1}
+
+
+@dataclass
+class Machine:
+    """One loaded results file: who ran it, on what, with which software."""
+
+    label: str
+    file: str
+    host: str
+    partial: bool
+    foreign: bool
+    schema_version: int | None
+    devices: list[dict] = field(default_factory=list)
+    software: dict = field(default_factory=dict)
+    cpu_name: str = ""
+    suite_version: str = ""
+    datetime: str = ""
+    commit: dict = field(default_factory=dict)
+    config_path: str = ""
+    n_benchmarks: int = 0
+
+
+@dataclass
+class LoadedResults:
+    """The tidy table (one row per machine and benchmark), the machines by label, and the load warnings."""
+
+    table: pd.DataFrame
+    machines: dict[str, Machine]
+    warnings: list[str]
+
+
+def parse_label_args(values: Iterable[str] | None) -> dict[str, str]:
+    """`["results/a.json=box A"]` -> `{"results/a.json": "box A"}`; a value without `=` is a UserError."""
+    labels: dict[str, str] = {}
+    for value in values or []:
+        path, sep, name = value.partition("=")
+        if not sep or not path or not name.strip():
+            raise UserError(f"--label {value!r} is not FILE=NAME; write e.g. --label results/box3.json='box 3'")
+        labels[path] = name.strip()
+    return labels
+
+
+def expand_paths(paths: Iterable[str | Path], warnings: list[str]) -> list[Path]:
+    """Files as given; folders become every *.json and *.partial.jsonl inside, recursively, sorted."""
+    files: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            found = sorted({*path.rglob("*.json"), *path.rglob("*" + PARTIAL_SUFFIX)})
+            found = [p for p in found if p.is_file()]
+            if not found:
+                warnings.append(f"{path}: folder holds no results files (*.json, *{PARTIAL_SUFFIX}) — skipped")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            warnings.append(f"{path}: no such file or folder — skipped")
+    # A finished NAME.json supersedes the NAME.partial.jsonl its run wrote along the way.
+    finished = {p.parent / p.name[: -len(".json")] for p in files if p.name.endswith(".json")}
+    kept: list[Path] = []
+    for p in files:
+        if p.name.endswith(PARTIAL_SUFFIX) and p.parent / p.name[: -len(PARTIAL_SUFFIX)] in finished:
+            warnings.append(f"{p}: stale partial results, {p.name[: -len(PARTIAL_SUFFIX)]}.json exists — skipped")
+            continue
+        if p not in kept:
+            kept.append(p)
+    return kept
+
+
+def _read_json(path: Path) -> tuple[dict | None, str | None]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"cannot read ({exc.__class__.__name__})"
+    if not text.strip():
+        return None, "empty file"
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None, "not JSON (truncated?)"
+    return data, None
+
+
+def _read_partial(path: Path, warnings: list[str]) -> tuple[dict | None, str | None]:
+    try:
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"cannot read ({exc.__class__.__name__})"
+    if not lines:
+        return None, "empty file"
+    try:
+        header = json.loads(lines[0])
+    except ValueError:
+        return None, "first line is not a JSON header (truncated?)"
+    if not isinstance(header, dict):
+        return None, "first line is not a JSON object"
+    benchmarks, bad = [], 0
+    for i, line in enumerate(lines[1:], start=2):
+        try:
+            benchmarks.append(json.loads(line))
+        except ValueError:
+            # The writer may have been killed mid-line: only the last line can legitimately be cut.
+            bad += 1 if i < len(lines) else 0
+            if i == len(lines):
+                warnings.append(f"{path}: run was cut short; ignored its truncated last line")
+    if bad:
+        warnings.append(f"{path}: ignored {bad} unparsable benchmark line(s)")
+    return {**header, "benchmarks": benchmarks, "partial": True}, None
+
+
+def _schema_of(data: dict) -> tuple[int | None, str | None]:
+    """(schema version, problem); version None means a foreign pytest-benchmark file (no `suite` block)."""
+    block = data.get("suite")
+    if not isinstance(block, dict):
+        return None, None
+    version = block.get("schema_version", block.get("schema", 0))
+    if isinstance(version, bool) or not isinstance(version, int) or version < 0:
+        return None, f"suite.schema_version {version!r} is not a non-negative integer"
+    return version, None
+
+
+def _machine_label(info: dict, foreign: bool, stem: str) -> tuple[str, str]:
+    """(label, cpu name): `8xNVIDIA H100 80GB HBM3 @ host`, `CPU (name) @ host`, or the node / file stem."""
+    host = str(info.get("node") or "")
+    cpu = info.get("cpu") if isinstance(info.get("cpu"), dict) else {}
+    devices = [d for d in info.get("devices") or [] if isinstance(d, dict)]
+    cpu_name = next((str(d.get("name")) for d in devices if d.get("kind") == "cpu" and d.get("name")), "")
+    cpu_name = cpu_name or str(cpu.get("brand_raw") or info.get("processor") or "")
+    if foreign or not devices:
+        return host or stem, cpu_name
+    counts = Counter(str(d.get("name") or d.get("id") or "?") for d in devices if d.get("kind") != "cpu")
+    where = f" @ {host}" if host else ""
+    if not counts:
+        return f"CPU ({cpu_name or 'unknown'}){where}", cpu_name
+    names = " + ".join(f"{n}x{name}" if n > 1 else name for name, n in counts.items())
+    return names + where, cpu_name
+
+
+def _scalar(value: object) -> object:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return math.nan
+    return float(value)
+
+
+def map_devices(params: Mapping[str, object], device_map: Mapping[str, str] | None) -> dict[str, object]:
+    """Parameters with device ids renamed (`cuda:0` -> `cuda:1`), so runs on different devices line up."""
+    if not device_map:
+        return dict(params)
+    return {k: device_map.get(v, v) if isinstance(v, str) else v for k, v in params.items()}
+
+
+def match_key(case: str, params_json: str, fullname: str, foreign: bool,
+              device_map: Mapping[str, str] | None = None) -> str:
+    """What identifies a benchmark across machines: its family and parameters, or the fullname if foreign."""
+    if foreign:
+        return "fullname:" + fullname
+    params = map_devices(json.loads(params_json), device_map)
+    return case + "|" + json.dumps(params, sort_keys=True, default=str)
+
+
+def _rows(data: dict, machine: Machine, foreign: bool, warnings: list[str], path: Path) -> list[dict]:
+    rows, skipped = [], 0
+    for bench in data["benchmarks"]:
+        stats = bench.get("stats") if isinstance(bench, dict) else None
+        if not isinstance(stats, dict) or not isinstance(stats.get("median"), (int, float)):
+            skipped += 1
+            continue
+        extra = bench.get("extra_info") if isinstance(bench.get("extra_info"), dict) else {}
+        name = str(bench.get("name") or bench.get("fullname") or "?")
+        fullname = str(bench.get("fullname") or name)
+        ours = not foreign and isinstance(extra.get("case"), str)
+        case = extra["case"] if ours else FOREIGN_CASE
+        if ours:
+            params = {k: _scalar(v) for k, v in extra.items() if k not in MEASURED_KEYS}
+        else:
+            raw = bench.get("params") if isinstance(bench.get("params"), dict) else {}
+            params = {k: _scalar(v) for k, v in raw.items()}
+        params_json = json.dumps(params, sort_keys=True, default=str)
+        row = {
+            "label": machine.label, "file": machine.file, "host": machine.host, "partial": machine.partial,
+            "schema_version": machine.schema_version, "case": case, "name": name, "fullname": fullname,
+            "device": _scalar(extra.get("device")), "src": _scalar(extra.get("src")),
+            "dst": _scalar(extra.get("dst")),
+            "params": ",".join(f"{k}={v}" for k, v in sorted(params.items())),
+            "params_json": params_json,
+            "match_key": match_key(case, params_json, fullname, not ours),
+        }
+        for key in STAT_KEYS:
+            row[key] = _number(stats.get(key))
+        for key in NUMERIC_KEYS:
+            row[key] = _number(extra.get(key))
+        metric_name = next((k for k in RATE_UNITS if not math.isnan(row[k])), None)
+        row["metric"] = row[metric_name] if metric_name else math.nan
+        row["metric_name"] = metric_name
+        row["metric_unit"] = RATE_UNITS[metric_name] if metric_name else None
+        if ours:
+            for key, value in params.items():
+                if key not in row:
+                    row[key] = value
+        rows.append(row)
+    if skipped:
+        warnings.append(f"{path}: ignored {skipped} benchmark(s) without stats.median")
+    return rows
+
+
+def _load_one(path: Path, warnings: list[str]) -> tuple[dict, int | None] | None:
+    if path.name.endswith(PARTIAL_SUFFIX):
+        data, problem = _read_partial(path, warnings)
+    else:
+        data, problem = _read_json(path)
+    if problem is None and not isinstance(data, dict):
+        problem = f"not a pytest-benchmark results object (top level is a JSON {type(data).__name__})"
+    if problem is None and not isinstance(data.get("benchmarks"), list):
+        problem = "no 'benchmarks' list (not a pytest-benchmark --benchmark-json file?)"
+    version = None
+    if problem is None:
+        version, problem = _schema_of(data)
+    if problem is None and version is not None and version > SCHEMA_VERSION:
+        problem = (f"written by a newer suite (schema {version}); upgrade gpubench-suite to read it")
+    if problem:
+        warnings.append(f"{path}: {problem} — skipped")
+        return None
+    if version is not None:
+        for step in range(version, SCHEMA_VERSION):
+            data = MIGRATIONS[step](data)
+    return data, version
+
+
+def _label_override(path: Path, labels: Mapping[str, str], used: set[str]) -> str | None:
+    for key, name in labels.items():
+        if key in (str(path), path.name) or Path(key).resolve() == path.resolve():
+            used.add(key)
+            return name
+    return None
+
+
+def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None = None) -> LoadedResults:
+    """Read files and folders into one table; unreadable files become warnings, nothing readable a UserError."""
+    warnings: list[str] = []
+    labels = dict(labels or {})
+    used_labels: set[str] = set()
+    machines: dict[str, Machine] = {}
+    all_rows: list[dict] = []
+    for path in expand_paths(paths, warnings):
+        loaded = _load_one(path, warnings)
+        if loaded is None:
+            continue
+        data, version = loaded
+        info = data.get("machine_info") if isinstance(data.get("machine_info"), dict) else {}
+        block = data.get("suite") if isinstance(data.get("suite"), dict) else {}
+        foreign = version is None
+        stem = path.name[: -len(PARTIAL_SUFFIX)] if path.name.endswith(PARTIAL_SUFFIX) else path.stem
+        label, cpu_name = _machine_label(info, foreign, stem)
+        label = _label_override(path, labels, used_labels) or label
+        if label in machines:  # two boxes of the same kind: tell them apart by file
+            label = f"{label} [{stem}]"
+            base, n = label, 2
+            while label in machines:
+                label, n = f"{base} #{n}", n + 1
+        software = info.get("software") if isinstance(info.get("software"), dict) else {}
+        machine = Machine(
+            label=label, file=str(path), host=str(info.get("node") or ""), partial=bool(data.get("partial")),
+            foreign=foreign, schema_version=version,
+            devices=[d for d in info.get("devices") or [] if isinstance(d, dict)],
+            software=dict(software), cpu_name=cpu_name,
+            suite_version=str(block.get("version") or software.get("suite") or ""),
+            datetime=str(data.get("datetime") or ""),
+            commit=data.get("commit_info") if isinstance(data.get("commit_info"), dict) else {},
+            config_path=str(block.get("config_path") or ""),
+        )
+        rows = _rows(data, machine, foreign, warnings, path)
+        machine.n_benchmarks = len(rows)
+        machines[label] = machine
+        all_rows.extend(rows)
+    for key in labels.keys() - used_labels:
+        warnings.append(f"--label {key}: matches no loaded file — ignored")
+    if not machines:
+        detail = "; ".join(warnings[:3]) or "no paths given"
+        raise UserError(f"no results could be read ({detail}); pass pytest-benchmark JSON files or folders")
+    return LoadedResults(table=_frame(all_rows), machines=machines, warnings=warnings)
+
+
+def _frame(rows: list[dict]) -> pd.DataFrame:
+    table = pd.DataFrame(rows)
+    for column in COLUMNS:
+        if column not in table.columns:
+            table[column] = None
+    for key in (*STAT_KEYS, *NUMERIC_KEYS, "metric"):
+        table[key] = table[key].astype("float64")
+    table["partial"] = table["partial"].astype(bool)
+    table["schema_version"] = table["schema_version"].astype("Int64")
+    extra = [c for c in table.columns if c not in COLUMNS]
+    return table[[*COLUMNS, *extra]]
+
+
+def speed_ratios(table: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Per benchmark common to the baseline and another machine: how many times faster the other one is.
+
+    With a higher-is-better rate on both sides (same metric): candidate / baseline; otherwise
+    baseline median time / candidate median time. Columns: case, label, match_key, ratio.
+    """
+    cols = ["match_key", "case", "metric", "metric_name", "median"]
+    base = table.loc[table["label"] == baseline, cols].drop_duplicates("match_key")
+    others = table.loc[table["label"] != baseline, ["label", *cols]].drop_duplicates(["label", "match_key"])
+    both = others.merge(base, on=["match_key", "case"], suffixes=("", "_base"))
+    use_rate = (both["metric_name"] == both["metric_name_base"]) & both["metric"].notna() \
+        & both["metric_base"].notna() & (both["metric_base"] > 0)
+    by_time = both["median_base"] / both["median"]
+    both["ratio"] = np.where(use_rate, both["metric"] / both["metric_base"].where(use_rate, 1.0), by_time)
+    both = both[np.isfinite(both["ratio"]) & (both["ratio"] > 0)]
+    return both[["case", "label", "match_key", "ratio"]].reset_index(drop=True)
+
+
+def geometric_mean(values: Iterable[float]) -> float:
+    """exp(mean(log x)); NaN for no values. The mean that treats 2x faster and 2x slower symmetrically."""
+    arr = np.asarray(list(values), dtype="float64")
+    return float(np.exp(np.log(arr).mean())) if arr.size else math.nan
+
+
+def relative_speed(table: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """Geometric mean of speed_ratios per (case, label): columns case, label, speed, n."""
+    ratios = speed_ratios(table, baseline)
+    if ratios.empty:
+        return pd.DataFrame({"case": [], "label": [], "speed": [], "n": []})
+    ratios["log"] = np.log(ratios["ratio"])
+    grouped = ratios.groupby(["case", "label"], sort=False)["log"].agg(["mean", "size"]).reset_index()
+    return pd.DataFrame({"case": grouped["case"], "label": grouped["label"],
+                         "speed": np.exp(grouped["mean"]), "n": grouped["size"]})
+
+
+def export_table(table: pd.DataFrame, csv: str | None = None, parquet: str | None = None) -> list[str]:
+    """Write the tidy table as CSV and/or Parquet; return the paths written."""
+    written = []
+    if csv:
+        Path(csv).parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(csv, index=False)
+        written.append(csv)
+    if parquet:
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise UserError("--parquet needs pyarrow; run `pip install pyarrow` or use --csv") from None
+        flat = table.copy()
+        for column in flat.columns:  # free-form parameters may mix numbers and strings across families
+            if flat[column].dtype == object:
+                flat[column] = flat[column].map(lambda v: None if v is None or v is pd.NA else str(v))
+        Path(parquet).parent.mkdir(parents=True, exist_ok=True)
+        flat.to_parquet(parquet, index=False)
+        written.append(parquet)
+    return written
