@@ -116,6 +116,15 @@ class MatmulConfig(CaseSection):
     cpu: MatmulCpu | None = Field(None, description="overrides of dtypes/shapes for the CPU")
 
 
+# --- data movement sections (copy, placement, habits) ---
+
+
+# --- compute sections (conv, model, ceiling) ---
+
+
+# --- collectives section ---
+
+
 class CasesConfig(Section):
     matmul: MatmulConfig = Field(default_factory=MatmulConfig)
 

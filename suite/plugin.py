@@ -215,6 +215,11 @@ def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: di
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output_json: dict) -> None:
     if _CONFIG not in config.stash:
         return
+    # pytest-benchmark always puts every round's time into --benchmark-json; keep the file small (a default
+    # run has thousands of rounds) unless the user asked for the samples with --benchmark-save-data.
+    if not config.getoption("benchmark_save_data"):
+        for bench in output_json.get("benchmarks", []):
+            (bench.get("stats") or {}).pop("data", None)
     output_json["suite"] = {
         "version": __version__,
         "schema_version": SCHEMA_VERSION,

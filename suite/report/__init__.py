@@ -1,0 +1,1 @@
+"""The HTML report: `command` (the CLI), `charts` (figures per case family), `tables` (table rows)."""

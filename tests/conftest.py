@@ -1,0 +1,44 @@
+"""Shared test helpers: run `pytest benchmarks` end to end on a small config and read its JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+pytest_plugins = ["pytester"]
+
+
+def has_accelerator() -> bool:
+    import torch
+
+    return torch.cuda.is_available() or (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available())
+
+
+def pytest_collection_modifyitems(config, items):
+    if any(item.get_closest_marker("gpu") for item in items) and not has_accelerator():
+        skip = pytest.mark.skip(reason="needs a real accelerator (CUDA or MPS); torch sees none here")
+        for item in items:
+            if item.get_closest_marker("gpu"):
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def run_benchmarks(pytester, tmp_path):
+    """run_benchmarks(config_dict, *extra_args, tests="benchmarks") -> (RunResult, json dict or None)."""
+
+    def _run(config: dict, *args: str, tests: str = "benchmarks", timeout: float = 240):
+        cfg = tmp_path / "suite.yaml"
+        cfg.write_text(yaml.safe_dump(config), encoding="utf-8")
+        out = tmp_path / "results.json"
+        result = pytester.runpytest_subprocess(
+            str(ROOT / tests), f"--rootdir={ROOT}", f"--suite-config={cfg}", f"--benchmark-json={out}",
+            "-p", "no:cacheprovider", "-rs", *args, timeout=timeout,
+        )
+        data = json.loads(out.read_text()) if out.exists() else None
+        return result, data
+
+    return _run

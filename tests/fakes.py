@@ -1,0 +1,72 @@
+"""Fakes behind the device seam: a multi-GPU machine on a CPU-only box, and an asynchronous device whose work
+finishes only when synchronised (driven by a fake clock)."""
+
+from __future__ import annotations
+
+import torch
+
+from suite.devices import Platform
+
+
+class FakePlatform(Platform):
+    """`gpus` CUDA devices named like H100s; peer access from `peer` (a set of (i, j) pairs) or all/none."""
+
+    def __init__(self, gpus: int = 0, peer: bool | set[tuple[int, int]] = True, memory: int = 80 * 2**30):
+        self.gpus = gpus
+        self.peer = peer
+        self.memory = memory
+        self.synchronized: list[str] = []
+
+    def count(self, kind: str) -> int:
+        return self.gpus if kind == "cuda" else 0
+
+    def synchronize(self, device: torch.device) -> None:
+        self.synchronized.append(str(device))
+
+    def properties(self, device: torch.device) -> dict:
+        return {"name": "NVIDIA H100 80GB HBM3", "memory_bytes": self.memory, "capability": "9.0",
+                "multiprocessors": 132}
+
+    def can_access_peer(self, a: torch.device, b: torch.device) -> bool:
+        if a == b:
+            return False
+        if isinstance(self.peer, bool):
+            return self.peer
+        return (a.index, b.index) in self.peer
+
+    def mem_get_info(self, device: torch.device):
+        return (self.memory // 2, self.memory) if device.type == "cuda" else None
+
+    def empty_cache(self, device: torch.device) -> None:
+        pass
+
+    def supports_pinned_memory(self) -> bool:
+        return False
+
+    def software(self) -> dict:
+        return {"torch": torch.__version__, "cuda": "12.8", "cudnn": "91000", "nccl": "2.27.3", "python": "3.11"}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeAsyncDevice:
+    """Launching work costs `launch_s` of host time at once; the work itself (`work_s`) completes only when
+    the device is synchronised, which is when the clock advances past it."""
+
+    def __init__(self, clock: FakeClock, launch_s: float = 1e-6, work_s: float = 1e-3) -> None:
+        self.clock, self.launch_s, self.work_s = clock, launch_s, work_s
+        self.pending = 0.0
+
+    def launch(self) -> None:
+        self.clock.now += self.launch_s
+        self.pending += self.work_s
+
+    def synchronize(self, *devices) -> None:
+        self.clock.now += self.pending
+        self.pending = 0.0
