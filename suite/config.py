@@ -263,7 +263,7 @@ def load_config(path: str | Path) -> SuiteConfig:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        hint = " (YAML forbids tabs for indentation: use spaces)" if "\t" in text and "tab" in str(exc).lower() else ""
+        hint = " (YAML forbids tabs for indentation: use spaces)" if "'\\t'" in str(exc) or "tab" in str(exc) else ""
         raise UserError(f"{path}: not valid YAML: {where}{problem}{hint}") from None
     return parse_config(data, str(path))
 

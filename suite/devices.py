@@ -173,7 +173,7 @@ def normalize_device_name(name: str) -> str:
     kind, index = match.groups()
     if kind in ("cpu", "mps"):
         if index not in (None, "0"):
-            raise ValueError(f"{name!r} is not a device; {kind} has no index")
+            raise ValueError(f"{name!r} is not a device ({kind} has no index); expected {SPEC_HELP}")
         return kind
     return f"{kind}:{index or 0}"
 

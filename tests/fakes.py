@@ -48,10 +48,14 @@ class FakePlatform(Platform):
 
 
 class FakeClock:
-    def __init__(self) -> None:
+    """A clock that moves only when told to, plus `tick` per read (a real clock's resolution)."""
+
+    def __init__(self, tick: float = 0.0) -> None:
         self.now = 0.0
+        self.tick = tick
 
     def __call__(self) -> float:
+        self.now += self.tick
         return self.now
 
 

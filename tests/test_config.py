@@ -1,0 +1,113 @@
+"""Config loading: YAML through the safe loader, typed objects, one-line errors naming file, key and value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from suite.config import load_config, parse_config
+from suite.errors import UserError
+from suite.units import format_size, parse_size
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def error_of(data, source="x.yaml") -> str:
+    with pytest.raises(UserError) as info:
+        parse_config(data, source)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("name", ["default.yaml", "quick.yaml"])
+def test_shipped_configs_load(name):
+    config = load_config(ROOT / "configs" / name)
+    assert config.cases.matmul.dtypes
+
+
+def test_defaults_and_aliases():
+    config = parse_config({"cases": {"matmul": {"dtypes": ["fp32", "torch.bfloat16", "half"], "shapes": [[8, 4, 2], "16x8x4"]}}})
+    assert config.cases.matmul.dtypes == ["float32", "bfloat16", "float16"]
+    assert config.cases.matmul.shapes == [(8, 4, 2), (16, 8, 4)]
+    assert parse_config(None).devices == "all"
+
+
+def test_cpu_override_applies_to_the_cpu_only():
+    config = parse_config({"cases": {"matmul": {"shapes": ["64x64x64"], "cpu": {"shapes": ["8x8x8"]}}}})
+    assert config.cases.matmul.for_device("cpu").shapes == [(8, 8, 8)]
+    assert config.cases.matmul.for_device("cuda:0").shapes == [(64, 64, 64)]
+    assert config.cases.matmul.for_device("cpu").dtypes == ["float32"], "unset keys keep the section's value"
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ({"cases": {"matmul": {"dtypes": ["float32", "float33"]}}},
+         "x.yaml: cases.matmul.dtypes[1]: 'float33' is not a dtype; allowed: bfloat16, float16, float32, float64"),
+        ({"cases": {"matmul": {"shapes": ["10x10"]}}}, "x.yaml: cases.matmul.shapes[0]: '10x10' is not a matmul shape"),
+        ({"cases": {"matmul": {"shapes": []}}}, "x.yaml: cases.matmul.shapes: [] is invalid: List should have at least 1 item"),
+        ({"cases": {"matmul": {"dtype": ["float32"]}}},
+         "x.yaml: cases.matmul.dtype: unknown key 'dtype'; allowed keys here: enabled, dtypes, shapes, cpu"),
+        ({"cases": {"matmul": {"cpu": {"sizes": 1}}}}, "x.yaml: cases.matmul.cpu.sizes: unknown key 'sizes'; allowed keys here: dtypes, shapes"),
+        ({"devcies": "all"}, "x.yaml: devcies: unknown key 'devcies'; allowed keys here: devices, timing, cases"),
+        ({"devices": "cuda:x"}, "x.yaml: devices: 'cuda:x' is not a device"),
+        ({"devices": []}, "x.yaml: devices: empty device list"),
+        ({"timing": {"max_time": "abc"}}, "x.yaml: timing.max_time: 'abc' is invalid: Input should be a valid number"),
+        ({"timing": {"min_rounds": 0}}, "x.yaml: timing.min_rounds: 0 is invalid: Input should be greater than or equal to 1"),
+        (["devices"], "x.yaml: the config must be a mapping"),
+    ],
+)
+def test_bad_values_name_file_key_value_and_allowed(data, expected):
+    assert error_of(data).startswith(expected)
+
+
+def test_several_problems_are_counted_on_one_line():
+    message = error_of({"devcies": 1, "timing": {"max_time": "x"}})
+    assert message.endswith("(and 1 more problem(s))")
+
+
+def test_load_config_file_errors(tmp_path):
+    with pytest.raises(UserError, match="config file not found; pass --suite-config"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(UserError, match="is a directory"):
+        load_config(tmp_path)
+    tabbed = tmp_path / "tab.yaml"
+    tabbed.write_text("cases:\n\tmatmul: {}\n")
+    with pytest.raises(UserError, match=r"not valid YAML: line 2, column 1: .*use spaces"):
+        load_config(tabbed)
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("devices: cpu\ntiming: {}\ndevices: all\n")
+    with pytest.raises(UserError, match=r"duplicate key 'devices' \(first at line 1\)"):
+        load_config(dup)
+    code = tmp_path / "evil.yaml"
+    code.write_text("devices: !!python/object/apply:os.system ['echo hacked']\n")
+    with pytest.raises(UserError, match="not valid YAML"):
+        load_config(code)
+
+
+@pytest.mark.parametrize("text, size", [("4KiB", 4096), ("64MiB", 64 * 2**20), ("1GB", 10**9), (512, 512), ("1.5KiB", 1536), ("2 mib", 2 * 2**20)])
+def test_parse_size(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("bad", ["3XB", "-1", 0, True, "1.3B", "", None, "KiB"])
+def test_parse_size_rejects(bad):
+    with pytest.raises(ValueError, match="size|bytes"):
+        parse_size(bad)
+
+
+def test_format_size():
+    assert [format_size(n) for n in (4096, 64 * 2**20, 1000, 2**30)] == ["4KiB", "64MiB", "1000B", "1GiB"]
+
+
+def test_schema_command_exports_json_schema(capsys):
+    import json
+
+    from suite.cli import main
+
+    assert main(["schema"]) == 0
+    schema = json.loads(capsys.readouterr().out)
+    assert schema["additionalProperties"] is False
+    assert {"devices", "timing", "cases"} <= set(schema["properties"])

@@ -1,0 +1,46 @@
+"""The analysis side never imports torch; the measurement side never imports pandas or matplotlib."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def imported_by(module: str) -> set[str]:
+    code = f"import json, sys, importlib; importlib.import_module({module!r}); print(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+ANALYSIS = ["suite.results", "suite.report", "suite.report.command", "suite.compare", "suite.cli", "suite.config"]
+MEASUREMENT = ["suite.plugin", "suite.devices", "suite.timing", "suite.cases.matmul"]
+
+
+@pytest.mark.parametrize("module", ANALYSIS)
+def test_analysis_side_does_not_import_torch(module):
+    if not (ROOT / (module.replace(".", "/") + ".py")).exists() and not (ROOT / module.replace(".", "/")).is_dir():
+        pytest.skip(f"{module} does not exist yet")
+    assert "torch" not in imported_by(module)
+
+
+@pytest.mark.parametrize("module", MEASUREMENT)
+def test_measurement_side_does_not_import_pandas_or_matplotlib(module):
+    mods = imported_by(module)
+    assert "pandas" not in mods and "matplotlib" not in mods
+
+
+def test_report_command_does_not_import_torch():
+    code = (
+        "import sys; from suite.cli import main\n"
+        "try:\n    main(['report', '--help'])\nexcept SystemExit:\n    pass\n"
+        "print('torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip().splitlines()[-1] == "False"
