@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from suite import devices as dev
 from suite.cases import Case, SkipCase, family_module, FAMILIES
 from suite.config import DEFAULT_CONFIG, SuiteConfig, load_config, resolved
 from suite.errors import UserError
+from suite.partial import MAX_DEATHS, PartialRun, PartialWriter, check_writable, partial_path, read_partial, rewrite_clean
 from suite.timing import SyncTimer, warm_up
 from suite.units import gbps, tflops
 
@@ -20,6 +22,7 @@ _CONFIG = pytest.StashKey[SuiteConfig]()
 _CONFIG_PATH = pytest.StashKey[str]()
 _DEVICES = pytest.StashKey[list]()
 _CASES = pytest.StashKey[dict]()
+_PARTIAL = pytest.StashKey["PartialState"]()
 
 # Our timing settings (config `timing`) map onto these pytest-benchmark marker keywords; a user who passes
 # the matching --benchmark-* option on the command line keeps theirs.
@@ -44,6 +47,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=None,
         metavar="LIST",
         help="override the config's devices: all, cpu, gpus, cuda:1, or a comma-separated list (cpu,cuda:1)",
+    )
+    group.addoption(
+        "--suite-resume",
+        action="store_true",
+        default=False,
+        help="continue an interrupted run: keep the benchmarks in <json>.partial.jsonl, run only the rest",
     )
 
 
@@ -71,6 +80,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_CONFIG_PATH] = str(path)
     config.stash[_DEVICES] = devices
     config.stash[_CASES] = {}
+    try:
+        config.stash[_PARTIAL] = PartialState.start(config)
+    except UserError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _family_of(function_name: str) -> str | None:
@@ -98,6 +111,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("case", [c.id for c in cases], ids=[c.id for c in cases], indirect=True)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    items = [i for i in session.items if getattr(i, "callspec", None) and "case" in i.callspec.params]
+    if items and all(i.callspec.params["case"] is None for i in items) and len(items) == len(session.items):
+        raise pytest.UsageError(
+            f"{session.config.stash[_CONFIG_PATH]} selects no benchmarks (every case family is disabled or "
+            "empty); enable a family under `cases:` or pick another --suite-config"
+        )
+
+
 def _user_set(config: pytest.Config, option: str) -> bool:
     return any(a == option or a.startswith(option + "=") for a in config.invocation_params.args)
 
@@ -119,6 +141,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if not _user_set(config, flag):
                 options[name] = getattr(timing, name)
         item.add_marker(pytest.mark.benchmark(**options))
+        if timing.time_limit_s and config.pluginmanager.hasplugin("timeout") and not _user_set(config, "--timeout"):
+            item.add_marker(pytest.mark.timeout(timing.time_limit_s))
+    if _PARTIAL in config.stash:
+        config.stash[_PARTIAL].select(config, items)
 
 
 @pytest.fixture
@@ -169,9 +195,14 @@ def run_case(case: Case, benchmark, config: SuiteConfig) -> dict:
             raise
         pytest.skip(reason)
 
-    timer = SyncTimer([torch.device(d) for d in case.devices])
-    warm_up(work.fn, timer, config.timing.warmup_s)
-    benchmark(work.fn)
+    if work.pedantic is not None:
+        # Fixed rounds and warm-up from the case (collectives: every rank must run the same calls in lockstep;
+        # time-based warm-up and calibration would differ between ranks and hang them).
+        benchmark.pedantic(work.fn, **work.pedantic)
+    else:
+        timer = SyncTimer([torch.device(d) for d in case.devices])
+        warm_up(work.fn, timer, config.timing.warmup_s)
+        benchmark(work.fn)
 
     info: dict = {"case": case.family, **case.info}
     stats = getattr(benchmark, "stats", None)
@@ -190,6 +221,8 @@ def run_case(case: Case, benchmark, config: SuiteConfig) -> dict:
         if work.samples is not None:
             info["samples_per_s"] = work.samples / median
     info.update(work.extra)
+    if median and work.derive is not None:
+        info.update(work.derive(median))
     benchmark.extra_info.update(info)
     return info
 
@@ -220,7 +253,16 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
     if not config.getoption("benchmark_save_data"):
         for bench in output_json.get("benchmarks", []):
             (bench.get("stats") or {}).pop("data", None)
-    output_json["suite"] = {
+    state = config.stash.get(_PARTIAL, None)
+    if state is not None and state.reused:
+        output_json.setdefault("benchmarks", []).extend(state.reused)
+    output_json["suite"] = _suite_block(config)
+    from suite.cases.ceiling import annotate  # pct_of_ceiling / pct_of_datasheet on every compute result
+    annotate(output_json)
+
+
+def _suite_block(config: pytest.Config) -> dict:
+    return {
         "version": __version__,
         "schema_version": SCHEMA_VERSION,
         "config_path": config.stash[_CONFIG_PATH],
@@ -228,3 +270,139 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
         "config": resolved(config.stash[_CONFIG]),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+
+
+# --- crash-safe results (suite.partial) -----------------------------------------------------------------
+
+
+class PartialState:
+    """The partial results file of this run and, with --suite-resume, what the interrupted run left."""
+
+    def __init__(self, config: pytest.Config, writer: PartialWriter | None, previous: PartialRun | None) -> None:
+        self.config = config
+        self.writer = writer
+        self.previous = previous or PartialRun()
+        self.reused: list[dict] = []  # benchmarks of the earlier run kept instead of re-run
+        self.outcomes: dict[str, str] = {}
+        self.started = time.time()
+
+    @classmethod
+    def start(cls, config: pytest.Config) -> "PartialState":
+        json_path = config.getoption("benchmark_json", None)
+        resume = config.getoption("suite_resume")
+        if json_path is None:
+            if resume:
+                raise UserError("--suite-resume needs --benchmark-json PATH: the results file of the run to resume")
+            return cls(config, None, None)
+        json_path = Path(json_path)
+        check_writable(json_path)
+        partial = partial_path(json_path)
+        previous = None
+        if resume:
+            if not partial.exists():
+                raise UserError(
+                    f"--suite-resume: there is no {partial} to resume (the run finished, or wrote to another "
+                    "--benchmark-json); run without --suite-resume"
+                )
+            previous = read_partial(partial)
+            rewrite_clean(partial, previous)
+        return cls(config, PartialWriter(partial, append=resume), previous)
+
+    def write(self, obj: dict) -> None:
+        if self.writer is None:
+            return
+        if not self.writer.has_header:
+            self.writer.has_header = True
+            self.writer.write(self._header())
+        self.writer.write(obj)
+
+    def _header(self) -> dict:
+        from pytest_benchmark import __version__ as pb_version
+
+        hook = self.config.hook
+        machine_info = hook.pytest_benchmark_generate_machine_info(config=self.config)
+        hook.pytest_benchmark_update_machine_info(config=self.config, machine_info=machine_info)
+        commit_info = hook.pytest_benchmark_generate_commit_info(config=self.config)
+        return {
+            "partial": True,
+            "machine_info": machine_info,
+            "commit_info": commit_info,
+            "suite": _suite_block(self.config),
+            "datetime": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "version": pb_version,
+        }
+
+    def select(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """With --suite-resume: drop what the earlier runs finished; skip a test that runs died in twice."""
+        done = [i for i in items if i.nodeid in self.previous.benchmarks]
+        for item in items:
+            deaths = self.previous.deaths(item.nodeid)
+            if deaths >= MAX_DEATHS:
+                item.add_marker(pytest.mark.skip(reason=(
+                    f"{deaths} earlier runs died while it was running (it crashes or hangs the process); to "
+                    f"retry it, run it alone: pytest {item.nodeid!s}"
+                )))
+        if done:
+            items[:] = [i for i in items if i.nodeid not in self.previous.benchmarks]
+            config.hook.pytest_deselected(items=done)
+            self.reused = [self.previous.benchmarks[i.nodeid] for i in done]
+
+    def finish(self) -> None:
+        """Close the file; drop it once the complete JSON exists (it now holds everything)."""
+        if self.writer is None:
+            return
+        self.writer.close()
+        json_path = Path(self.config.getoption("benchmark_json"))
+        try:
+            complete = json_path.stat().st_mtime >= self.started and "benchmarks" in json.loads(json_path.read_text())
+        except (OSError, ValueError):
+            complete = False
+        if complete:
+            self.writer.path.unlink(missing_ok=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    state = item.config.stash.get(_PARTIAL, None)
+    if state is not None:
+        state.write({"started": item.nodeid})
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call):
+    outcome = yield
+    report = outcome.get_result()
+    state = item.config.stash.get(_PARTIAL, None)
+    if state is None:
+        return
+    if report.when == "call" or report.outcome != "passed":
+        state.outcomes.setdefault(item.nodeid, report.outcome)
+    if report.when == "call" and report.passed:
+        fixture = getattr(item, "funcargs", {}).get("benchmark")
+        stats = getattr(fixture, "stats", None)
+        if stats is not None and not fixture.has_error:
+            state.write(stats.as_dict(include_data=False))
+    if report.when == "teardown":
+        state.write({"finished": item.nodeid, "outcome": state.outcomes.pop(item.nodeid, "passed")})
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    state = session.config.stash.get(_PARTIAL, None)
+    bs = getattr(session.config, "_benchmarksession", None)
+    if state is None or state.writer is None or bs is None:
+        return
+    if not bs.benchmarks and state.reused:
+        # Everything was already measured: pytest-benchmark has nothing to save, so the JSON is made from the
+        # partial file's own header and benchmarks.
+        header = dict(state.previous.header or {})
+        header.pop("partial", None)
+        header["benchmarks"] = state.reused
+        header["suite"] = _suite_block(session.config)
+        Path(session.config.getoption("benchmark_json")).write_text(json.dumps(header, indent=4))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(_PARTIAL, None)
+    if state is not None:
+        state.finish()

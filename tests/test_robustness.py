@@ -1,0 +1,174 @@
+"""Nothing lost: crash-safe partial results, resume, out of memory, time limits, unwritable outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from suite.partial import partial_path, read_partial
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = {"devices": "cpu", "timing": {"warmup_s": 0.0, "max_time": 0.02, "min_rounds": 2}}
+FAKE_TESTS = '''
+def test_oom(case, measure):
+    measure(case)
+
+def test_sleepy(case, measure):
+    measure(case)
+
+def test_quick(case, measure):
+    measure(case)
+'''
+
+
+@pytest.fixture
+def fake_suite(pytester, tmp_path):
+    """A benchmarks folder of the test-only families (tests/fake_families.py), and a way to run it."""
+    pytester.makeconftest('pytest_plugins = ["suite.plugin", "tests.fake_families"]')
+    pytester.makepyfile(test_fake=FAKE_TESTS)
+
+    def command(config: dict, out: Path, *args: str) -> list[str]:
+        cfg = tmp_path / "suite.yaml"
+        cfg.write_text(yaml.safe_dump(config))
+        return [sys.executable, "-m", "pytest", str(pytester.path), f"--rootdir={pytester.path}", "-p", "no:cacheprovider",
+                f"--suite-config={cfg}", f"--benchmark-json={out}", "-rs", "-q", *args]
+
+    return command
+
+
+def _env():
+    return dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def test_sigkill_keeps_every_finished_benchmark_and_resume_completes(fake_suite, tmp_path):
+    out = tmp_path / "results" / "run.json"
+    partial = partial_path(out)
+    log = tmp_path / "run.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(fake_suite(FAST, out, "-k", "quick"), env=_env(), stdout=fh, stderr=subprocess.STDOUT,
+                                cwd=tmp_path)
+    deadline = time.monotonic() + 120
+    finished = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        if partial.exists():
+            finished = partial.read_text().count('"stats"')
+            if finished >= 5:
+                break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed: " + log.read_text()[-2000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert not out.exists(), "pytest-benchmark writes its JSON only at the end; the kill came first"
+
+    run = read_partial(partial)
+    assert len(run.benchmarks) >= finished >= 5
+    assert run.header["partial"] is True and run.header["machine_info"]["devices"][0]["id"] == "cpu"
+    for bench in run.benchmarks.values():
+        assert bench["extra_info"]["case"] == "quick" and bench["stats"]["median"] > 0
+    kept = set(run.benchmarks)
+
+    result = subprocess.run(fake_suite(FAST, out, "-k", "quick", "--suite-resume"), env=_env(),
+                            capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:]
+    data = json.loads(out.read_text())
+    names = [b["fullname"] for b in data["benchmarks"]]
+    assert len(names) == len(set(names)) == 40, "every case exactly once: the kept ones and the rest"
+    assert kept <= set(names)
+    assert f"{40 - len(kept)} passed, {len(kept) + 4} deselected" in result.stdout, "only the rest re-ran"
+    assert not partial.exists(), "a completed run replaces the partial file with the JSON"
+
+
+def test_resume_retries_a_case_a_run_died_in_once_and_skips_it_after_two(fake_suite, tmp_path):
+    out = tmp_path / "run.json"
+    partial = partial_path(out)
+    for attempt in (1, 2):
+        args = ("-k", "sleepy") if attempt == 1 else ("-k", "sleepy", "--suite-resume")
+        proc = subprocess.Popen(fake_suite(FAST, out, *args), env=_env(), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, cwd=tmp_path)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (
+            not partial.exists() or partial.read_text().count('"started": "test_fake.py::test_sleepy[cpu-slow]"') < attempt
+        ):
+            time.sleep(0.05)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGKILL)  # killed while the slow case sleeps: as if it crashed the process
+        proc.wait(timeout=30)
+        assert read_partial(partial).deaths("test_fake.py::test_sleepy[cpu-slow]") == attempt
+    result = subprocess.run(fake_suite(FAST, out, "-k", "sleepy", "--suite-resume"), env=_env(),
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "2 earlier runs died while it was running" in result.stdout
+    assert [b["name"] for b in json.loads(out.read_text())["benchmarks"]] == ["test_sleepy[cpu-fast]"]
+
+
+def test_out_of_memory_is_a_skip_with_the_reason_and_the_next_case_runs(fake_suite, tmp_path):
+    out = tmp_path / "run.json"
+    result = subprocess.run(fake_suite(FAST, out, "-k", "oom"), env=_env(), capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:]
+    assert "SKIPPED" in result.stdout and "out of memory for cpu-huge" in result.stdout
+    assert "1 passed, 1 skipped" in result.stdout
+    assert [b["name"] for b in json.loads(out.read_text())["benchmarks"]] == ["test_oom[cpu-small]"]
+
+
+def test_time_limit_fails_the_case_with_the_limit_and_the_run_goes_on(fake_suite, tmp_path):
+    out = tmp_path / "run.json"
+    config = {**FAST, "timing": {**FAST["timing"], "time_limit_s": 1}}
+    start = time.monotonic()
+    result = subprocess.run(fake_suite(config, out, "-k", "sleepy"), env=_env(), capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    assert time.monotonic() - start < 25, "the 30 s case was stopped at its 1 s limit"
+    assert result.returncode == 1
+    assert "Timeout (>1.0s)" in result.stdout
+    assert "1 failed, 1 passed" in result.stdout
+    assert [b["name"] for b in json.loads(out.read_text())["benchmarks"]] == ["test_sleepy[cpu-fast]"]
+
+
+def test_output_folder_is_created_and_unwritable_path_fails_before_running(run_benchmarks, tmp_path):
+    tiny = {**FAST, "cases": {"matmul": {"shapes": ["8x8x8"]}}}
+    result, data = run_benchmarks(tiny, "-k", "matmul")
+    assert data is not None  # run_benchmarks writes into tmp_path/results.json
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(yaml.safe_dump(tiny))
+    proc = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "benchmarks"), f"--suite-config={cfg}",
+                           f"--benchmark-json={blocker}/sub/out.json", "-p", "no:cacheprovider"],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 4, proc.stdout[-2000:]
+    assert "cannot create the folder" in proc.stderr and "choose a writable path" in proc.stderr
+    assert "passed" not in proc.stdout, "refused before measuring anything"
+
+
+def test_config_selecting_zero_benchmarks_says_so(run_benchmarks):
+    result, data = run_benchmarks({"cases": {"matmul": {"enabled": False}}}, tests="benchmarks/test_matmul.py")
+    assert result.ret != 0 and data is None
+    assert "selects no benchmarks" in result.stderr.str()
+
+
+def test_resume_without_a_partial_file_is_a_clear_error(run_benchmarks):
+    result, _ = run_benchmarks({**FAST}, "--suite-resume", tests="benchmarks/test_matmul.py")
+    assert result.ret != 0
+    assert "--suite-resume: there is no" in result.stderr.str()
+
+
+def test_partial_reader_drops_a_torn_last_line_and_refuses_corruption(tmp_path):
+    path = tmp_path / "x.partial.jsonl"
+    bench = {"name": "t[a]", "fullname": "b/t.py::t[a]", "stats": {"median": 1.0}}
+    path.write_text(json.dumps({"partial": True}) + "\n" + json.dumps(bench) + '\n{"name": "t[b]", "stat')
+    run = read_partial(path)
+    assert list(run.benchmarks) == ["b/t.py::t[a]"]
+    path.write_text('{"partial": true}\nnot json\n' + json.dumps(bench) + "\n")
+    from suite.errors import UserError
+
+    with pytest.raises(UserError, match="line 2 is not JSON; delete the file"):
+        read_partial(path)
