@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 from collections import Counter
@@ -12,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from suite import SCHEMA_VERSION
+from suite import SCHEMA_VERSION, __version__
 from suite.errors import UserError
 from suite.units import GB, TFLOP
 
@@ -20,21 +21,65 @@ PARTIAL_SUFFIX = ".partial.jsonl"
 FOREIGN_CASE = "other"  # family given to rows of a pytest-benchmark file that is not ours
 
 # Higher-is-better rates, in the order a row's headline metric is picked; the first one present wins.
-RATE_UNITS: dict[str, str] = {"tflops": "TFLOP/s", "gbps": "GB/s", "busbw": "GB/s", "samples_per_s": "samples/s"}
+RATE_UNITS: dict[str, str] = {
+    "tflops": "TFLOP/s",
+    "gbps": "GB/s",
+    "busbw": "GB/s",
+    "samples_per_s": "samples/s",
+}
 
 # extra_info keys that are measurements or follow from the parameters; everything else is a parameter.
 # Derived rates change from run to run, so they must never be part of a benchmark's identity.
 MEASURED_KEYS = frozenset(
-    {"case", "flops", "traffic_bytes", "tflops", "gbps", "traffic_gbps", "algbw", "busbw", "samples_per_s",
-     "pct_of_ceiling", "pct_of_datasheet"}
+    {
+        "case",
+        "flops",
+        "traffic_bytes",
+        "tflops",
+        "gbps",
+        "traffic_gbps",
+        "algbw",
+        "busbw",
+        "samples_per_s",
+        "pct_of_ceiling",
+        "pct_of_datasheet",
+    }
 )
-NUMERIC_KEYS = ("flops", "bytes", "traffic_bytes", "tflops", "gbps", "traffic_gbps", "algbw", "busbw",
-                "samples_per_s", "pct_of_ceiling", "pct_of_datasheet")
+NUMERIC_KEYS = (
+    "flops",
+    "bytes",
+    "traffic_bytes",
+    "tflops",
+    "gbps",
+    "traffic_gbps",
+    "algbw",
+    "busbw",
+    "samples_per_s",
+    "pct_of_ceiling",
+    "pct_of_datasheet",
+)
 STAT_KEYS = ("median", "iqr", "q1", "q3", "min", "max", "mean", "stddev", "rounds", "iterations")
 
 COLUMNS = (
-    "label", "file", "host", "partial", "schema_version", "case", "name", "fullname", "device", "src", "dst",
-    "params", "params_json", "match_key", *STAT_KEYS, *NUMERIC_KEYS, "metric", "metric_name", "metric_unit",
+    "label",
+    "file",
+    "host",
+    "partial",
+    "schema_version",
+    "case",
+    "name",
+    "fullname",
+    "device",
+    "src",
+    "dst",
+    "params",
+    "params_json",
+    "match_key",
+    *STAT_KEYS,
+    *NUMERIC_KEYS,
+    "metric",
+    "metric_name",
+    "metric_unit",
 )
 
 
@@ -94,7 +139,9 @@ def parse_label_args(values: Iterable[str] | None) -> dict[str, str]:
     for value in values or []:
         path, sep, name = value.partition("=")
         if not sep or not path or not name.strip():
-            raise UserError(f"--label {value!r} is not FILE=NAME; write e.g. --label results/box3.json='box 3'")
+            raise UserError(
+                f"--label {value!r} is not FILE=NAME; write e.g. --label results/box3.json='box 3'"
+            )
         labels[path] = name.strip()
     return labels
 
@@ -108,7 +155,9 @@ def expand_paths(paths: Iterable[str | Path], warnings: list[str]) -> list[Path]
             found = sorted({*path.rglob("*.json"), *path.rglob("*" + PARTIAL_SUFFIX)})
             found = [p for p in found if p.is_file()]
             if not found:
-                warnings.append(f"{path}: folder holds no results files (*.json, *{PARTIAL_SUFFIX}) — skipped")
+                warnings.append(
+                    f"{path}: folder holds no results files (*.json, *{PARTIAL_SUFFIX}) — skipped"
+                )
             files.extend(found)
         elif path.is_file():
             files.append(path)
@@ -119,7 +168,9 @@ def expand_paths(paths: Iterable[str | Path], warnings: list[str]) -> list[Path]
     kept: list[Path] = []
     for p in files:
         if p.name.endswith(PARTIAL_SUFFIX) and p.parent / p.name[: -len(PARTIAL_SUFFIX)] in finished:
-            warnings.append(f"{p}: stale partial results, {p.name[: -len(PARTIAL_SUFFIX)]}.json exists — skipped")
+            warnings.append(
+                f"{p}: stale partial results, {p.name[: -len(PARTIAL_SUFFIX)]}.json exists — skipped"
+            )
             continue
         if p not in kept:
             kept.append(p)
@@ -156,7 +207,10 @@ def _read_partial(path: Path, warnings: list[str]) -> tuple[dict | None, str | N
     benchmarks, bad = [], 0
     for i, line in enumerate(lines[1:], start=2):
         try:
-            benchmarks.append(json.loads(line))
+            entry = json.loads(line)
+            # The writer (suite.partial) also logs {"started": ...} / {"finished": ...} progress lines.
+            if isinstance(entry, dict) and "stats" in entry:
+                benchmarks.append(entry)
         except ValueError:
             # The writer may have been killed mid-line: only the last line can legitimately be cut.
             bad += 1 if i < len(lines) else 0
@@ -214,8 +268,9 @@ def map_devices(params: Mapping[str, object], device_map: Mapping[str, str] | No
     return {k: device_map.get(v, v) if isinstance(v, str) else v for k, v in params.items()}
 
 
-def match_key(case: str, params_json: str, fullname: str, foreign: bool,
-              device_map: Mapping[str, str] | None = None) -> str:
+def match_key(
+    case: str, params_json: str, fullname: str, foreign: bool, device_map: Mapping[str, str] | None = None
+) -> str:
     """What identifies a benchmark across machines: its family and parameters, or the fullname if foreign."""
     if foreign:
         return "fullname:" + fullname
@@ -242,9 +297,16 @@ def _rows(data: dict, machine: Machine, foreign: bool, warnings: list[str], path
             params = {k: _scalar(v) for k, v in raw.items()}
         params_json = json.dumps(params, sort_keys=True, default=str)
         row = {
-            "label": machine.label, "file": machine.file, "host": machine.host, "partial": machine.partial,
-            "schema_version": machine.schema_version, "case": case, "name": name, "fullname": fullname,
-            "device": _scalar(extra.get("device")), "src": _scalar(extra.get("src")),
+            "label": machine.label,
+            "file": machine.file,
+            "host": machine.host,
+            "partial": machine.partial,
+            "schema_version": machine.schema_version,
+            "case": case,
+            "name": name,
+            "fullname": fullname,
+            "device": _scalar(extra.get("device")),
+            "src": _scalar(extra.get("src")),
             "dst": _scalar(extra.get("dst")),
             "params": ",".join(f"{k}={v}" for k, v in sorted(params.items())),
             "params_json": params_json,
@@ -281,7 +343,12 @@ def _load_one(path: Path, warnings: list[str]) -> tuple[dict, int | None] | None
     if problem is None:
         version, problem = _schema_of(data)
     if problem is None and version is not None and version > SCHEMA_VERSION:
-        problem = (f"written by a newer suite (schema {version}); upgrade gpubench-suite to read it")
+        writer = data["suite"].get("version")
+        by = f"gpubench-suite {writer}" if isinstance(writer, str) else "a newer gpubench-suite"
+        problem = (
+            f"written by {by} (results schema {version}); this is {__version__}, which reads schema "
+            f"<= {SCHEMA_VERSION}: upgrade to {writer if isinstance(writer, str) else 'a newer release'} or later to read it"
+        )
     if problem:
         warnings.append(f"{path}: {problem} — skipped")
         return None
@@ -324,10 +391,15 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
                 label, n = f"{base} #{n}", n + 1
         software = info.get("software") if isinstance(info.get("software"), dict) else {}
         machine = Machine(
-            label=label, file=str(path), host=str(info.get("node") or ""), partial=bool(data.get("partial")),
-            foreign=foreign, schema_version=version,
+            label=label,
+            file=str(path),
+            host=str(info.get("node") or ""),
+            partial=bool(data.get("partial")),
+            foreign=foreign,
+            schema_version=version,
             devices=[d for d in info.get("devices") or [] if isinstance(d, dict)],
-            software=dict(software), cpu_name=cpu_name,
+            software=dict(software),
+            cpu_name=cpu_name,
             suite_version=str(block.get("version") or software.get("suite") or ""),
             datetime=str(data.get("datetime") or ""),
             commit=data.get("commit_info") if isinstance(data.get("commit_info"), dict) else {},
@@ -368,8 +440,12 @@ def speed_ratios(table: pd.DataFrame, baseline: str) -> pd.DataFrame:
     base = table.loc[table["label"] == baseline, cols].drop_duplicates("match_key")
     others = table.loc[table["label"] != baseline, ["label", *cols]].drop_duplicates(["label", "match_key"])
     both = others.merge(base, on=["match_key", "case"], suffixes=("", "_base"))
-    use_rate = (both["metric_name"] == both["metric_name_base"]) & both["metric"].notna() \
-        & both["metric_base"].notna() & (both["metric_base"] > 0)
+    use_rate = (
+        (both["metric_name"] == both["metric_name_base"])
+        & both["metric"].notna()
+        & both["metric_base"].notna()
+        & (both["metric_base"] > 0)
+    )
     by_time = both["median_base"] / both["median"]
     both["ratio"] = np.where(use_rate, both["metric"] / both["metric_base"].where(use_rate, 1.0), by_time)
     both = both[np.isfinite(both["ratio"]) & (both["ratio"] > 0)]
@@ -389,8 +465,19 @@ def relative_speed(table: pd.DataFrame, baseline: str) -> pd.DataFrame:
         return pd.DataFrame({"case": [], "label": [], "speed": [], "n": []})
     ratios["log"] = np.log(ratios["ratio"])
     grouped = ratios.groupby(["case", "label"], sort=False)["log"].agg(["mean", "size"]).reset_index()
-    return pd.DataFrame({"case": grouped["case"], "label": grouped["label"],
-                         "speed": np.exp(grouped["mean"]), "n": grouped["size"]})
+    return pd.DataFrame(
+        {
+            "case": grouped["case"],
+            "label": grouped["label"],
+            "speed": np.exp(grouped["mean"]),
+            "n": grouped["size"],
+        }
+    )
+
+
+def have_pyarrow() -> bool:
+    """Whether pandas can write Parquet here (pyarrow is an optional dependency)."""
+    return importlib.util.find_spec("pyarrow") is not None
 
 
 def export_table(table: pd.DataFrame, csv: str | None = None, parquet: str | None = None) -> list[str]:
@@ -401,10 +488,8 @@ def export_table(table: pd.DataFrame, csv: str | None = None, parquet: str | Non
         table.to_csv(csv, index=False)
         written.append(csv)
     if parquet:
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise UserError("--parquet needs pyarrow; run `pip install pyarrow` or use --csv") from None
+        if not have_pyarrow():
+            raise UserError("--parquet needs pyarrow; run `pip install pyarrow` or use --csv")
         flat = table.copy()
         for column in flat.columns:  # free-form parameters may mix numbers and strings across families
             if flat[column].dtype == object:

@@ -11,18 +11,19 @@ from dataclasses import dataclass
 import matplotlib
 
 matplotlib.use("Agg")  # no display, no GUI toolkit: reports are built on headless boxes
-from matplotlib.figure import Figure  # noqa: E402  (after the backend is chosen)
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
 
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from suite.units import format_size  # noqa: E402
+from suite.report.tables import format_time
+from suite.units import format_size
 
 # Limits that keep a report of hundreds of machines readable and fast; the tables always list everything.
 MAX_CHART_MACHINES = 8  # more bars/lines per group than this cannot be told apart by colour
 MAX_BAR_CATEGORIES = 40  # a horizontal bar chart taller than about a screen stops being read
 MAX_LINES_PER_AXES = 12  # beyond this, curves of one machine are summarised by their median
 MAX_HEATMAPS = 4  # src x dst matrices are large; the table has the rest
+LOG_SCALE_SPAN = 30  # bars spanning more than this factor (CPU next to GPU) vanish on a linear axis
 DPI = 100  # 1100 px wide figures: sharp on a laptop screen, ~50-150 KB each as PNG
 WIDTH_IN = 11.0
 
@@ -53,8 +54,14 @@ def _colors(n: int) -> list:
     return [cmap(i % cmap.N) for i in range(n)]
 
 
-def _grouped_barh(categories: list[str], series: dict[str, list[float]], xlabel: str, title: str,
-                  log: bool = False, annotate: Callable[[float], str] | None = None) -> Chart:
+def _grouped_barh(
+    categories: list[str],
+    series: dict[str, list[float]],
+    xlabel: str,
+    title: str,
+    log: bool = False,
+    annotate: Callable[[float], str] | None = None,
+) -> Chart:
     """Horizontal bars: one group per category, one bar per series (machine)."""
     caption = ""
     if len(categories) > MAX_BAR_CATEGORIES:
@@ -63,7 +70,7 @@ def _grouped_barh(categories: list[str], series: dict[str, list[float]], xlabel:
         series = {k: v[:MAX_BAR_CATEGORIES] for k, v in series.items()}
     n_series = max(1, len(series))
     bar_h = 0.8 / n_series
-    height = max(2.2, 0.6 + len(categories) * (0.22 + 0.14 * n_series))
+    height = max(2.2, 0.8 + len(categories) * max(0.3, 0.12 * n_series))
     fig = Figure(figsize=(WIDTH_IN, height))
     ax = fig.add_subplot()
     y = np.arange(len(categories))
@@ -77,15 +84,21 @@ def _grouped_barh(categories: list[str], series: dict[str, list[float]], xlabel:
                     ax.text(v, p, " " + annotate(v), va="center", fontsize=7)
     ax.set_yticks(y, [_text(c) for c in categories], fontsize=8)
     ax.invert_yaxis()
-    if log:
+    positive = [v for vals in series.values() for v in vals if v is not None and v > 0]
+    if log or (positive and max(positive) / min(positive) > LOG_SCALE_SPAN):
         ax.set_xscale("log")
+        # Plain numbers (0.5, 2, 40) read faster than 5×10⁻¹; minor ticks stay unlabelled.
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        xlabel += "" if "log" in xlabel else " (log scale)"
     ax.set_xlabel(xlabel)
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
     ax.spines[["top", "right"]].set_visible(False)
-    if len(series) > 1:
-        ax.legend(fontsize=8, loc="lower right" if not log else "best", framealpha=0.9)
-    ax.set_title(_text(title), fontsize=11, loc="left")
+    if len(series) > 1:  # above the bars, so it never hides one
+        ax.legend(
+            fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.01), ncol=min(3, n_series), frameon=False
+        )
     return Chart(title, _png(fig), caption)
 
 
@@ -107,19 +120,27 @@ def _shape(rows: pd.DataFrame) -> pd.Series:
 
 
 def tflops_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
-    """TFLOP/s per device, dtype and shape; if that is too many bars, the best shape per device and dtype."""
+    """TFLOP/s per device, dtype and shape; across machines, the best device of each kind (cpu, cuda, ...)."""
     rows = rows[rows["tflops"].notna()]
     if rows.empty:
         return []
     dtype = rows["dtype"].fillna("") if "dtype" in rows else pd.Series("", index=rows.index)
-    device = rows["device"].fillna("")
+    device = rows["device"].fillna("").astype(str)
+    caption = ""
+    if len(machines) > 1:  # cuda:0 of one box and cuda:0 of another are different GPUs: compare kinds
+        kind = device.str.split(":").str[0]
+        if (kind != device).any():
+            caption = "Best device of each kind per machine; the table lists every device."
+        device = kind
     category = device + " · " + dtype + " · " + _shape(rows)
     title = "Compute throughput (higher is better)"
     if category.nunique() > MAX_BAR_CATEGORIES:
         category = device + " · " + dtype + " · best shape"
         title = "Best compute throughput over shapes, per device and dtype (higher is better)"
     cats, series = _bars_by(rows, machines, category, "tflops")
-    return [_grouped_barh(cats, series, "TFLOP/s", title, annotate=lambda v: f"{v:.3g}")]
+    chart = _grouped_barh(cats, series, "TFLOP/s", title, annotate=lambda v: f"{v:.3g}")
+    chart.caption = " ".join(filter(None, [caption, chart.caption]))
+    return [chart]
 
 
 def _route_kind(src: str, dst: str) -> str:
@@ -132,29 +153,53 @@ def _route_kind(src: str, dst: str) -> str:
     return "device → device"
 
 
-def _curves(ax, rows: pd.DataFrame, keys: list[str], x: str, y: str, describe: Callable) -> str:
-    """One line per group of `keys`; too many lines collapse to the median per (label, last key)."""
-    groups = list(rows.groupby(keys, sort=False, dropna=False))
-    caption = ""
-    if len(groups) > MAX_LINES_PER_AXES:
-        summary = rows.groupby(["label", keys[-1], x], sort=False, dropna=False)[y].median().reset_index()
-        groups = [((label, "median", last), g) for (label, last), g
-                  in summary.groupby(["label", keys[-1]], sort=False, dropna=False)]
-        caption = "Too many routes to draw one by one: each line is the median over a machine's routes."
-        groups = groups[:MAX_LINES_PER_AXES]
-    for (key, g), color in zip(groups, _colors(len(groups))):
+MEMORY_STYLES = {"pinned": "-", "pageable": "--", "device": "-"}  # one line style per kind of host memory
+
+
+def _curve_panel(
+    ax, rows: pd.DataFrame, color_key: str, style_key: str | None, x: str, y: str, colors: dict[str, object]
+) -> None:
+    """One line per (colour, style) group, against a log2 size axis."""
+    keys = [color_key] + ([style_key] if style_key else [])
+    for key, g in rows.groupby(keys, sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        style = MEMORY_STYLES.get(str(key[1]), ":") if style_key else "-"
         g = g.sort_values(x)
-        ax.plot(g[x], g[y], marker="o", markersize=3, linewidth=1.4, color=color, label=_text(describe(key)))
+        ax.plot(g[x], g[y], linestyle=style, marker="o", markersize=3, linewidth=1.5, color=colors[key[0]])
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: format_size(int(v)) if v >= 1 else ""))
+    ax.xaxis.set_major_formatter(
+        matplotlib.ticker.FuncFormatter(lambda v, _: format_size(int(v)) if v >= 1 else "")
+    )
     ax.grid(alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(fontsize=7, loc="upper left", framealpha=0.9)
-    return caption
+
+
+def _figure_legend(fig: Figure, colors: dict[str, object], styles: list[str]) -> None:
+    """One legend above all panels: a colour per line name, a dash pattern per memory kind."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=c, linewidth=2, label=_text(name)) for name, c in colors.items()]
+    handles += [
+        Line2D([], [], color="#555", linestyle=MEMORY_STYLES.get(s, ":"), label=_text(s)) for s in styles
+    ]
+    fig.legend(
+        handles=handles,
+        loc="lower left",
+        bbox_to_anchor=(0.01, 1.0),
+        ncol=min(3, len(handles)),
+        fontsize=8,
+        frameon=False,
+    )
+
+
+def _panels(n: int, row_height: float) -> tuple[Figure, int, int]:
+    ncols = min(2, n)
+    nrows = math.ceil(n / ncols)
+    return Figure(figsize=(WIDTH_IN, row_height * nrows)), nrows, ncols
 
 
 def copy_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
-    """Copy bandwidth against size, one panel per route kind, one line per machine, route and memory."""
+    """Copy bandwidth against size, a panel per route kind; lines per route (one machine) or per machine."""
     rows = rows[rows["gbps"].notna() & rows["bytes"].notna()].copy()
     if rows.empty:
         return []
@@ -163,24 +208,31 @@ def copy_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     rows["mem"] = rows["memory"].fillna("") if "memory" in rows else ""
     if "direction" in rows and rows["direction"].nunique() > 1:
         rows["mem"] = rows["mem"] + " " + rows["direction"].fillna("")
-    kinds = [k for k in ("host → device", "device → host", "device → device", "same device") if k in set(rows["kind"])]
-    ncols = min(2, len(kinds))
-    nrows = math.ceil(len(kinds) / ncols)
-    fig = Figure(figsize=(WIDTH_IN, 4.0 * nrows))
-    captions = []
-    multi = len(machines) > 1
+    kinds = [
+        k
+        for k in ("host → device", "device → host", "device → device", "same device")
+        if k in set(rows["kind"])
+    ]
+    caption = ""
+    many_routes = rows.groupby("kind")["route"].nunique().max() > MAX_LINES_PER_AXES
+    if len(machines) > 1 or many_routes:
+        # Routes of one kind differ by a GPU index; across machines the kind is what compares. The heatmap
+        # and the table keep every route.
+        rows = rows.groupby(["label", "kind", "mem", "bytes"], sort=False)["gbps"].median().reset_index()
+        rows["route"] = rows["label"]
+        caption = "Each line is the median over a machine's routes of that kind; the matrix and table list every route."
+    names = list(dict.fromkeys(rows["route"]))
+    colors = dict(zip(names, _colors(len(names))))
+    fig, nrows, ncols = _panels(len(kinds), 3.6)
     for i, kind in enumerate(kinds):
         ax = fig.add_subplot(nrows, ncols, i + 1)
-        sub = rows[rows["kind"] == kind]
-        cap = _curves(ax, sub, ["label", "route", "mem"], "bytes", "gbps",
-                      lambda k: (f"{k[0]}: " if multi else "") + f"{k[1]} {k[2]}".strip())
-        if cap and cap not in captions:
-            captions.append(cap)
+        _curve_panel(ax, rows[rows["kind"] == kind], "route", "mem", "bytes", "gbps", colors)
         ax.set_title(kind, fontsize=10, loc="left")
         ax.set_xlabel("bytes per copy")
-        ax.set_ylabel("GB/s (1e9 B/s)")
+        ax.set_ylabel("GB/s")
     fig.tight_layout()
-    return [Chart("Copy bandwidth against size (higher is better)", _png(fig), " ".join(captions))]
+    _figure_legend(fig, colors, sorted(set(rows["mem"])))
+    return [Chart("Copy bandwidth against size (higher is better)", _png(fig), caption)]
 
 
 def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
@@ -191,7 +243,7 @@ def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         return []
     ncols = min(2, len(shown))
     nrows = math.ceil(len(shown) / ncols)
-    fig = Figure(figsize=(WIDTH_IN, 4.6 * nrows))
+    fig = Figure(figsize=(WIDTH_IN * 0.8, 3.4 * nrows))
     for i, label in enumerate(shown):
         sub = rows[rows["label"] == label]
         sub = sub[sub["bytes"] == sub["bytes"].max()]
@@ -207,9 +259,19 @@ def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         ax.set_xlabel("dst")
         ax.set_ylabel("src")
         if len(names) <= 9:
-            for (r, c), v in np.ndenumerate(grid.to_numpy(dtype=float)):
-                if not math.isnan(v):
-                    ax.text(c, r, f"{v:.3g}", ha="center", va="center", fontsize=7, color="white")
+            values = grid.to_numpy(dtype=float)
+            top = np.nanmax(values)
+            for (r, c), v in np.ndenumerate(values):
+                if not math.isnan(v):  # dark text on the bright end of viridis, light on the dark end
+                    ax.text(
+                        c,
+                        r,
+                        f"{v:.0f}" if v >= 100 else f"{v:.3g}",
+                        ha="center",
+                        va="center",
+                        fontsize=8,
+                        color="black" if v > 0.6 * top else "white",
+                    )
         size = format_size(int(sub["bytes"].max())) if len(sub) else ""
         ax.set_title(_text(f"{label} — {size}"), fontsize=9, loc="left")
         fig.colorbar(im, ax=ax, label="GB/s")
@@ -226,18 +288,28 @@ def placement_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     rows = rows.copy()
     size = rows["bytes"].map(lambda b: format_size(int(b)) if not math.isnan(b) else "")
     multi = len(machines) > 1
-    category = rows["op"].fillna("?") + " · " + size + ((" · " + rows["device"].fillna("")) if not multi else "")
+    category = (
+        rows["op"].fillna("?") + " · " + size + ((" · " + rows["device"].fillna("")) if not multi else "")
+    )
     rows["us"] = rows["median"] * 1e6
     cats, series = _bars_by(rows, machines, category, "us")
-    chart = _grouped_barh(cats, series, "median time per call, µs (log scale; lower is better)",
-                          "Placement: time per op and size", log=True, annotate=lambda v: f"{v:.3g} µs")
+    chart = _grouped_barh(
+        cats,
+        series,
+        "median time per call, µs (log scale; lower is better)",
+        "Placement: time per op and size",
+        log=True,
+        annotate=lambda v: format_time(v * 1e-6),
+    )
     return [chart]
 
 
 def habit_pairs(rows: pd.DataFrame) -> pd.DataFrame:
     """Pair each habit's slow and fast variants: columns label, habit, pair, slow, fast, ratio (slow/fast time)."""
     if rows.empty or "variant" not in rows:
-        return pd.DataFrame(columns=["label", "habit", "pair", "slow", "fast", "slow_median", "fast_median", "ratio"])
+        return pd.DataFrame(
+            columns=["label", "habit", "pair", "slow", "fast", "slow_median", "fast_median", "ratio"]
+        )
     out = []
     pair_col = rows["pair"] if "pair" in rows else rows["habit"]
     keyed = rows.assign(_pair=pair_col.fillna(rows["habit"]).astype(str))
@@ -251,8 +323,18 @@ def habit_pairs(rows: pd.DataFrame) -> pd.DataFrame:
             order = sorted(by_variant, key=by_variant.get)
             slow, fast = order[-1], order[0]
         ratio = by_variant[slow] / by_variant[fast] if by_variant[fast] > 0 else math.nan
-        out.append({"label": label, "habit": habit, "pair": pair, "slow": slow, "fast": fast,
-                    "slow_median": by_variant[slow], "fast_median": by_variant[fast], "ratio": ratio})
+        out.append(
+            {
+                "label": label,
+                "habit": habit,
+                "pair": pair,
+                "slow": slow,
+                "fast": fast,
+                "slow_median": by_variant[slow],
+                "fast_median": by_variant[fast],
+                "ratio": ratio,
+            }
+        )
     return pd.DataFrame(out)
 
 
@@ -263,35 +345,43 @@ def habit_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         return []
     category = pairs["habit"].astype(str) + " · " + pairs["slow"] + " vs " + pairs["fast"]
     cats, series = _bars_by(pairs, machines, category, "ratio")
-    return [_grouped_barh(cats, series, "× slower (slow variant time / fast variant time, log scale)",
-                          "Habits: the cost of the slow way", log=True, annotate=lambda v: f"{v:.2g}× slower")]
+    return [
+        _grouped_barh(
+            cats,
+            series,
+            "× slower (slow variant time / fast variant time, log scale)",
+            "Habits: the cost of the slow way",
+            log=True,
+            annotate=lambda v: f"{v:.2g}× slower",
+        )
+    ]
 
 
 def busbw_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
-    """Collective bus bandwidth against message size, one panel per op."""
+    """Collective bus bandwidth against message size, a panel per op, a line per machine and setup."""
     rows = rows[rows["busbw"].notna() & rows["bytes"].notna()].copy()
     if rows.empty:
         return []
     ops = list(dict.fromkeys(rows["op"].fillna("?")))[:4]
-    rows["setup"] = (rows["world_size"].map(lambda w: f"n={int(w)}" if not math.isnan(w) else "")
-                     if "world_size" in rows else "")
-    if "backend" in rows:
-        rows["setup"] = rows["setup"] + " " + rows["backend"].fillna("")
-    ncols = min(2, len(ops))
-    nrows = math.ceil(len(ops) / ncols)
-    fig = Figure(figsize=(WIDTH_IN, 4.0 * nrows))
-    captions = []
+    rows["line"] = rows["label"] if len(machines) > 1 else ""
+    for column, fmt in (("world_size", "n={:.0f}"), ("backend", "{}")):
+        if column in rows and rows[column].nunique() > 1 or (len(machines) == 1 and column in rows):
+            rows["line"] = (
+                rows["line"] + " " + rows[column].map(lambda v, f=fmt: "" if pd.isna(v) else f.format(v))
+            )
+    rows["line"] = rows["line"].str.strip()
+    names = list(dict.fromkeys(rows["line"]))
+    colors = dict(zip(names, _colors(len(names))))
+    fig, nrows, ncols = _panels(len(ops), 3.6)
     for i, op in enumerate(ops):
         ax = fig.add_subplot(nrows, ncols, i + 1)
-        cap = _curves(ax, rows[rows["op"].fillna("?") == op], ["label", "setup"], "bytes", "busbw",
-                      lambda k: f"{k[0]} {k[1]}".strip())
-        if cap and cap not in captions:
-            captions.append(cap)
+        _curve_panel(ax, rows[rows["op"].fillna("?") == op], "line", None, "bytes", "busbw", colors)
         ax.set_title(_text(op), fontsize=10, loc="left")
         ax.set_xlabel("message bytes")
         ax.set_ylabel("busbw GB/s")
     fig.tight_layout()
-    return [Chart("Collectives: bus bandwidth against size (higher is better)", _png(fig), " ".join(captions))]
+    _figure_legend(fig, colors, [])
+    return [Chart("Collectives: bus bandwidth against size (higher is better)", _png(fig))]
 
 
 def model_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
@@ -306,8 +396,11 @@ def model_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     for p in parts[1:]:
         category = category + " · " + p
     cats, series = _bars_by(rows, machines, category, "samples_per_s")
-    return [_grouped_barh(cats, series, "samples/s", "Model throughput (higher is better)",
-                          annotate=lambda v: f"{v:.4g}")]
+    return [
+        _grouped_barh(
+            cats, series, "samples/s", "Model throughput (higher is better)", annotate=lambda v: f"{v:.4g}"
+        )
+    ]
 
 
 def generic_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
@@ -321,7 +414,9 @@ def generic_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         cats, series = _bars_by(rows, machines, category, "metric")
         return [_grouped_barh(cats, series, unit, f"Throughput, {unit} (higher is better)")]
     cats, series = _bars_by(rows.assign(us=rows["median"] * 1e6), machines, category, "us")
-    return [_grouped_barh(cats, series, "median time, µs (log scale; lower is better)", "Median time", log=True)]
+    return [
+        _grouped_barh(cats, series, "median time, µs (log scale; lower is better)", "Median time", log=True)
+    ]
 
 
 # family -> chart functions; a new family adds one line here (and a function above if it needs its own chart).

@@ -29,25 +29,38 @@ FAMILIES: dict[str, str] = {
 }
 NOTES: dict[str, str] = {
     "placement": "`.to(device)` on a tensor already on that device returns the same tensor and copies nothing: "
-                 "its time is the call's overhead, and it has no bandwidth. clone, copy_ and .to(copy=True) always copy.",
+    "its time is the call's overhead, and it has no bandwidth. clone, copy_ and .to(copy=True) always copy.",
     "habits": "Each habit is measured both ways on the same work; the ratio is the slow way's median time over "
-              "the fast way's.",
+    "the fast way's.",
     "copy": "Bandwidth counts the buffer's bytes once. pinned = page-locked host memory (DMA directly); pageable "
-            "copies go through a driver staging buffer and are often half as fast.",
+    "copies go through a driver staging buffer and are often half as fast.",
     "collectives": "busbw follows nccl-tests: comparable to the link's hardware bandwidth whatever the world size.",
     FOREIGN_CASE: "Results from pytest-benchmark files that are not ours: timings only.",
 }
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results", nargs="+", metavar="RESULTS",
-                        help="results files (.json, .partial.jsonl) or folders searched recursively")
+    parser.add_argument(
+        "results",
+        nargs="+",
+        metavar="RESULTS",
+        help="results files (.json, .partial.jsonl) or folders searched recursively",
+    )
     parser.add_argument("-o", "--output", default="reports/report.html", help="HTML file to write")
-    parser.add_argument("--label", action="append", default=[], metavar="FILE=NAME",
-                        help="name a machine in the report (repeatable)")
-    parser.add_argument("--baseline", metavar="NAME", help="machine label to compare against (default: the first)")
+    parser.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="FILE=NAME",
+        help="name a machine in the report (repeatable)",
+    )
+    parser.add_argument(
+        "--baseline", metavar="NAME", help="machine label to compare against (default: the first)"
+    )
     parser.add_argument("--csv", metavar="PATH", help="also write the tidy table as CSV")
-    parser.add_argument("--parquet", metavar="PATH", help="also write the tidy table as Parquet (needs pyarrow)")
+    parser.add_argument(
+        "--parquet", metavar="PATH", help="also write the tidy table as Parquet (needs pyarrow)"
+    )
     parser.add_argument("--title", default="GPU benchmark report", help="page title")
 
 
@@ -63,35 +76,60 @@ def _metric_header(rows) -> str:
     return " / ".join(names.get(u, u) for u in units) or "rate"
 
 
-def render_report(loaded: LoadedResults, baseline: str | None = None, title: str = "GPU benchmark report") -> str:
+def render_report(
+    loaded: LoadedResults, baseline: str | None = None, title: str = "GPU benchmark report"
+) -> str:
     """The report's HTML for already-loaded results; `baseline` is a machine label (default: the first)."""
     labels = list(loaded.machines)
     baseline = baseline or labels[0]
     if baseline not in loaded.machines:
-        raise UserError(f"--baseline {baseline!r} is not a machine in these results; use one of: {', '.join(labels)}")
+        raise UserError(
+            f"--baseline {baseline!r} is not a machine in these results; use one of: {', '.join(labels)}"
+        )
     chart_order = [baseline] + [m for m in labels if m != baseline]
     table = loaded.table
     partial = {m.label for m in loaded.machines.values() if m.partial}
     families = []
     for case in _family_order(list(dict.fromkeys(table["case"]))):
         rows = table[table["case"] == case]
-        fam = {"case": case, "title": FAMILIES.get(case, case if case != FOREIGN_CASE else "Other (not ours)"),
-               "note": NOTES.get(case, ""), "charts": charts_for(case, rows, chart_order),
-               "rows": result_rows(rows, partial), "metric_header": _metric_header(rows), "habits": [],
-               "chart_note": ""}
+        fam = {
+            "case": case,
+            "title": FAMILIES.get(case, case if case != FOREIGN_CASE else "Other (not ours)"),
+            "note": NOTES.get(case, ""),
+            "charts": charts_for(case, rows, chart_order),
+            "rows": result_rows(rows, partial),
+            "metric_header": _metric_header(rows),
+            "habits": [],
+            "chart_note": "",
+        }
         if case == "habits":
             fam["habits"] = habit_rows(habit_pairs(rows))
         if rows["label"].nunique() > MAX_CHART_MACHINES and fam["charts"]:
-            fam["chart_note"] = (f"Charts show the first {MAX_CHART_MACHINES} of {rows['label'].nunique()} "
-                                 "machines (baseline first); the table lists them all.")
+            fam["chart_note"] = (
+                f"Charts show the first {MAX_CHART_MACHINES} of {rows['label'].nunique()} "
+                "machines (baseline first); the table lists them all."
+            )
         families.append(fam)
     speed_cases, speed_rows = speed_table(table, chart_order, baseline)
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES)),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
     return env.get_template("report.html.j2").render(
-        title=title, suite_version=__version__, built=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        machines=machine_views(loaded.machines), baseline=baseline, n_results=len(table), families=families,
-        speed_cases=speed_cases, speed_rows=speed_rows, warnings=loaded.warnings, open_rows=OPEN_ROWS,
+        title=title,
+        suite_version=__version__,
+        built=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        machines=machine_views(loaded.machines),
+        baseline=baseline,
+        n_results=len(table),
+        families=families,
+        speed_cases=speed_cases,
+        speed_rows=speed_rows,
+        warnings=loaded.warnings,
+        open_rows=OPEN_ROWS,
     )
 
 

@@ -58,18 +58,50 @@ class MachineView:
 def machine_views(machines: dict[str, Machine]) -> list[MachineView]:
     views = []
     for m in machines.values():
-        devices = [{"id": str(d.get("id", "")), "name": str(d.get("name", "")),
-                    "memory": format_bytes_decimal(d.get("memory_bytes")),
-                    "capability": str(d.get("capability") or "")} for d in m.devices]
+        devices: list[dict] = []
+        for d in m.devices:  # an 8-GPU box shows one line `cuda:0 … cuda:7 (8×)`, not eight
+            entry = {
+                "id": str(d.get("id", "")),
+                "name": str(d.get("name", "")),
+                "memory": format_bytes_decimal(d.get("memory_bytes")),
+                "capability": str(d.get("capability") or ""),
+                "count": 1,
+            }
+            last = devices[-1] if devices else None
+            if (
+                last
+                and all(last[k] == entry[k] for k in ("name", "memory", "capability"))
+                and d.get("kind") != "cpu"
+            ):
+                last["count"] += 1
+                last["last_id"] = entry["id"]
+                continue
+            devices.append(entry)
+        for entry in devices:
+            if entry["count"] > 1:
+                entry["id"] = f"{entry['id']} … {entry['last_id']} ({entry['count']}×)"
         if not devices and m.cpu_name:
-            devices = [{"id": "cpu", "name": m.cpu_name, "memory": "—", "capability": ""}]
-        software = [(k, str(m.software[k])) for k in ("torch", "cuda", "cudnn", "nccl", "python")
-                    if m.software.get(k)]
+            devices = [{"id": "cpu", "name": m.cpu_name, "memory": "—", "capability": "", "count": 1}]
+        software = [
+            (k, str(m.software[k])) for k in ("torch", "cuda", "cudnn", "nccl", "python") if m.software.get(k)
+        ]
         commit = str(m.commit.get("id") or "")[:12] + (" (dirty)" if m.commit.get("dirty") else "")
-        views.append(MachineView(label=m.label, partial=m.partial, host=m.host, file=m.file, devices=devices,
-                                 software=software, suite_version=m.suite_version, date=m.datetime[:19],
-                                 commit=commit, config_path=m.config_path, n_benchmarks=m.n_benchmarks,
-                                 foreign=m.foreign))
+        views.append(
+            MachineView(
+                label=m.label,
+                partial=m.partial,
+                host=m.host,
+                file=m.file,
+                devices=devices,
+                software=software,
+                suite_version=m.suite_version,
+                date=m.datetime[:19],
+                commit=commit,
+                config_path=m.config_path,
+                n_benchmarks=m.n_benchmarks,
+                foreign=m.foreign,
+            )
+        )
     return views
 
 
@@ -77,7 +109,10 @@ def speed_table(table: pd.DataFrame, labels: list[str], baseline: str) -> tuple[
     """Families (columns) and one row per machine: geometric-mean speed relative to the baseline."""
     cases = list(dict.fromkeys(table["case"]))
     speeds = relative_speed(table, baseline)
-    lookup = {(c, lab): (s, n) for c, lab, s, n in zip(speeds["case"], speeds["label"], speeds["speed"], speeds["n"])}
+    lookup = {
+        (c, lab): (s, n)
+        for c, lab, s, n in zip(speeds["case"], speeds["label"], speeds["speed"], speeds["n"])
+    }
     base_cases = set(table.loc[table["label"] == baseline, "case"])
     rows = []
     for label in labels:
@@ -119,8 +154,11 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[tuple]:
         for s, d, dev in zip(rows["src"], rows["dst"], rows["device"])
     ]
     traffic = rows["traffic_gbps"]
-    for i, r in enumerate(rows[["label", "name", "params_json", "median", "iqr", "rounds", "metric",
-                                "metric_unit"]].itertuples(index=False)):
+    for i, r in enumerate(
+        rows[["label", "name", "params_json", "median", "iqr", "rounds", "metric", "metric_unit"]].itertuples(
+            index=False
+        )
+    ):
         label = r.label + (" (partial)" if r.label in partial_labels else "")
         iqr_text = format_time(r.iqr)
         if r.median and not math.isnan(r.iqr):
@@ -130,8 +168,21 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[tuple]:
         if not math.isnan(t):
             metric += f" (traffic {t:.4g} GB/s)"
         rounds = "" if math.isnan(r.rounds) else str(int(r.rounds))
-        out.append((label, r.name, where[i], _params_text(r.params_json), format_time(r.median), _sort(r.median),
-                    iqr_text, _sort(r.iqr), rounds, metric, _sort(r.metric)))
+        out.append(
+            (
+                label,
+                r.name,
+                where[i],
+                _params_text(r.params_json),
+                format_time(r.median),
+                _sort(r.median),
+                iqr_text,
+                _sort(r.iqr),
+                rounds,
+                metric,
+                _sort(r.metric),
+            )
+        )
     return out
 
 
@@ -139,6 +190,14 @@ def habit_rows(pairs: pd.DataFrame) -> list[tuple[str, str, str, str, str, str]]
     """Habit pairs as text: machine, habit, slow variant, fast variant, times, `N× slower`."""
     out = []
     for p in pairs.itertuples(index=False):
-        out.append((p.label, str(p.habit), str(p.slow), str(p.fast),
-                    f"{format_time(p.slow_median)} vs {format_time(p.fast_median)}", f"{p.ratio:.3g}× slower"))
+        out.append(
+            (
+                p.label,
+                str(p.habit),
+                str(p.slow),
+                str(p.fast),
+                f"{format_time(p.slow_median)} vs {format_time(p.fast_median)}",
+                f"{p.ratio:.3g}× slower",
+            )
+        )
     return out

@@ -1,0 +1,266 @@
+"""`python -m suite compare BASELINE CANDIDATE`: per-benchmark time ratios; exit 1 on a regression (a CI gate)."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import math
+import re
+import sys
+from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from suite.errors import UserError
+from suite.report.tables import format_time
+from suite.results import load_results, match_key, parse_label_args
+
+DEFAULT_THRESHOLD = "5%"
+# A change counts only if the medians differ by more than this share of the two IQRs added together:
+# with 0.5, the middle halves (q1..q3) of the two runs' rounds must not overlap (for symmetric spreads),
+# so run-to-run noise of a busy machine is not reported as a regression.
+NOISE_IQR_SHARE = 0.5
+METRICS = ("median", "min", "mean")
+FORMATS = ("text", "markdown", "csv", "json")
+STATUS_ORDER = ("regression", "improvement", "unchanged", "only in baseline", "only in candidate")
+_THRESHOLD_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*%?\s*$")
+
+
+def parse_threshold(value: str) -> float:
+    """`"5%"` or `"5"` -> 0.05: the number is always a percentage; anything else is a UserError."""
+    match = _THRESHOLD_RE.match(str(value))
+    if not match:
+        raise UserError(
+            f"--threshold {value!r} is not a percentage; write e.g. 5% or 5 (both mean 5 percent)"
+        )
+    return float(match.group(1)) / 100.0
+
+
+def parse_device_map(values: list[str] | None) -> dict[str, str]:
+    """`["cuda:0=cuda:1"]` -> `{"cuda:0": "cuda:1"}`: baseline device id = candidate device id."""
+    mapping = {}
+    for value in values or []:
+        src, sep, dst = value.partition("=")
+        if not sep or not src.strip() or not dst.strip():
+            raise UserError(
+                f"--map {value!r} is not BASELINE_DEVICE=CANDIDATE_DEVICE; write e.g. --map cuda:0=cuda:1"
+            )
+        mapping[src.strip()] = dst.strip()
+    return mapping
+
+
+@dataclass
+class Row:
+    """One benchmark's verdict."""
+
+    status: str
+    case: str
+    benchmark: str
+    baseline: float
+    candidate: float
+    ratio: float  # candidate time / baseline time: above 1 is slower
+    change_pct: float
+    noise: float  # half the summed IQRs, in seconds: the smallest difference taken as real
+
+
+def classify(base_time: float, cand_time: float, base_iqr: float, cand_iqr: float, threshold: float) -> str:
+    """regression / improvement / unchanged: beyond the threshold AND beyond the combined noise."""
+    ratio = cand_time / base_time
+    noise = NOISE_IQR_SHARE * (_zero(base_iqr) + _zero(cand_iqr))
+    beyond_noise = abs(cand_time - base_time) > noise
+    if ratio > 1 + threshold and beyond_noise:
+        return "regression"
+    if ratio < 1 - threshold and beyond_noise:
+        return "improvement"
+    return "unchanged"
+
+
+def _zero(value: float) -> float:
+    return 0.0 if value is None or math.isnan(value) else value
+
+
+def _side(path: str, labels: dict[str, str], what: str) -> tuple[str, pd.DataFrame]:
+    loaded = load_results([path], labels=labels)
+    for warning in loaded.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if len(loaded.machines) > 1:
+        raise UserError(f"{what} {path} holds results of {len(loaded.machines)} files; pass one results file")
+    label = next(iter(loaded.machines))
+    table = loaded.table.drop_duplicates("match_key")
+    return label, table
+
+
+def compare_tables(
+    base: pd.DataFrame,
+    cand: pd.DataFrame,
+    metric: str = "median",
+    threshold: float = 0.05,
+    device_map: dict[str, str] | None = None,
+) -> list[Row]:
+    """Match benchmarks by (case, parameters with devices mapped), or fullname for foreign files, and judge."""
+    keys = [
+        match_key(c, p, f, m.startswith("fullname:"), device_map)
+        for c, p, f, m in zip(base["case"], base["params_json"], base["fullname"], base["match_key"])
+    ]
+    base = base.assign(_key=keys).drop_duplicates("_key").set_index("_key")
+    cand = cand.assign(_key=cand["match_key"]).drop_duplicates("_key").set_index("_key")
+    rows = []
+    for key, b in base.iterrows():
+        if key not in cand.index:
+            rows.append(
+                Row(
+                    "only in baseline",
+                    b["case"],
+                    b["name"],
+                    b[metric],
+                    math.nan,
+                    math.nan,
+                    math.nan,
+                    math.nan,
+                )
+            )
+            continue
+        c = cand.loc[key]
+        noise = NOISE_IQR_SHARE * (_zero(b["iqr"]) + _zero(c["iqr"]))
+        if not (b[metric] > 0 and c[metric] > 0):
+            status, ratio = "unchanged", math.nan
+        else:
+            status = classify(b[metric], c[metric], b["iqr"], c["iqr"], threshold)
+            ratio = c[metric] / b[metric]
+        rows.append(Row(status, b["case"], c["name"], b[metric], c[metric], ratio, (ratio - 1) * 100, noise))
+    for key, c in cand.iterrows():
+        if key not in base.index:
+            rows.append(
+                Row(
+                    "only in candidate",
+                    c["case"],
+                    c["name"],
+                    math.nan,
+                    c[metric],
+                    math.nan,
+                    math.nan,
+                    math.nan,
+                )
+            )
+    order = {s: i for i, s in enumerate(STATUS_ORDER)}
+    # Worst regressions and best improvements first within their section.
+    rows.sort(key=lambda r: (order[r.status], -abs(r.change_pct) if not math.isnan(r.change_pct) else 0))
+    return rows
+
+
+def _cells(r: Row) -> list[str]:
+    ratio = "—" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
+    change = "—" if math.isnan(r.change_pct) else f"{r.change_pct:+.1f}%"
+    return [
+        r.status,
+        r.case,
+        r.benchmark,
+        format_time(r.baseline),
+        format_time(r.candidate),
+        ratio,
+        change,
+        format_time(r.noise),
+    ]
+
+
+HEADERS = ["status", "case", "benchmark", "baseline", "candidate", "ratio", "change", "noise"]
+
+
+def render(rows: list[Row], fmt: str, base_label: str, cand_label: str, metric: str, threshold: float) -> str:
+    counts = {s: sum(r.status == s for r in rows) for s in STATUS_ORDER}
+    summary = (
+        f"{base_label} -> {cand_label}: {metric} time, threshold {threshold * 100:g}%, noise "
+        f"{NOISE_IQR_SHARE:g} x (IQR baseline + IQR candidate): "
+        + ", ".join(f"{n} {s}" for s, n in counts.items())
+    )
+    if fmt == "json":
+        return json.dumps(
+            {
+                "baseline": base_label,
+                "candidate": cand_label,
+                "metric": metric,
+                "threshold": threshold,
+                "counts": counts,
+                "results": [
+                    {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(r).items()}
+                    for r in rows
+                ],
+            },
+            indent=1,
+        )
+    if fmt == "csv":
+        buf = io.StringIO()
+        writer = csv.writer(buf, lineterminator="\n")
+        writer.writerow(
+            [
+                "status",
+                "case",
+                "benchmark",
+                f"baseline_{metric}_s",
+                f"candidate_{metric}_s",
+                "ratio",
+                "change_pct",
+                "noise_s",
+            ]
+        )
+        for r in rows:
+            writer.writerow(
+                [
+                    r.status,
+                    r.case,
+                    r.benchmark,
+                    *(
+                        "" if math.isnan(v) else f"{v:.6g}"
+                        for v in (r.baseline, r.candidate, r.ratio, r.change_pct, r.noise)
+                    ),
+                ]
+            )
+        return buf.getvalue().rstrip("\n")
+    cells = [_cells(r) for r in rows]
+    if fmt == "markdown":
+        lines = [f"**{summary}**", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
+        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+        return "\n".join(lines)
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(HEADERS)]
+    lines = [summary, "", "  ".join(h.ljust(w) for h, w in zip(HEADERS, widths)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("baseline", metavar="BASELINE", help="results file of the reference run")
+    parser.add_argument("candidate", metavar="CANDIDATE", help="results file of the run to judge")
+    parser.add_argument(
+        "--threshold",
+        default=DEFAULT_THRESHOLD,
+        help="slowdown that counts as a regression, in percent: 5%% and 5 both mean 5 percent",
+    )
+    parser.add_argument("--metric", choices=METRICS, default="median", help="which time statistic to compare")
+    parser.add_argument("--format", choices=FORMATS, default="text", dest="fmt")
+    parser.add_argument(
+        "--map",
+        action="append",
+        default=[],
+        metavar="BASE_DEV=CAND_DEV",
+        help="match a baseline device to a candidate device, e.g. cuda:0=cuda:1 (repeatable)",
+    )
+    parser.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="FILE=NAME",
+        help="name a side in the output (repeatable)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    threshold = parse_threshold(args.threshold)
+    device_map = parse_device_map(args.map)
+    labels = parse_label_args(args.label)
+    base_label, base = _side(args.baseline, labels, "BASELINE")
+    cand_label, cand = _side(args.candidate, labels, "CANDIDATE")
+    rows = compare_tables(base, cand, metric=args.metric, threshold=threshold, device_map=device_map)
+    print(render(rows, args.fmt, base_label, cand_label, args.metric, threshold))
+    return 1 if any(r.status == "regression" for r in rows) else 0

@@ -1,0 +1,190 @@
+"""suite.compare: matching across machines, the noise-aware gate and its exit codes."""
+
+from __future__ import annotations
+
+import copy
+import csv
+import importlib.util
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite.cli import main
+from suite.compare import classify, parse_threshold
+from suite.errors import UserError
+
+DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def fixtures():
+    spec = importlib.util.spec_from_file_location("make_fixtures", DATA / "make_fixtures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def scaled(data: dict, index: int, factor: float, iqr_share: float | None = None) -> dict:
+    """A copy where benchmark `index` takes `factor` times as long (optionally with a wider IQR)."""
+    out = copy.deepcopy(data)
+    stats = out["benchmarks"][index]["stats"]
+    for key in ("min", "max", "mean", "median", "q1", "q3", "ld15iqr", "hd15iqr"):
+        stats[key] *= factor
+    if iqr_share is not None:
+        stats["iqr"] = stats["median"] * iqr_share
+        stats["q1"], stats["q3"] = stats["median"] - stats["iqr"] / 2, stats["median"] + stats["iqr"] / 2
+    return out
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """Write baseline.json and return a function writing a candidate from it."""
+    base = fixtures().synthetic_results("box", n_gpus=1, seed=3, limit=20)
+    base_path = tmp_path / "baseline.json"
+    base_path.write_text(json.dumps(base), encoding="utf-8")
+
+    def candidate(data: dict) -> str:
+        path = tmp_path / "candidate.json"
+        path.write_text(json.dumps(data), encoding="utf-8")
+        return str(path)
+
+    return str(base_path), base, candidate
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("5%", 0.05), ("5", 0.05), (" 2.5 % ", 0.025), ("0", 0.0), ("10.", 0.1)]
+)
+def test_threshold_is_a_percentage_with_or_without_the_sign(text, value):
+    assert parse_threshold(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("text", ["abc", "-5", "5%%", "", "five", "1e3", "nan"])
+def test_threshold_garbage_is_a_user_error(text):
+    with pytest.raises(UserError, match="not a percentage"):
+        parse_threshold(text)
+
+
+def test_classify_needs_both_threshold_and_noise():
+    assert classify(1.0, 1.2, 0.01, 0.01, 0.05) == "regression"
+    assert classify(1.0, 1.2, 0.3, 0.3, 0.05) == "unchanged"  # 0.2 s apart, noise 0.3 s: no verdict
+    assert classify(1.0, 1.04, 0.0, 0.0, 0.05) == "unchanged"  # below the threshold
+    assert classify(1.0, 0.8, 0.01, 0.01, 0.05) == "improvement"
+
+
+def test_fabricated_regression_exits_1(pair, capsys):
+    base_path, base, candidate = pair
+    cand = candidate(scaled(base, 0, 1.5))
+    assert main(["compare", base_path, cand]) == 1
+    out = capsys.readouterr().out
+    assert "1 regression" in out and "19 unchanged" in out
+    assert out.splitlines()[3].startswith("regression") and base["benchmarks"][0]["name"] in out
+
+
+def test_fabricated_improvement_exits_0(pair, capsys):
+    base_path, base, candidate = pair
+    assert main(["compare", base_path, candidate(scaled(base, 0, 0.5))]) == 0
+    assert "1 improvement" in capsys.readouterr().out
+
+
+def test_slowdown_within_noise_exits_0(pair, capsys):
+    base_path, base, candidate = pair
+    noisy = scaled(scaled(base, 0, 1.0, iqr_share=0.4), 0, 1.0)
+    base_file = Path(base_path)
+    base_file.write_text(json.dumps(noisy), encoding="utf-8")
+    assert main(["compare", base_path, candidate(scaled(noisy, 0, 1.1, iqr_share=0.4))]) == 0
+    assert "0 regression" in capsys.readouterr().out
+
+
+def test_threshold_is_honoured(pair):
+    base_path, base, candidate = pair
+    cand = candidate(scaled(base, 0, 1.2))
+    assert main(["compare", base_path, cand, "--threshold", "30%"]) == 0
+    assert main(["compare", base_path, cand, "--threshold", "10"]) == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["compare", str(DATA / "truncated.json"), str(DATA / "h200x2.json")],
+        ["compare", str(DATA / "h200x2.json"), str(DATA / "empty.json")],
+        ["compare", str(DATA / "h200x2.json"), str(DATA / "a100x2.json"), "--threshold", "abc"],
+        ["compare", str(DATA / "h200x2.json"), str(DATA / "a100x2.json"), "--map", "cuda:0"],
+        ["compare", str(DATA), str(DATA / "a100x2.json")],
+    ],
+)
+def test_bad_input_exits_2_with_one_line(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.strip().splitlines()[-1].startswith("error: ") and "Traceback" not in err
+
+
+def test_exit_code_through_python_m_suite(pair):
+    base_path, base, candidate = pair
+    cand = candidate(scaled(base, 0, 2.0))
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite", "compare", base_path, cand],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "regression" in proc.stdout
+
+
+def test_device_map_matches_runs_on_different_devices(pair, capsys):
+    base_path, base, candidate = pair
+    moved = json.loads(json.dumps(base).replace("cuda:0", "cuda:1"))
+    cand = candidate(moved)
+    main(["compare", base_path, cand])
+    out = capsys.readouterr().out
+    assert "only in baseline" in out and "only in candidate" in out
+    assert main(["compare", base_path, cand, "--map", "cuda:0=cuda:1"]) == 0
+    out = capsys.readouterr().out
+    assert "0 only in baseline, 0 only in candidate" in out
+
+
+def test_matching_is_by_parameters_not_test_name(pair, capsys):
+    base_path, base, candidate = pair
+    renamed = copy.deepcopy(base)
+    for bench in renamed["benchmarks"]:
+        bench["name"] = "renamed_" + bench["name"]
+    assert main(["compare", base_path, candidate(renamed), "--format", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["counts"]["unchanged"] == 20 and result["counts"]["only in baseline"] == 0
+
+
+def test_foreign_files_match_by_fullname_and_formats_parse(tmp_path, capsys):
+    data = fixtures().foreign_results()
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps(data), encoding="utf-8")
+    b = tmp_path / "b.json"
+    b.write_text(json.dumps(scaled(data, 1, 3.0)), encoding="utf-8")
+    assert main(["compare", str(a), str(b), "--format", "csv", "--metric", "min"]) == 1
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert (
+        len(rows) == 3 and rows[0]["status"] == "regression" and float(rows[0]["ratio"]) == pytest.approx(3.0)
+    )
+    assert (
+        main(
+            [
+                "compare",
+                str(a),
+                str(b),
+                "--format",
+                "markdown",
+                "--label",
+                "a.json=old",
+                "--label",
+                "b.json=new",
+            ]
+        )
+        == 1
+    )
+    out = capsys.readouterr().out
+    assert out.startswith("**old -> new") and "| regression |" in out

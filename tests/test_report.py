@@ -1,0 +1,206 @@
+"""suite.report: the HTML page is complete, self-contained, escaped; exports round-trip; no torch import."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from suite.cli import main
+from suite.report.charts import CHARTS
+from suite.results import load_results
+
+DATA = Path(__file__).parent / "data"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One report of every fixture in tests/data (good, bad, partial, foreign, hostile), built once."""
+    out = tmp_path_factory.mktemp("report")
+    html_path = out / "nested" / "report.html"
+    csv_path = out / "table.csv"
+    argv = ["report", str(DATA), "-o", str(html_path), "--csv", str(csv_path), "--title", "Fleet <b>x</b>"]
+    import contextlib
+    import io
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = main(argv)
+    return {
+        "code": code,
+        "html": html_path.read_text(encoding="utf-8"),
+        "path": html_path,
+        "csv": csv_path,
+        "stdout": stdout.getvalue(),
+        "stderr": stderr.getvalue(),
+    }
+
+
+def test_report_is_written_with_one_warning_per_unreadable_file(built):
+    assert built["code"] == 0
+    assert built["stdout"].splitlines()[0] == str(built["path"])
+    warnings = built["stderr"].splitlines()
+    assert f"warning: {DATA / 'truncated.json'}: not JSON (truncated?) — skipped" in warnings
+    assert any(w.startswith(f"warning: {DATA / 'empty.json'}: empty file") for w in warnings)
+    assert any("written by gpubench-suite 9.0.0 (results schema 99)" in w for w in warnings)
+    assert all(w.startswith("warning: ") for w in warnings)
+
+
+def test_report_has_every_section(built):
+    html = built["html"]
+    for family in (
+        "Matmul",
+        "Copies between host and devices",
+        "Tensor placement",
+        "Habits",
+        "Collectives",
+        "Models",
+        "latency",
+        "Other (not ours)",
+    ):
+        assert f'{family} <span class="count">' in html
+    assert "40× slower" in html  # small_vs_batched was fabricated 40x slower
+    assert "copies nothing" in html  # the .to-on-the-same-device note
+    assert "(partial)" in html
+    assert "Relative speed" in html and "baseline" in html
+    assert "1 GB/s = 10<sup>9</sup> bytes/s" in html
+    assert html.count("<img ") >= 8
+
+
+def test_strings_from_results_files_are_escaped(built):
+    html = built["html"]
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<script>alert" not in html
+    assert "<img src=x" not in html and "&lt;img src=x onerror=alert(2)&gt;" in html
+    assert "Fleet &lt;b&gt;x&lt;/b&gt;" in html
+
+
+def test_report_is_self_contained(built):
+    html = built["html"]
+    assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html, re.IGNORECASE)
+    assert "http://" not in html and "https://" not in html
+    assert not re.search(r"<(link|iframe)\b", html)
+    srcs = re.findall(r'<img src="([^"]{0,30})', html)
+    assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
+
+
+def test_csv_export_round_trips(built):
+    table = load_results([DATA]).table
+    back = pd.read_csv(built["csv"])
+    assert len(back) == len(table)
+    assert list(back["label"]) == list(table["label"])
+    assert list(back["name"]) == list(table["name"])
+    pd.testing.assert_series_equal(back["median"], table["median"], check_names=False)
+    pd.testing.assert_series_equal(back["tflops"], table["tflops"], check_names=False)
+
+
+def test_parquet_export_round_trips(tmp_path):
+    pytest.importorskip("pyarrow")
+    path = tmp_path / "t.parquet"
+    assert (
+        main(
+            [
+                "report",
+                str(DATA / "foreign.json"),
+                str(DATA / "partial"),
+                "-o",
+                str(tmp_path / "r.html"),
+                "--parquet",
+                str(path),
+            ]
+        )
+        == 0
+    )
+    table = load_results([DATA / "foreign.json", DATA / "partial"]).table
+    back = pd.read_parquet(path)
+    assert list(back["name"]) == list(table["name"]) and list(back["partial"]) == list(table["partial"])
+    pd.testing.assert_series_equal(back["tflops"], table["tflops"], check_names=False)
+
+
+def test_parquet_without_pyarrow_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("suite.results.have_pyarrow", lambda: False)
+    code = main(
+        [
+            "report",
+            str(DATA / "foreign.json"),
+            "-o",
+            str(tmp_path / "r.html"),
+            "--parquet",
+            str(tmp_path / "t.parquet"),
+        ]
+    )
+    assert code == 2
+    assert "pip install pyarrow" in capsys.readouterr().err.splitlines()[-1]
+
+
+def test_nothing_readable_is_exit_2(tmp_path, capsys):
+    assert main(["report", str(DATA / "empty.json"), str(tmp_path), "-o", str(tmp_path / "r.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith("error: no results could be read") and "Traceback" not in err
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_unknown_baseline_is_exit_2(tmp_path, capsys):
+    assert (
+        main(["report", str(DATA / "foreign.json"), "-o", str(tmp_path / "r.html"), "--baseline", "nope"])
+        == 2
+    )
+    assert "laptop-7" in capsys.readouterr().err
+
+
+def test_labels_and_baseline_choose_the_reference(tmp_path):
+    spec = importlib.util.spec_from_file_location("make_fixtures", DATA / "make_fixtures.py")
+    fixtures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fixtures)
+    slow, fast = tmp_path / "slow.json", tmp_path / "fast.json"
+    slow.write_text(
+        json.dumps(fixtures.synthetic_results("a", n_gpus=1, speed=0.5, limit=12)), encoding="utf-8"
+    )
+    fast.write_text(
+        json.dumps(fixtures.synthetic_results("b", n_gpus=1, speed=1.0, limit=12)), encoding="utf-8"
+    )
+    out = tmp_path / "r.html"
+    argv = [
+        "report",
+        str(slow),
+        str(fast),
+        "-o",
+        str(out),
+        "--label",
+        "slow.json=old $box$",
+        "--label",
+        f"{fast}=new_box",
+        "--baseline",
+        "new_box",
+    ]
+    assert main(argv) == 0
+    html = out.read_text(encoding="utf-8")
+    assert "baseline: <b>new_box</b>" in html and "old $box$" in html
+    assert re.search(r'class="num slower" data-v="0\.\d+">0\.\d+×', html)  # half as fast as the baseline
+
+
+def test_every_family_has_its_charts_including_the_fallback(built):
+    sections = built["html"].split('<section id="family-')[1:]
+    cases = [sec.split('"', 1)[0] for sec in sections]
+    assert set(cases) >= {*CHARTS, "latency", "other"}
+    for case, sec in zip(cases, sections):
+        n_img = sec.split("</section>", 1)[0].count("<img ")
+        assert n_img >= (2 if case == "copy" else 1), case
+
+
+def test_analysis_side_never_imports_torch():
+    code = (
+        "import sys, suite.results, suite.report.command, suite.report.charts, suite.compare; "
+        "sys.exit('torch' in sys.modules)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr

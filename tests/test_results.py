@@ -1,0 +1,210 @@
+"""suite.results: loading every kind of input into the tidy table, labels, migrations, ratio math."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from suite.errors import UserError
+from suite.results import (
+    geometric_mean,
+    load_results,
+    match_key,
+    parse_label_args,
+    relative_speed,
+    speed_ratios,
+)
+
+DATA = Path(__file__).parent / "data"
+
+
+def fixtures():
+    spec = importlib.util.spec_from_file_location("make_fixtures", DATA / "make_fixtures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write(path: Path, data: object) -> Path:
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_loads_our_results_file():
+    loaded = load_results([DATA / "h200x2.json"])
+    assert loaded.warnings == []
+    assert list(loaded.machines) == ["2xNVIDIA H200 @ gpu-box-3"]
+    machine = loaded.machines["2xNVIDIA H200 @ gpu-box-3"]
+    assert machine.software["torch"] == "2.13.0" and machine.schema_version == 1 and not machine.partial
+    table = loaded.table
+    assert len(table) == machine.n_benchmarks == 110
+    assert not table["partial"].any()
+    mm = table[(table["case"] == "matmul") & (table["device"] == "cuda:0")].iloc[0]
+    assert mm["metric_name"] == "tflops" and mm["metric_unit"] == "TFLOP/s" and mm["metric"] == mm["tflops"]
+    assert mm["dtype"] == "float32" and mm["m"] == 1024
+    copy = table[(table["case"] == "copy") & (table["src"] == "cpu")].iloc[0]
+    assert copy["dst"] == "cuda:0" and copy["metric_unit"] == "GB/s" and copy["memory"] == "pinned"
+    same = table[(table["case"] == "copy") & (table["src"] == table["dst"])].iloc[0]
+    assert same["traffic_gbps"] == pytest.approx(2 * same["gbps"])
+    # Rates are measurements, never part of a benchmark's identity.
+    assert "tflops" not in mm["params"] and "dtype=float32" in mm["params"]
+    coll = table[table["case"] == "collectives"].iloc[0]
+    assert coll["metric_name"] == "busbw"
+    model = table[table["case"] == "model"].iloc[0]
+    assert model["metric_unit"] == "samples/s"
+
+
+def test_older_schema_is_migrated_with_rates_from_the_median():
+    loaded = load_results([DATA / "schema0.json"])
+    table = loaded.table
+    assert (table["schema_version"] == 0).all()
+    mm = table[table["case"] == "matmul"].iloc[0]
+    assert mm["tflops"] == pytest.approx(mm["flops"] / mm["median"] / 1e12)
+    copy = table[table["case"] == "copy"].iloc[0]
+    assert copy["gbps"] == pytest.approx(copy["bytes"] / copy["median"] / 1e9)
+
+
+def test_foreign_pytest_benchmark_file_gives_timings_only():
+    loaded = load_results([DATA / "foreign.json"])
+    assert list(loaded.machines) == ["laptop-7"]
+    table = loaded.table
+    assert set(table["case"]) == {"other"}
+    assert table["metric"].isna().all()
+    assert table["match_key"].str.startswith("fullname:tests/test_foo.py::").all()
+    assert loaded.machines["laptop-7"].foreign
+
+
+def test_foreign_file_without_node_is_labelled_by_its_file_stem(tmp_path):
+    data = fixtures().foreign_results()
+    del data["machine_info"]["node"]
+    loaded = load_results([write(tmp_path / "ci-run-17.json", data)])
+    assert list(loaded.machines) == ["ci-run-17"]
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("truncated.json", "not JSON (truncated?)"),
+        ("empty.json", "empty file"),
+        ("not_object.json", "top level is a JSON list"),
+        ("no_benchmarks.json", "no 'benchmarks' list"),
+        ("newer_schema.json", "written by gpubench-suite 9.0.0 (results schema 99); this is 0.1.0, which reads schema <= 1: upgrade to 9.0.0 or later to read it"),
+    ],
+)
+def test_unreadable_file_is_one_warning_and_skipped(name, reason):
+    loaded = load_results([DATA / name, DATA / "h200x2.json"])
+    assert len(loaded.warnings) == 1
+    assert loaded.warnings[0].startswith(str(DATA / name) + ": ") and reason in loaded.warnings[0]
+    assert loaded.warnings[0].endswith("skipped")
+    assert list(loaded.machines) == ["2xNVIDIA H200 @ gpu-box-3"]
+    with pytest.raises(UserError, match="no results could be read"):
+        load_results([DATA / name])
+
+
+def test_empty_folder_and_missing_path_are_user_errors(tmp_path):
+    with pytest.raises(UserError, match="folder holds no results files"):
+        load_results([tmp_path])
+    with pytest.raises(UserError, match="no such file or folder"):
+        load_results([tmp_path / "nope.json"])
+
+
+def test_partial_results_keep_complete_lines_and_drop_a_truncated_last_line():
+    loaded = load_results([DATA / "partial"])
+    assert len(loaded.table) == 11  # 12 written, the last cut mid-line
+    assert loaded.table["partial"].all()
+    assert any("truncated last line" in w for w in loaded.warnings)
+    assert next(iter(loaded.machines.values())).partial
+
+
+def test_finished_json_supersedes_its_stale_partial(tmp_path):
+    f = fixtures()
+    write(tmp_path / "box.json", f.synthetic_results("box", n_gpus=1, limit=5))
+    run = f.synthetic_results("box", n_gpus=1, limit=3)
+    header = {"partial": True, **{k: v for k, v in run.items() if k != "benchmarks"}}
+    (tmp_path / "box.partial.jsonl").write_text(
+        "\n".join([json.dumps(header)] + [json.dumps(b) for b in run["benchmarks"]]), encoding="utf-8"
+    )
+    loaded = load_results([tmp_path])
+    assert len(loaded.machines) == 1 and len(loaded.table) == 5 and not loaded.table["partial"].any()
+    assert [w for w in loaded.warnings if "stale partial" in w and "box.partial.jsonl" in w]
+
+
+def test_machine_labels(tmp_path):
+    f = fixtures()
+    loaded = load_results([DATA / "cpu_only.json"])
+    assert list(loaded.machines) == ["CPU (Intel Core i7-1185G7) @ laptop-1"]
+    mixed = f.synthetic_results("mix", n_gpus=2, limit=3)
+    mixed["machine_info"]["devices"][2]["name"] = "NVIDIA A100-SXM4-80GB"
+    eight = f.synthetic_results("big", gpu="NVIDIA H100 80GB HBM3", n_gpus=8, limit=3)
+    loaded = load_results([write(tmp_path / "mix.json", mixed), write(tmp_path / "big.json", eight)])
+    assert list(loaded.machines) == [
+        "NVIDIA H200 + NVIDIA A100-SXM4-80GB @ mix",
+        "8xNVIDIA H100 80GB HBM3 @ big",
+    ]
+
+
+def test_label_overrides_and_duplicates(tmp_path):
+    f = fixtures()
+    a = write(tmp_path / "a.json", f.synthetic_results("same", n_gpus=1, limit=3))
+    b = write(tmp_path / "b.json", f.synthetic_results("same", n_gpus=1, limit=3))
+    loaded = load_results([a, b])
+    assert list(loaded.machines) == ["NVIDIA H200 @ same", "NVIDIA H200 @ same [b]"]
+    loaded = load_results([a, b], labels=parse_label_args([f"{a}=first", "b.json=second"]))
+    assert list(loaded.machines) == ["first", "second"]
+    assert set(loaded.table["label"]) == {"first", "second"}
+    loaded = load_results([a], labels={"zzz.json": "nobody"})
+    assert any("matches no loaded file" in w for w in loaded.warnings)
+    with pytest.raises(UserError, match="FILE=NAME"):
+        parse_label_args(["no-equals-sign"])
+
+
+def _table(rows):
+    base = {"case": "matmul", "metric_name": "tflops", "params_json": "{}", "fullname": "x"}
+    return pd.DataFrame([{**base, **r} for r in rows])
+
+
+def test_speed_ratio_and_geometric_mean_against_hand_computed_values():
+    table = _table(
+        [
+            {"label": "base", "match_key": "a", "metric": 100.0, "median": 2.0},
+            {"label": "base", "match_key": "b", "metric": 200.0, "median": 1.0},
+            {"label": "base", "match_key": "c", "metric": math.nan, "median": 4.0, "metric_name": None},
+            {"label": "base", "match_key": "only-base", "metric": 1.0, "median": 1.0},
+            {"label": "new", "match_key": "a", "metric": 200.0, "median": 1.0},  # 2x
+            {"label": "new", "match_key": "b", "metric": 800.0, "median": 0.25},  # 4x
+            {
+                "label": "new",
+                "match_key": "c",
+                "metric": math.nan,
+                "median": 1.0,
+                "metric_name": None,
+            },  # 4/1 = 4x
+            {"label": "new", "match_key": "only-new", "metric": 9.0, "median": 9.0},
+        ]
+    )
+    ratios = speed_ratios(table, "base").set_index("match_key")["ratio"]
+    assert ratios.to_dict() == pytest.approx({"a": 2.0, "b": 4.0, "c": 4.0})
+    speed = relative_speed(table, "base")
+    assert len(speed) == 1 and speed["n"].iloc[0] == 3
+    assert speed["speed"].iloc[0] == pytest.approx((2 * 4 * 4) ** (1 / 3))
+    assert geometric_mean([2.0, 8.0]) == pytest.approx(4.0)
+    assert geometric_mean([0.5, 2.0]) == pytest.approx(1.0)
+    assert math.isnan(geometric_mean([]))
+
+
+def test_relative_speed_of_real_fixtures_is_near_the_fabricated_factor():
+    loaded = load_results([DATA / "a100x2.json", DATA / "h200x2.json"])
+    speed = relative_speed(loaded.table, "2xNVIDIA A100-SXM4-80GB @ gpu-box-1")
+    # The H200 fixture was fabricated twice as fast (speed 1.0 vs 0.5, +-5% jitter) in every family.
+    assert speed["speed"].between(1.8, 2.2).all() and set(speed["case"]) >= {"matmul", "copy", "habits"}
+
+
+def test_match_key_maps_device_ids():
+    key = match_key("copy", json.dumps({"src": "cpu", "dst": "cuda:0"}), "f", False, {"cuda:0": "cuda:1"})
+    assert key == 'copy|{"dst": "cuda:1", "src": "cpu"}'
+    assert match_key("other", "{}", "t.py::x", True) == "fullname:t.py::x"
