@@ -6,6 +6,7 @@ No torch here: a config can be checked (and its JSON Schema exported) on any mac
 from __future__ import annotations
 
 import json
+import re
 import typing
 import warnings
 from pathlib import Path
@@ -73,9 +74,10 @@ def _shape3(value: Any) -> tuple[int, int, int]:
     return dims  # type: ignore[return-value]
 
 
-Dtype = Annotated[str, BeforeValidator(_dtype)]
-Size = Annotated[int, BeforeValidator(_size)]
-Shape3 = Annotated[tuple[int, int, int], BeforeValidator(_shape3)]
+# json_schema_input_type: what a user may write (the exported JSON Schema shows it), not the parsed type.
+Dtype = Annotated[str, BeforeValidator(_dtype, json_schema_input_type=str)]
+Size = Annotated[int, BeforeValidator(_size, json_schema_input_type=Union[int, str])]
+Shape3 = Annotated[tuple[int, int, int], BeforeValidator(_shape3, json_schema_input_type=Union[str, list[int]])]
 
 
 # Compute cases take a precision: a dtype, or `tf32` (float32 data, TensorFloat-32 math on CUDA tensor cores).
@@ -539,8 +541,10 @@ def _loc_path(loc: tuple) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
+        elif isinstance(part, str) and re.fullmatch(r"[A-Za-z0-9_:-]+", part):
+            out += ("." if out else "") + part
         else:
-            out += ("." if out else "") + str(part)
+            out += f"[{part!r}]"  # a key as odd as '\n' or 'a.b' is shown quoted, on the same line
     return out or "(top level)"
 
 
@@ -572,10 +576,19 @@ def _format_error(err: dict) -> str:
     return f"{_loc_path(loc)}: {value!r} is invalid: {msg}"
 
 
+_BRANCH_TAG = re.compile(r"^(str|int|float|bool|none|[a-z_-]+\[.*\])$")
+
+
 def _clean_loc(err: dict) -> dict:
-    # pydantic adds union/validator branch names ('str', 'list[str]', 'function-before[...]') to the path.
-    loc = [p for p in err.get("loc", ()) if not (isinstance(p, str) and ("[" in p or p in ("str", "list")))]
-    return dict(err, loc=tuple(loc))
+    """Drop the union/validator branch tags pydantic adds to a path ('str', 'list[str]', 'function-before[..]').
+
+    User-written strings appear in a path only as the unknown key of an extra_forbidden error (our sections
+    have no free-form mappings), and that is always the last element, which is kept as written.
+    """
+    loc = list(err.get("loc", ()))
+    last = [loc.pop()] if loc and err.get("type") == "extra_forbidden" else []
+    loc = [p for p in loc if not (isinstance(p, str) and _BRANCH_TAG.match(p))]
+    return dict(err, loc=tuple(loc + last))
 
 
 def parse_config(data: Any, source: str = "<config>") -> SuiteConfig:
