@@ -1,0 +1,5 @@
+"""Transfer habits as slow/fast pairs of equal work (suite/cases/habits.py)."""
+
+
+def test_habits(case, measure):
+    measure(case)

@@ -1,0 +1,354 @@
+"""Copy matrix: every ordered (src, dst) device pair x size; pinned/pageable host memory, non_blocking, uni/bi."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+from collections.abc import Iterator
+
+import torch
+
+from suite.cases import Case, SkipCase, Work, make_case
+from suite.devices import current_platform, synchronize
+from suite.units import format_size
+
+NAME = "copy"
+
+# Source bytes never hold a zero and verification first zeroes the destination ("poisons" it), so every byte a
+# copy failed to write differs from the source.
+POISON = 0
+# The pattern is generated this many 32-bit words at a time: the hash's temporaries stay small, so a 1 GiB
+# source costs one pass over memory, not three.
+PATTERN_CHUNK_WORDS = 1 << 20
+# cudaDevAttrAsyncEngineCount in the CUDA runtime's cudaDeviceAttr enum: how many copy engines a GPU has.
+_CUDA_ATTR_ASYNC_ENGINE_COUNT = 40
+# Host<->device both ways at once overlaps only with a copy engine per direction.
+BIDIRECTIONAL_ENGINES = 2
+
+
+def pattern_bytes(nbytes: int, seed: int = 1) -> torch.Tensor:
+    """`nbytes` of a non-repeating byte pattern on the CPU (uint8), no byte zero; the same for a given seed.
+
+    A multiplicative hash of the word index (fast and deterministic, unlike torch.randint, which takes seconds
+    for hundreds of MiB); OR-ing 0x01 into each byte keeps every byte non-zero.
+    """
+    words = torch.empty((nbytes + 3) // 4, dtype=torch.int32)
+    for start in range(0, words.numel(), PATTERN_CHUNK_WORDS):
+        w = words[start : start + PATTERN_CHUNK_WORDS]
+        torch.arange(start + seed * 7919, start + seed * 7919 + w.numel(), dtype=torch.int32, out=w)
+        w.mul_(-1640531535)  # 0x9E3779B1 (Knuth's golden-ratio multiplier) as a signed int32
+        w.bitwise_xor_(w >> 15)
+        w.mul_(0x2C1B3C6D)
+        w.bitwise_xor_(w >> 12)
+        w.bitwise_or_(0x01010101)
+    return words.view(torch.uint8)[:nbytes]
+
+
+def buffer(device: str, nbytes: int, pinned: bool = False, data: bool = False) -> torch.Tensor:
+    """A uint8 buffer on `device`: empty, or holding pattern_bytes; host buffers pinned on request."""
+    if device == "cpu":
+        out = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
+        if data:
+            out.copy_(pattern_bytes(nbytes))
+        return out
+    if data:
+        return pattern_bytes(nbytes).to(device)
+    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+def verify_copy(dst: torch.Tensor, src: torch.Tensor, what: str) -> None:
+    """AssertionError unless `dst` holds exactly the bytes of `src` (compared on the accelerator side)."""
+    assert dst.shape == src.shape and dst.dtype == src.dtype, (
+        f"{what}: destination {tuple(dst.shape)} {dst.dtype} does not match source {tuple(src.shape)} {src.dtype}"
+    )
+    where = dst.device if dst.device.type != "cpu" else src.device
+    a, b = dst.to(where), src.to(where)
+    # Comparing 8-byte words is several times faster than bytes on the CPU; same answer.
+    wide = a.numel() % 8 == 0 and a.is_contiguous() and b.is_contiguous()
+    if torch.equal(a.view(torch.int64), b.view(torch.int64)) if wide else torch.equal(a, b):
+        return
+    wrong = (a != b).nonzero()
+    raise AssertionError(
+        f"{what}: {wrong.numel()} of {a.numel()} bytes differ from the source (first at byte {int(wrong[0])}); "
+        "the copy is wrong"
+    )
+
+
+def copy_engine_count(device: str) -> int | None:
+    """How many copy engines a CUDA device has (cudaDeviceGetAttribute through the runtime torch loaded);
+    None where that cannot be read (no CUDA runtime, another backend)."""
+    if not device.startswith("cuda") or not torch.version.cuda:
+        return None
+    try:
+        runtime = ctypes.CDLL(f"libcudart.so.{torch.version.cuda.split('.')[0]}")
+        value = ctypes.c_int()
+        index = torch.device(device).index or 0
+        status = runtime.cudaDeviceGetAttribute(ctypes.byref(value), _CUDA_ATTR_ASYNC_ENGINE_COUNT, index)
+    except (OSError, AttributeError):
+        return None
+    return int(value.value) if status == 0 else None
+
+
+def path_of(src: str, dst: str) -> str:
+    """host (CPU->CPU), h2d, d2h, local (within one accelerator) or peer (between accelerators)."""
+    if src == dst == "cpu":
+        return "host"
+    if src == "cpu":
+        return "h2d"
+    if dst == "cpu":
+        return "d2h"
+    return "local" if src == dst else "peer"
+
+
+def _unique(items) -> list:
+    return list(dict.fromkeys(items))
+
+
+def _pairs(section, devices: list[str]) -> list[tuple[str, str]]:
+    if section.pairs:
+        return [tuple(p.split("->")) for p in _unique(section.pairs)]  # type: ignore[misc]
+    return [(s, d) for s in devices for d in devices]
+
+
+def _case(src: str, dst: str, size: int, memory: str, non_blocking: bool, direction: str) -> Case:
+    path = path_of(src, dst)
+    arrow = "<->" if direction == "bi" else "->"
+    parts = [f"{src}{arrow}{dst}", memory] + (["non_blocking"] if non_blocking else []) + [format_size(size)]
+    params = {
+        "src": src,
+        "dst": dst,
+        "path": path,
+        "memory": memory,
+        "non_blocking": non_blocking,
+        "direction": direction,
+        "size": size,
+    }
+    if path == "peer":
+        # Recorded with every peer result: without peer access, torch stages the copy through host memory.
+        params["peer_access"] = _peer_access(src, dst)
+    return make_case(NAME, tuple(_unique((src, dst))), parts, **params)
+
+
+def _peer_access(src: str, dst: str) -> bool | None:
+    from suite.devices import missing_reason
+
+    if missing_reason(src) or missing_reason(dst):
+        return None  # the plugin skips the case; asking torch about a missing device would raise
+    return current_platform().can_access_peer(torch.device(src), torch.device(dst))
+
+
+def enumerate_cases(config, devices: list[str]) -> list[Case]:
+    section = config.cases.copy
+    if not section.enabled:
+        return []
+    cases: list[Case] = []
+    bi_done: set[frozenset] = set()
+    for src, dst in _pairs(section, devices):
+        path = path_of(src, dst)
+        s = section.for_device("cpu" if path == "host" else dst if src == "cpu" else src)
+        sizes = _unique(s.sizes)
+        if path == "host":
+            cases += [_case(src, dst, n, "pageable", False, "uni") for n in sizes]
+            continue
+        if path in ("local", "peer"):
+            kinds = [("device", False)]
+        else:
+            kinds = [(m, nb) for m in _unique(s.memory) for nb in _unique(s.non_blocking)]
+        if "uni" in s.directions:
+            cases += [_case(src, dst, n, m, nb, "uni") for n in sizes for (m, nb) in kinds]
+        # Both directions at once, once per unordered pair of distinct devices: pinned host memory only, since
+        # a pageable copy is staged by the host and cannot overlap with the other direction.
+        pair = frozenset((src, dst))
+        if "bi" in s.directions and path != "local" and pair not in bi_done:
+            bi_done.add(pair)
+            memory = "device" if path == "peer" else "pinned"
+            if memory == "device" or "pinned" in s.memory:
+                cases += [_case(src, dst, n, memory, True, "bi") for n in sizes]
+    return cases
+
+
+def skip_reason(case: Case) -> str | None:
+    """Why this case cannot run on this machine (its devices exist), or None. Asks nothing of real devices
+    beyond the platform seam, so it can be tested with a fake machine."""
+    p = case.info
+    accel = p["dst"] if p["src"] == "cpu" else p["src"]
+    if p["memory"] == "pinned" and not current_platform().supports_pinned_memory():
+        return (
+            f"pinned host memory needs a CUDA or XPU device (torch.Tensor.pin_memory); not available for "
+            f"{accel} with torch {torch.__version__}"
+        )
+    if p["direction"] == "bi":
+        others = [d for d in (p["src"], p["dst"]) if d != "cpu" and not d.startswith("cuda")]
+        if others:
+            return f"bidirectional copies use CUDA streams; {others[0]} is not a CUDA device"
+        if p["path"] in ("h2d", "d2h"):
+            engines = copy_engine_count(accel)
+            if engines is not None and engines < BIDIRECTIONAL_ENGINES:
+                return (
+                    f"host<->{accel} both ways at once needs {BIDIRECTIONAL_ENGINES} copy engines; {accel} has "
+                    f"{engines}, so the directions would run one after the other"
+                )
+    return None
+
+
+def moved_bytes(case: Case) -> int:
+    """Bytes one call moves, each counted once (bandwidthTest, nvbandwidth); 'bi' moves the size each way."""
+    return case.info["size"] * (2 if case.info["direction"] == "bi" else 1)
+
+
+def traffic_bytes(case: Case) -> int | None:
+    """Memory traffic of a same-device copy (each byte read and written); None for a copy between devices."""
+    return 2 * case.info["size"] if case.info["path"] in ("host", "local") else None
+
+
+@contextlib.contextmanager
+def on_streams(streams: list) -> Iterator[None]:
+    """Make each stream the current one on its device for the duration."""
+    with contextlib.ExitStack() as stack:
+        for stream in streams:
+            stack.enter_context(torch.cuda.stream(stream))
+        yield
+
+
+def build(case: Case, config) -> Work:
+    reason = skip_reason(case)
+    if reason:
+        raise SkipCase(reason)
+    p = case.info
+    src, dst, n, nb = p["src"], p["dst"], p["size"], p["non_blocking"]
+    pinned = p["memory"] == "pinned"
+    # (source, destination) buffers per direction; 'bi' adds dst->src beside src->dst.
+    legs = [(buffer(src, n, pinned, data=True), buffer(dst, n, pinned))]
+    if p["direction"] == "bi":
+        legs.append((buffer(dst, n, pinned, data=True), buffer(src, n, pinned)))
+    devices = [d for d in case.devices if d != "cpu"]
+
+    if p["direction"] == "bi":
+        # One stream per device per direction: torch runs a device copy on the source device's current stream
+        # and joins the destination's current stream, so each direction needs streams of its own.
+        streams = [[torch.cuda.Stream(device=d) for d in devices] for _ in legs]
+
+        def run() -> None:
+            for (a, b), leg_streams in zip(legs, streams):
+                with on_streams(leg_streams):
+                    b.copy_(a, non_blocking=True)
+    else:
+        ((a, b),) = legs
+
+        def run() -> None:
+            b.copy_(a, non_blocking=nb)
+
+    def check() -> None:
+        for _, b in legs:
+            b.fill_(POISON)
+        synchronize(*case.devices)
+        work.fn()
+        synchronize(*case.devices)
+        for a, b in legs:
+            verify_copy(b, a, f"copy {case.id}")
+
+    synchronize(*case.devices)  # side streams must not start before the buffers are filled
+    extra: dict = {}
+    if p["direction"] == "bi" and p["path"] != "peer":
+        extra["copy_engines"] = copy_engine_count(src if src != "cpu" else dst)
+    work = Work(
+        fn=run,
+        check=check,
+        bytes=moved_bytes(case),
+        traffic_bytes=traffic_bytes(case),
+        extra=extra,
+    )
+    return work
+
+
+# --- GPU check -------------------------------------------------------------------------------------------
+
+# Large enough that launch and synchronisation costs vanish next to the copy (nvbandwidth uses 512 MiB).
+CHECK_BYTES = 256 * 2**20
+CHECK_EVENT_ITERATIONS = 20
+
+
+def gpu_checks(ctx) -> list:
+    """Pinned/pageable H2D and D2H and the device-local copy at 256 MiB: the suite's medians next to CUDA events
+    around the same copies, pinned faster than pageable; and the overlap habit faster than serialised."""
+    from suite.gpu_check import RATIO_TOLERANCE, CheckRow, median
+    from suite.timing import cuda_event_times
+
+    gpu = ctx.device
+    size = format_size(CHECK_BYTES)
+    config = {
+        "devices": ["cpu", gpu],
+        "cases": {
+            "copy": {
+                "sizes": [size],
+                "memory": ["pinned", "pageable"],
+                "non_blocking": [False],
+                "directions": ["uni"],
+                "pairs": [f"cpu->{gpu}", f"{gpu}->cpu", f"{gpu}->{gpu}"],
+            }
+        },
+    }
+    suite = {b["param"]: b for b in ctx.run_suite(config, tests="benchmarks/test_copy.py")}
+    rows: list = []
+    events: dict[str, float] = {}
+    for name, src, dst in (("H2D", "cpu", gpu), ("D2H", gpu, "cpu"), ("local", gpu, gpu)):
+        memory = "device" if name == "local" else "pinned"
+        key = f"{src}->{dst}-{memory}-{size}"
+        bench = suite.get(key)
+        a = buffer(src, CHECK_BYTES, memory == "pinned", data=True)
+        b = buffer(dst, CHECK_BYTES, memory == "pinned")
+        events[name] = median(
+            cuda_event_times(lambda a=a, b=b: b.copy_(a), gpu, iterations=CHECK_EVENT_ITERATIONS)
+        )
+        if bench is None:
+            rows.append(
+                CheckRow(f"copy {key}", None, None, "GB/s", False, "missing from the suite's results")
+            )
+            continue
+        ours = bench["stats"]["median"]
+        ok = abs(ours / events[name] - 1) <= RATIO_TOLERANCE
+        note = "vs CUDA events"
+        if name == "local":
+            note += f"; read+write {bench['extra_info'].get('traffic_gbps', 0):.0f} GB/s"
+        rows.append(
+            CheckRow(
+                f"copy {name} {memory} {size} GB/s",
+                CHECK_BYTES / ours / 1e9,
+                CHECK_BYTES / events[name] / 1e9,
+                "GB/s",
+                ok,
+                note,
+            )
+        )
+        if name != "local":
+            pageable = suite.get(f"{src}->{dst}-pageable-{size}")
+            if pageable is not None:
+                slow = pageable["extra_info"]["gbps"]
+                rows.append(
+                    CheckRow(
+                        f"copy {name} pageable vs pinned GB/s",
+                        slow,
+                        CHECK_BYTES / ours / 1e9,
+                        "GB/s",
+                        slow < CHECK_BYTES / ours / 1e9,
+                        "pinned must be faster",
+                    )
+                )
+    from suite.cases.habits import overlap_check
+
+    rows += overlap_check(ctx)
+    return rows
+
+
+__all__ = [
+    "NAME",
+    "buffer",
+    "build",
+    "enumerate_cases",
+    "gpu_checks",
+    "moved_bytes",
+    "pattern_bytes",
+    "skip_reason",
+    "traffic_bytes",
+    "verify_copy",
+]

@@ -1,0 +1,305 @@
+"""Transfer habits as slow/fast pairs doing equal work: many small vs one batched transfer, a scalar read every
+step vs once at the end, a copy overlapped with compute vs serialised."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import torch
+
+from suite.cases import Case, SkipCase, Work, make_case
+from suite.cases.common import randn
+from suite.cases.copy import buffer, on_streams, verify_copy
+from suite.devices import current_platform, synchronize
+from suite.units import format_size
+
+NAME = "habits"
+
+# variant names per habit, (slow, fast): the report divides the slow median by the fast one of the same `pair`.
+VARIANTS = {
+    "small_vs_batched": ("many_small", "one_batched"),
+    "sync_per_step": ("every_step", "once"),
+    "overlap": ("serialised", "overlapped"),
+}
+# Relative error allowed for the float32 results the habits compute, against float64 (a mean of squares and a
+# matmul slice; TF32, where enabled, keeps ~3 decimal digits). A wrong result is off by ~100%.
+TOLERANCE = 1e-2
+# Rows of the overlap matmul recomputed in float64 by the check.
+CHECK_ROWS = 64
+
+SYNC_ON_CPU = (
+    "the CPU runs torch ops synchronously, so a scalar read has no queue of device work to wait for: reading every "
+    "step costs only the read itself, and the habit (an implicit synchronisation) does not exist there"
+)
+
+
+class _Discard(io.TextIOBase):
+    """A stream that drops what is printed: `print(loss)` still formats the tensor (and so synchronises)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
+_DISCARD = _Discard()
+
+
+def _read(reader: str, value: torch.Tensor) -> float:
+    """Read a device scalar the way a training loop does; each of these waits for the device."""
+    if reader == "item":
+        return value.item()
+    if reader == "float":
+        return float(value)
+    if reader == "print":
+        print(value, file=_DISCARD)
+        return 0.0
+    return float(value.cpu().numpy())
+
+
+def _pair_cases(
+    habit: str, pair: str, devices: tuple[str, ...], id_head: list[str], id_tail: dict[str, str], **params
+) -> list[Case]:
+    slow, fast = VARIANTS[habit]
+    return [
+        make_case(
+            NAME,
+            devices,
+            [*id_head, variant, id_tail[variant]],
+            habit=habit,
+            variant=variant,
+            role=role,
+            pair=pair,
+            **params,
+        )
+        for variant, role in ((slow, "slow"), (fast, "fast"))
+    ]
+
+
+def enumerate_cases(config, devices: list[str]) -> list[Case]:
+    section = config.cases.habits
+    if not section.enabled:
+        return []
+    cases: list[Case] = []
+    for dev in devices:
+        s = section.for_device(dev)
+        for habit in dict.fromkeys(s.habits):
+            if habit == "small_vs_batched":
+                total = s.chunk * s.chunks
+                tails = {
+                    "many_small": f"{s.chunks}x{format_size(s.chunk)}",
+                    "one_batched": f"1x{format_size(total)}",
+                }
+                memory = s.memory if dev != "cpu" else "pageable"
+                cases += _pair_cases(
+                    habit,
+                    f"{habit}:cpu->{dev}",
+                    tuple(dict.fromkeys(("cpu", dev))),
+                    [f"cpu->{dev}", habit],
+                    tails,
+                    src="cpu",
+                    dst=dev,
+                    device=dev,
+                    memory=memory,
+                    chunk=s.chunk,
+                    chunks=s.chunks,
+                )
+            elif habit == "sync_per_step":
+                for reader in dict.fromkeys(s.readers):
+                    tails = {v: f"{s.steps}steps" for v in VARIANTS[habit]}
+                    cases += _pair_cases(
+                        habit,
+                        f"{habit}:{dev}:{reader}",
+                        (dev,),
+                        [dev, habit, reader],
+                        tails,
+                        device=dev,
+                        reader=reader,
+                        steps=s.steps,
+                        n=s.step_matmul,
+                    )
+            else:
+                tail = f"{format_size(s.overlap_bytes)}-{s.overlap_matmul}"
+                tails = {v: tail for v in VARIANTS[habit]}
+                cases += _pair_cases(
+                    habit,
+                    f"{habit}:{dev}",
+                    tuple(dict.fromkeys(("cpu", dev))),
+                    [dev, habit],
+                    tails,
+                    device=dev,
+                    size=s.overlap_bytes,
+                    n=s.overlap_matmul,
+                )
+    return cases
+
+
+def skip_reason(case: Case) -> str | None:
+    """Why this habit means nothing or cannot run on this machine, or None (platform seam only: testable)."""
+    p = case.info
+    dev = p["device"]
+    if p["habit"] == "sync_per_step" and dev == "cpu":
+        return SYNC_ON_CPU
+    if p["habit"] == "overlap":
+        if dev == "cpu":
+            return "overlap needs an accelerator: the CPU has no copy engine or streams to run a copy beside compute"
+        if not dev.startswith("cuda"):
+            return f"overlap uses CUDA streams; {dev} is not a CUDA device"
+    pinned = p["habit"] == "overlap" or p.get("memory") == "pinned"
+    if pinned and dev != "cpu" and not current_platform().supports_pinned_memory():
+        return (
+            f"pinned host memory needs a CUDA or XPU device (torch.Tensor.pin_memory); not available for {dev}; "
+            "set habits.memory: pageable to measure pageable transfers"
+        )
+    return None
+
+
+def build(case: Case, config) -> Work:
+    reason = skip_reason(case)
+    if reason:
+        raise SkipCase(reason)
+    return {"small_vs_batched": _small_vs_batched, "sync_per_step": _sync_per_step, "overlap": _overlap}[
+        case.info["habit"]
+    ](case)
+
+
+def _small_vs_batched(case: Case) -> Work:
+    p = case.info
+    pinned = p["memory"] == "pinned"
+    total = p["chunk"] * p["chunks"]
+    non_blocking = pinned  # the habit as recommended: pinned memory, asynchronous copies
+    src = buffer("cpu", total, pinned, data=True)
+    dst = buffer(p["dst"], total)
+    if p["variant"] == "many_small":
+        legs = list(
+            zip(dst.view(p["chunks"], p["chunk"]).unbind(), src.view(p["chunks"], p["chunk"]).unbind())
+        )
+
+        def run() -> None:
+            for d, s in legs:
+                d.copy_(s, non_blocking=non_blocking)
+    else:
+
+        def run() -> None:
+            dst.copy_(src, non_blocking=non_blocking)
+
+    def check() -> None:
+        dst.fill_(0)
+        synchronize(*case.devices)
+        work.fn()
+        synchronize(*case.devices)
+        verify_copy(dst, src, f"habits {case.id}")
+
+    work = Work(fn=run, check=check, bytes=total, extra={"non_blocking": non_blocking})
+    return work
+
+
+def _sync_per_step(case: Case) -> Work:
+    p = case.info
+    dev, n, steps, reader = p["device"], p["n"], p["steps"], p["reader"]
+    a = randn(n, n, dtype=torch.float32, device=dev, seed=1)
+    # Scaled so each entry of a @ w has unit variance and the loss (mean of squares) stays near 1.
+    w = randn(n, n, dtype=torch.float32, device=dev, seed=2) / math.sqrt(n)
+    h = torch.empty(n, n, device=dev)
+    total = torch.zeros((), device=dev)
+    every_step = p["variant"] == "every_step"
+
+    def run() -> None:
+        # Equal device work in both variants: matmul, loss, accumulate; they differ only in how often the host
+        # reads a scalar (every step and at the end, or only at the end).
+        total.zero_()
+        for _ in range(steps):
+            loss = torch.mm(a, w, out=h).square().mean()
+            total.add_(loss)
+            if every_step:
+                _read(reader, loss)
+        _read(reader, total)
+
+    def check() -> None:
+        total.fill_(0)  # poisoned: a loop that computed nothing reads zero
+        work.fn()
+        got = float(total)
+        expected = steps * float((a.double() @ w.double()).square().mean())
+        err = abs(got - expected) / expected
+        assert err <= TOLERANCE, (
+            f"habits {case.id}: loss sum {got:.6g} vs float64 {expected:.6g} (error {err:.2g})"
+        )
+
+    work = Work(fn=run, check=check, flops=steps * 2 * n**3)
+    return work
+
+
+def _overlap(case: Case) -> Work:
+    p = case.info
+    dev, size, n = p["device"], p["size"], p["n"]
+    src = buffer("cpu", size, pinned=True, data=True)
+    dst = buffer(dev, size)
+    a = randn(n, n, dtype=torch.float32, device=dev, seed=1)
+    b = randn(n, n, dtype=torch.float32, device=dev, seed=2)
+    out = torch.empty(n, n, device=dev)
+    side = torch.cuda.Stream(device=dev)
+    main = torch.cuda.current_stream(dev)
+
+    if p["variant"] == "overlapped":
+
+        def run() -> None:
+            # The next batch arrives on a side stream while this step computes; the step then waits for it.
+            with on_streams([side]):
+                dst.copy_(src, non_blocking=True)
+            torch.mm(a, b, out=out)
+            main.wait_stream(side)
+    else:
+
+        def run() -> None:
+            # The same copy and matmul queued on one stream: the matmul waits for the copy.
+            dst.copy_(src, non_blocking=True)
+            torch.mm(a, b, out=out)
+
+    def check() -> None:
+        dst.fill_(0)
+        out.fill_(0)
+        synchronize(dev)
+        work.fn()
+        synchronize(dev)
+        verify_copy(dst, src, f"habits {case.id}")
+        reference = a[:CHECK_ROWS].double().cpu() @ b.double().cpu()
+        got = out[:CHECK_ROWS].double().cpu()
+        err = float((got - reference).norm() / reference.norm())
+        assert err <= TOLERANCE, f"habits {case.id}: matmul relative error {err:.2g} against float64"
+
+    synchronize(dev)  # the side stream must not read src/dst before they are filled
+    work = Work(fn=run, check=check, bytes=size, flops=2 * n**3, extra={"non_blocking": True})
+    return work
+
+
+# --- GPU check -------------------------------------------------------------------------------------------
+
+# The overlapped variant should take at most this share of the serialised time (ideal: max(copy, matmul) over
+# copy + matmul, about 0.6 with the defaults on an H200).
+OVERLAP_MAX_RATIO = 0.9
+
+
+def overlap_check(ctx) -> list:
+    """The suite's overlap pair on the GPU: overlapped must beat serialised."""
+    from suite.gpu_check import CheckRow
+
+    config = {"devices": [ctx.device], "cases": {"habits": {"habits": ["overlap"]}}}
+    bench = {
+        b["extra_info"]["variant"]: b["stats"]["median"]
+        for b in ctx.run_suite(config, tests="benchmarks/test_habits.py")
+    }
+    if set(bench) != {"serialised", "overlapped"}:
+        return [CheckRow("habits overlap", None, None, "ms", False, f"missing results: got {sorted(bench)}")]
+    fast, slow = bench["overlapped"], bench["serialised"]
+    return [
+        CheckRow(
+            "habits overlap: overlapped vs serialised",
+            fast * 1e3,
+            slow * 1e3,
+            "ms",
+            fast <= OVERLAP_MAX_RATIO * slow,
+            f"ratio must be <= {OVERLAP_MAX_RATIO}",
+        )
+    ]
+
+
+__all__ = ["NAME", "VARIANTS", "build", "enumerate_cases", "overlap_check", "skip_reason"]

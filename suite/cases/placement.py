@@ -1,0 +1,107 @@
+"""`.to` against copies: x.to(same device) is free (no copy); to another device, clone, copy_ and friends copy."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from suite.cases import Case, SkipCase, Work, make_case
+from suite.cases.copy import buffer, verify_copy
+from suite.devices import synchronize
+from suite.units import format_size
+
+NAME = "placement"
+
+# What each op is, in the field's words (the report's legend).
+OPS = {
+    "to_same": "x.to(x.device): returns x itself, no copy",
+    "to_other": "x.to(other device): a copy across devices",
+    "clone": "x.clone(): allocate and copy",
+    "copy_": "dst.copy_(x) into a preallocated tensor",
+    "empty_like_copy": "torch.empty_like(x).copy_(x)",
+    "to_copy": "x.to(x.device, copy=True): allocate and copy",
+}
+# Ops that allocate their result: the check first frees a zeroed block of the same size so the allocator hands
+# that block back, and an op that returned memory without copying into it shows as a wrong result.
+ALLOCATING = ("to_other", "clone", "empty_like_copy", "to_copy")
+
+
+def other_device(device: str, devices: list[str]) -> str | None:
+    """Where `to_other` sends a tensor: the CPU for an accelerator, the first selected accelerator for the CPU."""
+    if device != "cpu":
+        return "cpu"
+    return next((d for d in devices if d != "cpu"), None)
+
+
+def enumerate_cases(config, devices: list[str]) -> list[Case]:
+    section = config.cases.placement
+    if not section.enabled:
+        return []
+    cases = []
+    for dev in devices:
+        s = section.for_device(dev)
+        for size in dict.fromkeys(s.sizes):
+            for op in dict.fromkeys(s.ops):
+                other = other_device(dev, devices) if op == "to_other" else None
+                params = {"device": dev, "op": op, "size": size, "copies": op != "to_same"}
+                if op == "to_other":
+                    params["dst"] = other
+                case_devices = (dev, other) if other else (dev,)
+                cases.append(make_case(NAME, case_devices, [dev, op, format_size(size)], **params))
+    return cases
+
+
+def build(case: Case, config) -> Work:
+    p = case.info
+    dev, op, n = p["device"], p["op"], p["size"]
+    if op == "to_other" and p.get("dst") is None:
+        raise SkipCase(f"to_other on {dev} needs a second device; the run selects only {dev}")
+    x = buffer(dev, n, data=True)
+    target = torch.device(p.get("dst") or dev)
+    dst = torch.empty_like(x) if op == "copy_" else None
+    # functools.partial keeps a Python frame out of the timed call: to_same is a sub-microsecond op.
+    fn = {
+        "to_same": functools.partial(torch.Tensor.to, x, target),
+        "to_other": functools.partial(torch.Tensor.to, x, target),
+        "clone": functools.partial(torch.Tensor.clone, x),
+        "copy_": functools.partial(torch.Tensor.copy_, dst, x),
+        "empty_like_copy": lambda: torch.empty_like(x).copy_(x),
+        "to_copy": functools.partial(torch.Tensor.to, x, target, copy=True),
+    }[op]
+    what = f"placement {case.id} ({OPS[op]})"
+
+    def check() -> None:
+        if op == "to_same":
+            out = work.fn()
+            assert out is x, (
+                f"{what}: returned a new tensor; .to() of a tensor already on {dev} must return it"
+            )
+            return
+        if op == "copy_":
+            dst.fill_(0)
+        elif op in ALLOCATING:
+            torch.zeros(n, dtype=torch.uint8, device=target)  # freed at once: the next block handed out
+        synchronize(*case.devices)
+        out = work.fn()
+        synchronize(*case.devices)
+        assert isinstance(out, torch.Tensor), f"{what}: returned {type(out).__name__}, not a tensor"
+        assert out.device == target, f"{what}: result is on {out.device}, expected {target}"
+        if target == x.device:
+            assert out.data_ptr() != x.data_ptr(), (
+                f"{what}: result shares the source's memory; nothing was copied"
+            )
+        verify_copy(out, x, what)
+
+    copies = op != "to_same"
+    same_device = target == x.device
+    work = Work(
+        fn=fn,
+        check=check,
+        bytes=n if copies else None,  # to_same moves nothing: no bandwidth to report
+        traffic_bytes=2 * n if copies and same_device else None,
+    )
+    return work
+
+
+__all__ = ["NAME", "OPS", "build", "enumerate_cases", "other_device"]

@@ -1,0 +1,385 @@
+"""The copy matrix: pair enumeration on fake machines, skip reasons, byte accounting, verification, config."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from suite.cases import SkipCase
+from suite.cases import copy as copy_case
+from suite.config import parse_config
+from suite.devices import missing_reason, use_platform
+from suite.errors import UserError
+from suite.units import gbps
+from tests.fakes import FakePlatform
+
+SIZES = ["4KiB", "1MiB"]
+
+
+class PinnedFakePlatform(FakePlatform):
+    """A fake CUDA machine whose host memory can be pinned (as a real CUDA machine's can)."""
+
+    def supports_pinned_memory(self) -> bool:
+        return True
+
+
+def config(**copy) -> object:
+    return parse_config({"cases": {"copy": {"sizes": SIZES, **copy}}}, "test.yaml")
+
+
+def cases_of(gpus: int, peer=True, devices: list[str] | None = None, **copy) -> list:
+    with use_platform(FakePlatform(gpus=gpus, peer=peer)):
+        names = devices if devices is not None else ["cpu", *(f"cuda:{i}" for i in range(gpus))]
+        return copy_case.enumerate_cases(config(**copy), names)
+
+
+def by_path(cases) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for case in cases:
+        key = f"{case.info['path']}-{case.info['direction']}"
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+# --- enumeration -------------------------------------------------------------------------------------------
+
+
+def test_no_gpu_gives_host_copies_only():
+    cases = cases_of(0)
+    assert [c.id for c in cases] == ["cpu->cpu-pageable-4KiB", "cpu->cpu-pageable-1MiB"]
+    assert all(c.devices == ("cpu",) and c.info["memory"] == "pageable" for c in cases)
+
+
+def test_one_gpu_matrix_and_ids():
+    cases = cases_of(1)
+    ids = [c.id for c in cases]
+    n = len(SIZES)
+    # host; h2d and d2h x (pinned, pageable) x non_blocking (off, on); local; bi once for the pair (pinned).
+    assert by_path(cases) == {"host-uni": n, "h2d-uni": 4 * n, "d2h-uni": 4 * n, "h2d-bi": n, "local-uni": n}
+    assert len(set(ids)) == len(ids)
+    for expected in (
+        "cpu->cuda:0-pinned-1MiB",
+        "cpu->cuda:0-pageable-non_blocking-4KiB",
+        "cuda:0->cpu-pinned-non_blocking-1MiB",
+        "cuda:0->cuda:0-device-4KiB",
+        "cpu<->cuda:0-pinned-non_blocking-1MiB",
+    ):
+        assert expected in ids
+    local = next(c for c in cases if c.info["path"] == "local")
+    assert (
+        local.devices == ("cuda:0",)
+        and local.info["memory"] == "device"
+        and local.info["non_blocking"] is False
+    )
+    h2d = next(c for c in cases if c.id == "cpu->cuda:0-pinned-1MiB")
+    assert h2d.devices == ("cpu", "cuda:0") and h2d.info["size"] == 2**20
+
+
+@pytest.mark.parametrize("peer", [True, False])
+def test_two_gpus_record_peer_access(peer):
+    cases = cases_of(2, peer=peer)
+    peers = [c for c in cases if c.info["path"] == "peer"]
+    n = len(SIZES)
+    assert by_path(peers) == {"peer-uni": 2 * n, "peer-bi": n}
+    assert all(c.info["peer_access"] is peer for c in peers)
+    assert all("peer_access" not in c.info for c in cases if c.info["path"] != "peer")
+    bi = [c for c in peers if c.info["direction"] == "bi"]
+    assert {c.id for c in bi} == {
+        "cuda:0<->cuda:1-device-non_blocking-4KiB",
+        "cuda:0<->cuda:1-device-non_blocking-1MiB",
+    }
+
+
+def test_four_gpus_partial_peer_access():
+    cases = cases_of(4, peer={(0, 1), (1, 0), (2, 3)})
+    peers = [c for c in cases if c.info["path"] == "peer" and c.info["direction"] == "uni"]
+    assert len(peers) == 12 * len(SIZES)  # 4 x 3 ordered pairs
+    access = {(c.info["src"], c.info["dst"]): c.info["peer_access"] for c in peers}
+    assert access[("cuda:0", "cuda:1")] and access[("cuda:1", "cuda:0")] and access[("cuda:2", "cuda:3")]
+    assert not access[("cuda:3", "cuda:2")] and not access[("cuda:0", "cuda:3")]
+    # bi: once per unordered pair of distinct devices with an accelerator: 4 host<->gpu + 6 gpu pairs.
+    assert sum(c.info["direction"] == "bi" for c in cases) == 10 * len(SIZES)
+
+
+def test_missing_device_is_enumerated_and_skipped_with_reason():
+    cases = cases_of(0, devices=["cpu", "cuda:1"])
+    assert any(c.id == "cpu->cuda:1-pinned-4KiB" for c in cases)
+    peerless = [c for c in cases if "cuda:1" in c.devices]
+    assert peerless
+    with use_platform(FakePlatform(gpus=0)):
+        reasons = {missing_reason(d) for c in peerless for d in c.devices} - {None}
+    assert reasons and all("cuda:1 is not available on this machine" in r for r in reasons)
+
+
+def test_pairs_option_restricts_and_keeps_missing_devices():
+    cases = cases_of(
+        1,
+        pairs=["cpu->cuda:0", "cuda:0->cuda:7"],
+        memory=["pinned"],
+        non_blocking=[False],
+        directions=["uni"],
+    )
+    assert [c.id for c in cases] == [
+        "cpu->cuda:0-pinned-4KiB",
+        "cpu->cuda:0-pinned-1MiB",
+        "cuda:0->cuda:7-device-4KiB",
+        "cuda:0->cuda:7-device-1MiB",
+    ]
+    assert cases[-1].info["peer_access"] is None  # not asked of a device that does not exist
+    with use_platform(FakePlatform(gpus=1)):
+        assert "cuda:7 is not available" in missing_reason("cuda:7")
+
+
+def test_cpu_override_applies_to_host_copies_only():
+    cfg = parse_config({"cases": {"copy": {"sizes": ["64MiB"], "cpu": {"sizes": ["4KiB"]}}}})
+    with use_platform(FakePlatform(gpus=1)):
+        cases = copy_case.enumerate_cases(cfg, ["cpu", "cuda:0"])
+    sizes = {c.info["path"]: c.info["size"] for c in cases}
+    assert sizes == {"host": 4096, "h2d": 64 * 2**20, "d2h": 64 * 2**20, "local": 64 * 2**20}
+
+
+def test_disabled_section_has_no_cases():
+    assert cases_of(1, enabled=False) == []
+
+
+# --- skip reasons -------------------------------------------------------------------------------------------
+
+
+def test_pinned_needs_an_accelerator_that_can_pin():
+    case = next(c for c in cases_of(1) if c.info["memory"] == "pinned")
+    with use_platform(FakePlatform(gpus=1)):
+        reason = copy_case.skip_reason(case)
+        with pytest.raises(SkipCase, match="pinned host memory needs a CUDA or XPU device"):
+            copy_case.build(case, config())
+    assert "pinned host memory" in reason
+    with use_platform(PinnedFakePlatform(gpus=1)):
+        assert copy_case.skip_reason(case) is None
+
+
+def test_bidirectional_needs_two_copy_engines(monkeypatch):
+    bi = next(c for c in cases_of(1) if c.info["direction"] == "bi")
+    with use_platform(PinnedFakePlatform(gpus=1)):
+        monkeypatch.setattr(copy_case, "copy_engine_count", lambda device: 1)
+        assert "needs 2 copy engines; cuda:0 has 1" in copy_case.skip_reason(bi)
+        monkeypatch.setattr(copy_case, "copy_engine_count", lambda device: 2)
+        assert copy_case.skip_reason(bi) is None
+        monkeypatch.setattr(copy_case, "copy_engine_count", lambda device: None)  # unknown: run and record
+        assert copy_case.skip_reason(bi) is None
+
+
+def test_bidirectional_on_a_non_cuda_device_is_skipped():
+    with use_platform(FakePlatform(gpus=0)):
+        cases = copy_case.enumerate_cases(config(memory=["pageable"]), ["cpu", "mps"])
+    assert not any(
+        c.info["direction"] == "bi" for c in cases
+    )  # pageable only: no overlap possible, no bi case
+    with use_platform(PinnedFakePlatform(gpus=0)):
+        cases = copy_case.enumerate_cases(config(), ["cpu", "mps"])
+        (bi, *_) = [c for c in cases if c.info["direction"] == "bi"]
+        assert copy_case.skip_reason(bi) == "bidirectional copies use CUDA streams; mps is not a CUDA device"
+
+
+def test_copy_engine_count_is_none_off_cuda():
+    assert copy_case.copy_engine_count("cpu") is None
+    assert copy_case.copy_engine_count("mps") is None
+
+
+# --- bytes and units ------------------------------------------------------------------------------------------
+
+
+def test_bytes_counted_once_and_traffic_kept_separate():
+    cases = {c.id: c for c in cases_of(2)}
+    mib = 2**20
+    assert copy_case.moved_bytes(cases["cpu->cuda:0-pinned-1MiB"]) == mib
+    assert copy_case.traffic_bytes(cases["cpu->cuda:0-pinned-1MiB"]) is None
+    assert copy_case.moved_bytes(cases["cuda:0->cuda:1-device-1MiB"]) == mib
+    assert copy_case.traffic_bytes(cases["cuda:0->cuda:1-device-1MiB"]) is None
+    assert copy_case.moved_bytes(cases["cuda:1->cuda:1-device-1MiB"]) == mib
+    assert copy_case.traffic_bytes(cases["cuda:1->cuda:1-device-1MiB"]) == 2 * mib
+    assert copy_case.moved_bytes(cases["cpu->cpu-pageable-1MiB"]) == mib
+    assert copy_case.traffic_bytes(cases["cpu->cpu-pageable-1MiB"]) == 2 * mib
+    assert copy_case.moved_bytes(cases["cpu<->cuda:0-pinned-non_blocking-1MiB"]) == 2 * mib
+    assert copy_case.moved_bytes(cases["cuda:0<->cuda:1-device-non_blocking-1MiB"]) == 2 * mib
+
+
+def test_gbps_is_decimal_bytes_per_second():
+    assert gbps(2**30, 0.5) == pytest.approx(2 * 2**30 / 1e9)
+    assert gbps(4096, 1e-6) == pytest.approx(4.096)
+
+
+def test_host_copy_build_counts():
+    case = cases_of(0)[1]
+    work = copy_case.build(case, config())
+    assert (work.bytes, work.traffic_bytes) == (2**20, 2 * 2**20)
+
+
+# --- data and verification ------------------------------------------------------------------------------------
+
+
+def test_pattern_has_no_zero_byte_and_is_reproducible():
+    data = copy_case.pattern_bytes(3 * 2**20 + 3)
+    assert data.numel() == 3 * 2**20 + 3 and data.dtype == torch.uint8
+    assert int((data == 0).sum()) == 0
+    assert torch.equal(data, copy_case.pattern_bytes(3 * 2**20 + 3))
+    assert not torch.equal(data[: 2**20], data[2**20 : 2 * 2**20])  # no period at the chunk size
+    assert len(torch.unique(data)) > 100
+
+
+def test_host_copy_check_passes_and_catches_a_copy_that_did_nothing():
+    case = cases_of(0)[1]
+    work = copy_case.build(case, config())
+    work.check()
+    work.fn = lambda: None
+    with pytest.raises(
+        AssertionError, match=r"1048576 of 1048576 bytes differ from the source \(first at byte 0\)"
+    ):
+        work.check()
+
+
+def test_check_catches_a_partial_copy(monkeypatch):
+    work = copy_case.build(cases_of(0)[0], config())
+    real_copy = torch.Tensor.copy_
+
+    def copy_all_but_last_byte(self, src, non_blocking=False):
+        return real_copy(self[:-1], src[:-1], non_blocking=non_blocking)
+
+    monkeypatch.setattr(torch.Tensor, "copy_", copy_all_but_last_byte)
+    with pytest.raises(
+        AssertionError, match=r"1 of 4096 bytes differ from the source \(first at byte 4095\)"
+    ):
+        work.check()
+
+
+def test_verify_copy_compares_shapes_and_every_byte():
+    src = copy_case.pattern_bytes(1001)
+    copy_case.verify_copy(src.clone(), src, "ok")
+    wrong = src.clone()
+    wrong[500] ^= 0x80
+    with pytest.raises(AssertionError, match=r"x: 1 of 1001 bytes differ .*first at byte 500"):
+        copy_case.verify_copy(wrong, src, "x")
+    with pytest.raises(AssertionError, match="does not match source"):
+        copy_case.verify_copy(src[:-1].clone(), src, "x")
+
+
+# --- config -------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"sizes": ["4KiB", "3XB"]}, "test.yaml: cases.copy.sizes[1]: '3XB' is not a size; expected"),
+        ({"sizes": []}, "test.yaml: cases.copy.sizes: [] is invalid: List should have at least 1 item"),
+        (
+            {"pairs": ["cpu=>cuda:0"]},
+            "cases.copy.pairs[0]: 'cpu=>cuda:0' is not a device pair; expected 'SRC->DST'",
+        ),
+        ({"pairs": ["cpu->tpu:0"]}, "cases.copy.pairs[0]: 'cpu->tpu:0' is not a device pair"),
+        (
+            {"memory": ["pined"]},
+            "cases.copy.memory[0]: 'pined' is not a host memory kind; allowed: pinned, pageable",
+        ),
+        (
+            {"directions": ["both"]},
+            "cases.copy.directions[0]: 'both' is not a copy direction; allowed: uni, bi",
+        ),
+        ({"cpu": {"sizes": ["1QB"]}}, "cases.copy.cpu.sizes[0]: '1QB' is not a size"),
+        (
+            {"size": ["4KiB"]},
+            "cases.copy.size: unknown key 'size'; allowed keys here: enabled, sizes, memory",
+        ),
+    ],
+)
+def test_config_errors_are_one_line(section, message):
+    with pytest.raises(UserError) as err:
+        parse_config({"cases": {"copy": section}}, "test.yaml")
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_config_defaults_and_pair_spelling():
+    cfg = parse_config({"cases": {"copy": {"pairs": ["CPU -> cuda", "cuda:0->cuda:1"], "sizes": ["1GiB"]}}})
+    assert cfg.cases.copy.pairs == ["cpu->cuda:0", "cuda:0->cuda:1"]
+    assert cfg.cases.copy.sizes == [2**30]
+    default = parse_config({}).cases.copy
+    assert default.sizes[0] == 4 * 2**10 and default.sizes[-1] == 256 * 2**20
+    assert all(b == 4 * a for a, b in zip(default.sizes, default.sizes[1:]))
+
+
+# --- end to end ---------------------------------------------------------------------------------------------------
+
+
+def test_data_movement_end_to_end(run_benchmarks):
+    tiny = {
+        "devices": ["cpu"],
+        "timing": {"warmup_s": 0.0, "max_time": 0.02, "min_rounds": 2},
+        "cases": {
+            "copy": {
+                "sizes": ["64KiB"],
+                "memory": ["pinned"],
+                "non_blocking": [False],
+                "directions": ["uni"],
+            },
+            "placement": {"sizes": ["64KiB"], "ops": ["to_same", "clone"]},
+            "habits": {
+                "habits": ["small_vs_batched", "sync_per_step"],
+                "chunk": "4KiB",
+                "chunks": 16,
+                "readers": ["item"],
+            },
+        },
+    }
+    result, data = run_benchmarks(tiny, "-k", "test_copy or test_placement or test_habits")
+    result.assert_outcomes(passed=5, skipped=2)
+    result.stdout.fnmatch_lines(["*the CPU runs torch ops synchronously*"])
+    bench = {b["name"]: b for b in data["benchmarks"]}
+    host = bench["test_copy[cpu->cpu-pageable-64KiB]"]
+    info, median = host["extra_info"], host["stats"]["median"]
+    assert (info["case"], info["src"], info["dst"], info["memory"]) == ("copy", "cpu", "cpu", "pageable")
+    assert (info["direction"], info["non_blocking"], info["bytes"]) == ("uni", False, 65536)
+    assert info["gbps"] == pytest.approx(65536 / median / 1e9)
+    assert info["traffic_bytes"] == 2 * 65536
+    assert info["traffic_gbps"] == pytest.approx(2 * 65536 / median / 1e9)
+    same = bench["test_placement[cpu-to_same-64KiB]"]["extra_info"]
+    assert same["copies"] is False and "gbps" not in same and "bytes" not in same and same["op"] == "to_same"
+    clone = bench["test_placement[cpu-clone-64KiB]"]["extra_info"]
+    assert clone["copies"] is True and clone["gbps"] > 0 and clone["device"] == "cpu"
+    pair = [b["extra_info"] for b in data["benchmarks"] if b["extra_info"]["case"] == "habits"]
+    assert {p["variant"] for p in pair} == {"many_small", "one_batched"}
+    assert {p["role"] for p in pair} == {"slow", "fast"}
+    assert {p["pair"] for p in pair} == {"small_vs_batched:cpu->cpu"} and {p["bytes"] for p in pair} == {
+        65536
+    }
+
+
+# --- on a real GPU ---------------------------------------------------------------------------------------------------
+
+
+def _real_cases(**copy) -> list:
+    return copy_case.enumerate_cases(config(**copy), ["cpu", "cuda:0"])
+
+
+@pytest.mark.gpu
+def test_gpu_every_path_copies_correctly_and_fails_when_not():
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    for case in _real_cases(sizes=["64KiB"]):
+        try:
+            work = copy_case.build(case, config())
+        except SkipCase:
+            continue
+        work.check()
+        assert work.bytes == copy_case.moved_bytes(case)
+        work.fn = lambda: None
+        with pytest.raises(AssertionError, match="bytes differ from the source"):
+            work.check()
+
+
+@pytest.mark.gpu
+def test_gpu_peer_copies_record_peer_access():
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two CUDA devices")
+    cases = copy_case.enumerate_cases(config(sizes=["1MiB"]), ["cuda:0", "cuda:1"])
+    peer = next(c for c in cases if c.info["path"] == "peer")
+    assert peer.info["peer_access"] == torch.cuda.can_device_access_peer(0, 1)
+    for case in (c for c in cases if c.info["path"] == "peer"):
+        copy_case.build(case, config()).check()
