@@ -1,5 +1,9 @@
-"""Matmul TFLOP/s per device, dtype and shape (cases in suite/cases/matmul.py)."""
+"""Matmul TFLOP/s per device, precision and shape (cases in suite/cases/matmul.py)."""
+
+from suite.cases.precision import mode_for
 
 
 def test_matmul(case, measure):
-    measure(case)
+    # TF32 on or off as the case asks, for its check, warm-up and timing; restored even if it fails or skips.
+    with mode_for(case):
+        measure(case)

@@ -1,11 +1,14 @@
-"""Matmul: C = A @ B for (m, n, k) shapes x dtypes x devices; 2*m*n*k FLOP per call."""
+"""Matmul: C = A @ B for (m, n, k) shapes x precisions x devices, and on every GPU at once; 2*m*n*k FLOP per call."""
 
 from __future__ import annotations
+
+import statistics
 
 import torch
 
 from suite.cases import Case, SkipCase, Work, make_case
 from suite.cases.common import randn, relative_error, skip_if_unsupported, torch_dtype
+from suite.cases.precision import mode_record, storage_dtype, unsupported_reason
 
 NAME = "matmul"
 
@@ -18,11 +21,23 @@ TOLERANCE = {
     "float16": 1e-2,
     "bfloat16": 5e-2,
 }
-# TF32 keeps 10 mantissa bits (unit roundoff ~5e-4): float32 matmuls on CUDA with TF32 allowed get this bound.
+# TF32 keeps 10 mantissa bits (unit roundoff ~5e-4): float32 matmuls with TF32 allowed get this bound.
 TF32_TOLERANCE = 5e-3
 # The check recomputes this many rows of C in float64 on the CPU: rows are independent, so a slice checks the
 # kernel at a small fraction of the cost of a full float64 matmul.
 CHECK_ROWS = 256
+# ... and at most this many float64 FLOP (~1 s on a server CPU), so the ceiling sweep's 16384^3 shapes check
+# 32 rows instead of 256; a wrong kernel still shows a relative error ~1 in any row.
+CHECK_FLOP_BUDGET = 2**34
+# Fewest rows checked, whatever the budget.
+MIN_CHECK_ROWS = 16
+# The id of the case that runs on every selected GPU at once.
+ALL_GPUS = "all-gpus"
+# Device kinds that count as GPUs for the all-at-once case (MPS is one device at most).
+GPU_KINDS = ("cuda", "xpu")
+# Per-device rates in the all-at-once case: CUDA events around this many concurrent rounds (after as many
+# warm-up rounds), median per device. Enough to settle clocks without adding much to the case's time.
+PER_DEVICE_ROUNDS = 10
 
 
 def flops(m: int, n: int, k: int) -> int:
@@ -30,48 +45,138 @@ def flops(m: int, n: int, k: int) -> int:
     return 2 * m * n * k
 
 
+def shape_id(m: int, n: int, k: int) -> str:
+    return f"{m}x{n}x{k}"
+
+
+def matmul_case(family: str, device: str, precision: str, m: int, n: int, k: int) -> Case:
+    return make_case(family, (device,), [device, precision, shape_id(m, n, k)], device=device,
+                     dtype=storage_dtype(precision), precision=precision, m=m, n=n, k=k)
+
+
+def selected_gpus(devices: list[str]) -> list[str]:
+    return [d for d in devices if d.split(":")[0] in GPU_KINDS]
+
+
 def enumerate_cases(config, devices: list[str]) -> list[Case]:
     section = config.cases.matmul
     if not section.enabled:
         return []
-    return [
-        make_case(NAME, (dev,), [dev, dtype, f"{m}x{n}x{k}"], device=dev, dtype=dtype, m=m, n=n, k=k)
+    cases = [
+        matmul_case(NAME, dev, precision, m, n, k)
         for dev in devices
-        for dtype in section.for_device(dev).dtypes
+        for precision in section.for_device(dev).dtypes
         for (m, n, k) in section.for_device(dev).shapes
     ]
+    if section.concurrent:
+        gpus = selected_gpus(devices)
+        if len(gpus) < 2:
+            # One skipped case says why; with two or more GPUs there is one case per precision and shape.
+            cases.append(make_case(NAME, tuple(gpus), [ALL_GPUS], device=ALL_GPUS, gpus=tuple(gpus)))
+        else:
+            cases += [
+                make_case(NAME, tuple(gpus), [ALL_GPUS, precision, shape_id(m, n, k)], device=ALL_GPUS,
+                          gpus=tuple(gpus), dtype=storage_dtype(precision), precision=precision, m=m, n=n, k=k)
+                for precision in section.dtypes
+                for (m, n, k) in section.shapes
+            ]
+    return cases
 
 
-def _tolerance(dtype: str, device: str) -> float:
-    if dtype == "float32" and device.startswith("cuda") and torch.backends.cuda.matmul.allow_tf32:
-        return TF32_TOLERANCE
-    return TOLERANCE[dtype]
+def tolerance(precision: str) -> float:
+    return TF32_TOLERANCE if precision == "tf32" else TOLERANCE[storage_dtype(precision)]
 
 
-def build(case: Case, config) -> Work:
-    p = case.info
-    device, dtype_name, m, n, k = p["device"], p["dtype"], p["m"], p["n"], p["k"]
-    dtype = torch_dtype(dtype_name)
+def _inputs(device: str, precision: str, m: int, n: int, k: int, what: str):
+    reason = unsupported_reason(precision, device)
+    if reason:
+        raise SkipCase(reason)
+    dtype = torch_dtype(storage_dtype(precision))
     a = randn(m, k, dtype=dtype, device=device, seed=1)
     b = randn(k, n, dtype=dtype, device=device, seed=2)
     out = torch.empty(m, n, dtype=dtype, device=device)
     try:
         torch.matmul(a, b, out=out)
     except Exception as exc:  # noqa: BLE001 - only 'unsupported' becomes a skip; the rest re-raises
-        skip_if_unsupported(exc, f"{dtype_name} matmul", device)
+        skip_if_unsupported(exc, f"{precision} {what}", device)
+    return a, b, out
+
+
+def _check(a, b, out, precision: str, label: str) -> None:
+    k, n = b.shape
+    rows = min(a.shape[0], max(MIN_CHECK_ROWS, min(CHECK_ROWS, CHECK_FLOP_BUDGET // (2 * n * k))))
+    torch.matmul(a, b, out=out)
+    reference = a[:rows].to("cpu", torch.float64) @ b.to("cpu", torch.float64)
+    err = relative_error(out[:rows], reference)
+    tol = tolerance(precision)
+    assert err <= tol, f"matmul {label}: relative error {err:.3g} > {tol:g} against a float64 reference"
+
+
+def build_matmul(label: str, device: str, precision: str, m: int, n: int, k: int) -> Work:
+    """One matmul on one device; run inside `precision.mode_for(case)` so TF32 is on or off as asked."""
+    a, b, out = _inputs(device, precision, m, n, k, "matmul")
 
     def run() -> None:
         torch.matmul(a, b, out=out)
 
-    def check() -> None:
-        rows = min(m, CHECK_ROWS)
-        torch.matmul(a, b, out=out)
-        reference = a[:rows].to("cpu", torch.float64) @ b.to("cpu", torch.float64)
-        err = relative_error(out[:rows], reference)
-        tol = _tolerance(dtype_name, device)
-        assert err <= tol, f"matmul {case.id}: relative error {err:.3g} > {tol:g} against a float64 reference"
+    return Work(fn=run, check=lambda: _check(a, b, out, precision, label), flops=flops(m, n, k),
+                extra=mode_record(precision, device, ("matmul",)))
 
-    return Work(fn=run, check=check, flops=flops(m, n, k))
+
+def build(case: Case, config) -> Work:
+    p = case.info
+    if p["device"] == ALL_GPUS:
+        return build_all_gpus(case)
+    return build_matmul(case.id, p["device"], p["precision"], p["m"], p["n"], p["k"])
+
+
+def build_all_gpus(case: Case) -> Work:
+    """The same matmul launched on every GPU, then all synchronised (Case.devices): the node's aggregate."""
+    p = case.info
+    gpus = list(p["gpus"])
+    if len(gpus) < 2:
+        have = ", ".join(gpus) if gpus else "none"
+        raise SkipCase(f"{ALL_GPUS} needs two or more GPUs among the selected devices (GPUs selected: {have})")
+    precision, m, n, k = p["precision"], p["m"], p["n"], p["k"]
+    operands = [_inputs(dev, precision, m, n, k, "matmul") for dev in gpus]
+    extra: dict = {**mode_record(precision, gpus[0], ("matmul",)), "gpu_count": len(gpus)}
+
+    def run() -> None:
+        # Launches are asynchronous: each device starts as soon as its launch is queued, so the devices run
+        # at the same time; the timer then synchronises all of them.
+        for a, b, out in operands:
+            torch.matmul(a, b, out=out)
+
+    def check() -> None:
+        for dev, (a, b, out) in zip(gpus, operands):
+            _check(a, b, out, precision, f"{case.id} on {dev}")
+        extra.update(per_device_rates(gpus, operands, flops(m, n, k)))
+
+    return Work(fn=run, check=check, flops=len(gpus) * flops(m, n, k), extra=extra)
+
+
+def per_device_rates(gpus: list[str], operands: list, flop: int) -> dict:
+    """Each GPU's TFLOP/s while all run at once (CUDA events per device), and the slowest of them."""
+    if not all(d.startswith("cuda") for d in gpus):
+        return {}
+    times: dict[str, list[float]] = {d: [] for d in gpus}
+    for i in range(2 * PER_DEVICE_ROUNDS):
+        events = []
+        for dev, (a, b, out) in zip(gpus, operands):
+            with torch.cuda.device(dev):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                torch.matmul(a, b, out=out)
+                end.record()
+            events.append((dev, start, end))
+        for dev in gpus:
+            torch.cuda.synchronize(dev)
+        if i >= PER_DEVICE_ROUNDS:
+            for dev, start, end in events:
+                times[dev].append(start.elapsed_time(end) / 1e3)
+    rates = {dev: flop / statistics.median(t) / 1e12 for dev, t in times.items()}
+    slowest = min(rates, key=rates.get)
+    return {"per_device_tflops": rates, "slowest_device": slowest, "slowest_tflops": rates[slowest]}
 
 
 # The GPU check's large matmul: big enough that launch and synchronisation costs vanish (REFERENCE.md's MAMF
@@ -97,10 +202,29 @@ def gpu_checks(ctx) -> list:
     events = median(cuda_event_times(lambda: torch.matmul(a, b, out=out), ctx.device, iterations=50, warmup=20))
     ratio_ok = abs(suite_median / events - 1) <= RATIO_TOLERANCE
     tf = flops(n, n, n) / 1e12
-    return [
+    rows = [
         CheckRow(f"matmul bf16 {n}^3 median", suite_median * 1e3, events * 1e3, "ms", ratio_ok, "vs CUDA events"),
         CheckRow(f"matmul bf16 {n}^3 TFLOP/s", tf / suite_median, tf / events, "TFLOP/s", ratio_ok),
     ]
+    if torch.cuda.device_count() >= 2:
+        rows += _all_gpus_check(ctx)
+    return rows
 
 
-__all__ = ["NAME", "SkipCase", "build", "enumerate_cases", "flops", "gpu_checks"]
+def _all_gpus_check(ctx) -> list:
+    """The all-at-once aggregate against the sum of the per-device event rates it reports."""
+    from suite.gpu_check import RATIO_TOLERANCE, CheckRow
+
+    n = CHECK_SHAPE
+    config = {"devices": "gpus", "cases": {"matmul": {"dtypes": ["bfloat16"], "shapes": [f"{n}x{n}x{n}"],
+                                                      "concurrent": True}}}
+    bench = ctx.run_suite(config, select=ALL_GPUS, tests="benchmarks/test_matmul.py")
+    info = bench[0]["extra_info"]
+    total = sum(info["per_device_tflops"].values())
+    ok = info["tflops"] >= (1 - RATIO_TOLERANCE) * total
+    return [CheckRow(f"matmul bf16 {n}^3 on {info['gpu_count']} GPUs at once", info["tflops"], total, "TFLOP/s", ok,
+                     f"vs sum of per-device events; slowest {info['slowest_device']}")]
+
+
+__all__ = ["ALL_GPUS", "NAME", "SkipCase", "build", "build_matmul", "enumerate_cases", "flops", "gpu_checks",
+           "matmul_case", "tolerance"]

@@ -1,0 +1,8 @@
+"""A model on a device: nn.Linear(3, 1) forward, and MLP / LeNet training steps in samples/s (suite/cases/model.py)."""
+
+from suite.cases.precision import mode_for
+
+
+def test_model(case, measure):
+    with mode_for(case):
+        measure(case)

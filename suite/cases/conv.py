@@ -1,0 +1,208 @@
+"""conv2d: layer shapes x precisions x memory layouts x (forward | forward+backward) x devices, in TFLOP/s.
+
+FLOP of the forward pass: 2 * N * Cout * Hout * Wout * (Cin / groups) * Kh * Kw (a multiply and an add per
+weight per output element; no bias, as in ResNet where batch norm follows each convolution). The backward pass
+computes the input gradient and the weight gradient, each the same multiply-adds as the forward, so
+forward+backward counts 3x the forward. cuDNN may use Winograd or FFT algorithms that do fewer multiplies: the
+suite still counts the direct convolution's FLOP, so a rate can exceed the matmul ceiling.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from suite.cases import Case, SkipCase, Work, make_case
+from suite.cases.common import randn, relative_error, skip_if_unsupported, torch_dtype
+from suite.cases.matmul import tolerance
+from suite.cases.precision import mode_record, precision_mode, storage_dtype, unsupported_reason
+
+NAME = "conv"
+
+# forward+backward = forward + input gradient + weight gradient, each the forward's multiply-adds.
+BACKWARD_FLOP_FACTOR = 3
+# The check recomputes this many samples of the batch in float64 on the CPU: samples are independent in the
+# output and the input gradient, so a slice checks the kernels at a fraction of a full float64 convolution.
+CHECK_SAMPLES = 2
+# Seeds of the inputs, weights and upstream gradient (distinct, so no two are the same tensor).
+SEED_INPUT, SEED_WEIGHT, SEED_GRAD = 11, 12, 13
+
+
+def output_size(size: tuple[int, int], kernel: tuple[int, int], stride: tuple[int, int],
+                padding: tuple[int, int]) -> tuple[int, int]:
+    """Hout, Wout of a convolution without dilation: floor((H + 2p - k) / s) + 1."""
+    return tuple((size[i] + 2 * padding[i] - kernel[i]) // stride[i] + 1 for i in (0, 1))  # type: ignore[return-value]
+
+
+def forward_flops(batch: int, in_channels: int, out_channels: int, out_size: tuple[int, int],
+                  kernel: tuple[int, int], groups: int = 1) -> int:
+    """2 * N * Cout * Hout * Wout * (Cin / groups) * Kh * Kw."""
+    return 2 * batch * out_channels * out_size[0] * out_size[1] * (in_channels // groups) * kernel[0] * kernel[1]
+
+
+def flops(p: dict) -> int:
+    """FLOP of one call of the case with parameters `p` (forward, or 3x forward for forward+backward)."""
+    fwd = forward_flops(p["batch"], p["in_channels"], p["out_channels"], tuple(p["out_size"]), tuple(p["kernel"]),
+                        p["groups"])
+    return fwd * (BACKWARD_FLOP_FACTOR if p["step"] == "fwd+bwd" else 1)
+
+
+def shape_label(shape, batch: int) -> str:
+    """The layer's name, or its dimensions, then the batch: 'resnet50-conv2-3x3-b32'."""
+    if shape.name:
+        base = shape.name
+    else:
+        (h, w), (kh, kw) = shape.size, shape.kernel
+        base = (f"{shape.in_channels}x{h}x{w}-{shape.out_channels}k{kh}x{kw}-s{shape.stride[0]}"
+                f"-p{shape.padding[0]}" + (f"-g{shape.groups}" if shape.groups > 1 else ""))
+    return f"{base}-b{batch}"
+
+
+def enumerate_cases(config, devices: list[str]) -> list[Case]:
+    section = config.cases.conv
+    if not section.enabled:
+        return []
+    cases = []
+    for dev in devices:
+        s = section.for_device(dev)
+        for precision in s.dtypes:
+            for layout in s.layouts:
+                for step in s.steps:
+                    for shape in s.shapes:
+                        batch = shape.batch or s.batch
+                        cases.append(make_case(
+                            NAME, (dev,), [dev, precision, layout, step, shape_label(shape, batch)],
+                            device=dev, dtype=storage_dtype(precision), precision=precision, layout=layout,
+                            step=step, layer=shape.name, batch=batch, in_channels=shape.in_channels,
+                            out_channels=shape.out_channels, size=shape.size, kernel=shape.kernel,
+                            stride=shape.stride, padding=shape.padding, groups=shape.groups,
+                            out_size=output_size(shape.size, shape.kernel, shape.stride, shape.padding),
+                            cudnn_benchmark=s.cudnn_benchmark,
+                        ))
+    return cases
+
+
+def _layout(t: torch.Tensor, layout: str) -> torch.Tensor:
+    return t.contiguous(memory_format=torch.channels_last) if layout == "channels_last" else t.contiguous()
+
+
+def make_operands(p: dict, device: str):
+    """Input, weight (scaled by 1/sqrt(fan-in), as initialisers do) and upstream gradient on `device`."""
+    dtype = torch_dtype(storage_dtype(p["precision"]))
+    (h, w), (kh, kw) = p["size"], p["kernel"]
+    cin, cout, groups = p["in_channels"], p["out_channels"], p["groups"]
+    x = randn(p["batch"], cin, h, w, dtype=dtype, device=device, seed=SEED_INPUT)
+    fan_in = cin // groups * kh * kw
+    weight = randn(cout, cin // groups, kh, kw, dtype=torch.float32, device="cpu", seed=SEED_WEIGHT) / math.sqrt(fan_in)
+    weight = weight.to(dtype=dtype, device=device)
+    hout, wout = p["out_size"]
+    grad = randn(p["batch"], cout, hout, wout, dtype=dtype, device=device, seed=SEED_GRAD)
+    layout = p["layout"]
+    return _layout(x, layout), _layout(weight, layout), _layout(grad, layout)
+
+
+def build(case: Case, config) -> Work:
+    p = case.info
+    device, precision = p["device"], p["precision"]
+    reason = unsupported_reason(precision, device)
+    if reason:
+        raise SkipCase(reason)
+    x, weight, grad = make_operands(p, device)
+    stride, padding, groups = tuple(p["stride"]), tuple(p["padding"]), p["groups"]
+
+    def conv(inp: torch.Tensor, wt: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(inp, wt, None, stride, padding, 1, groups)
+
+    if p["step"] == "fwd":
+        def run() -> object:
+            return conv(x, weight)
+    else:
+        x.requires_grad_(True)
+        weight.requires_grad_(True)
+
+        def run() -> object:
+            # autograd.grad returns fresh gradients: nothing accumulates into .grad between calls.
+            return torch.autograd.grad(conv(x, weight), (x, weight), grad)
+
+    try:
+        run()
+    except Exception as exc:  # noqa: BLE001 - only 'unsupported' becomes a skip; the rest re-raises
+        skip_if_unsupported(exc, f"{precision} {p['layout']} conv2d {p['step']}", device)
+
+    def check() -> None:
+        verify(case.id, p, conv, x, weight, grad)
+
+    extra = mode_record(precision, device, ("conv",))
+    return Work(fn=run, check=check, flops=flops(p), extra=extra)
+
+
+def verify(label: str, p: dict, conv, x: torch.Tensor, weight: torch.Tensor, grad: torch.Tensor) -> None:
+    """Output (and for fwd+bwd both gradients) against float64 convolutions on the CPU; AssertionError if off."""
+    tol = tolerance(p["precision"])
+    s = min(p["batch"], CHECK_SAMPLES)
+    x64 = x[:s].detach().to("cpu", torch.float64).requires_grad_(True)
+    w64 = weight.detach().to("cpu", torch.float64).requires_grad_(True)
+    g64 = grad[:s].to("cpu", torch.float64)
+    y64 = F.conv2d(x64, w64, None, tuple(p["stride"]), tuple(p["padding"]), 1, p["groups"])
+    y = conv(x, weight)
+
+    def close(what: str, result: torch.Tensor, reference: torch.Tensor) -> None:
+        err = relative_error(result, reference)
+        assert err <= tol, f"conv {label}: {what} relative error {err:.3g} > {tol:g} against a float64 reference"
+
+    close("output", y[:s], y64.detach())
+    if p["step"] != "fwd+bwd":
+        return
+    gx64, gw64 = torch.autograd.grad(y64, (x64, w64), g64)
+    gx, _ = torch.autograd.grad(y, (x, weight), grad)
+    close("input gradient", gx[:s], gx64)
+    # The weight gradient sums over the batch: it is checked on a call with the checked samples only.
+    xs = x[:s].detach().requires_grad_(True)
+    _, gw = torch.autograd.grad(conv(xs, weight), (xs, weight), grad[:s])
+    close("weight gradient", gw, gw64)
+
+
+# The GPU check's layer: ResNet-50 stage 4 3x3 at batch 64, channels_last bf16 (what AMP training runs).
+CHECK_BATCH = 64
+
+
+def gpu_checks(ctx) -> list:
+    """The suite's conv2d median, forward and forward+backward, against CUDA events around the same op."""
+    from suite.gpu_check import RATIO_TOLERANCE, CheckRow, median
+    from suite.timing import cuda_event_times
+
+    layer = {"name": "resnet50-conv4-3x3", "in_channels": 256, "out_channels": 256, "size": 14, "kernel": 3,
+             "padding": 1}
+    config = {"devices": [ctx.device], "cases": {"conv": {
+        "dtypes": ["bfloat16"], "layouts": ["channels_last"], "steps": ["fwd", "fwd+bwd"], "batch": CHECK_BATCH,
+        "shapes": [layer], "cudnn_benchmark": True}}}
+    benches = {b["extra_info"]["step"]: b for b in ctx.run_suite(config, tests="benchmarks/test_conv.py")}
+    rows = []
+    for step in ("fwd", "fwd+bwd"):
+        if step not in benches:
+            rows.append(CheckRow(f"conv bf16 {step}", None, None, "", False, "no result (skipped or failed)"))
+            continue
+        bench = benches[step]
+        p = dict(bench["extra_info"], device=ctx.device)
+        with precision_mode("bfloat16", cudnn_benchmark=True):
+            x, weight, grad = make_operands(p, ctx.device)
+            if step == "fwd":
+                def op():
+                    return F.conv2d(x, weight, None, 1, 1)
+            else:
+                x.requires_grad_(True)
+                weight.requires_grad_(True)
+
+                def op():
+                    return torch.autograd.grad(F.conv2d(x, weight, None, 1, 1), (x, weight), grad)
+            events = median(cuda_event_times(op, ctx.device, iterations=50, warmup=20))
+        suite_median = bench["stats"]["median"]
+        ok = abs(suite_median / events - 1) <= RATIO_TOLERANCE
+        rows.append(CheckRow(f"conv bf16 cl {step} b{CHECK_BATCH} median", suite_median * 1e3, events * 1e3, "ms", ok,
+                             f"vs CUDA events; suite {bench['extra_info']['tflops']:.0f} TFLOP/s"))
+    return rows
+
+
+__all__ = ["NAME", "build", "enumerate_cases", "flops", "forward_flops", "gpu_checks", "output_size", "verify"]

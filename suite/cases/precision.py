@@ -1,0 +1,137 @@
+"""Precision modes of the compute cases: float32 (IEEE), TF32, bfloat16, float16, float64; set per case, restored.
+
+A case's `precision` is its dtype, except `tf32`: float32 storage with TensorFloat-32 tensor-core math allowed
+in cuBLAS and cuDNN. Plain `float32` means IEEE float32 everywhere: TF32 is switched off explicitly (cuDNN
+convolutions allow TF32 by default, cuBLAS matmuls do not), so a float32 number never silently means TF32.
+The switches are process-global, so `mode_for(case)` sets them around one whole case (build, check, warm-up,
+timing) and restores them on the way out, whether the case passed, failed or skipped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+
+from suite import devices as dev
+from suite.cases import Case
+
+PRECISIONS = ("float32", "tf32", "bfloat16", "float16", "float64")
+# TF32 tensor cores arrived with Ampere (compute capability 8.0); older GPUs run float32 in IEEE only.
+TF32_MIN_CAPABILITY = (8, 0)
+
+
+def storage_dtype(precision: str) -> str:
+    """The tensor dtype a precision mode stores its data in (tf32 computes on float32 tensors)."""
+    return "float32" if precision == "tf32" else precision
+
+
+def unsupported_reason(precision: str, device: str) -> str | None:
+    """Why `precision` cannot run on `device`, where the suite knows in advance; None otherwise."""
+    if precision != "tf32":
+        return None
+    kind = device.split(":")[0]
+    if kind != "cuda":
+        return (f"tf32 is a CUDA tensor-core mode (Ampere or newer); on {device} float32 matmuls and convolutions "
+                "always run in IEEE float32: see the float32 case")
+    # ROCm reports gfx versions, not CUDA capabilities: there torch itself decides (a skip if it refuses).
+    if dev.missing_reason(device) is not None or getattr(torch.version, "hip", None):
+        return None
+    props = dev.current_platform().properties(torch.device(device))
+    capability = str(props.get("capability") or "")
+    if capability.count(".") == 1 and capability.replace(".", "").isdigit():
+        major, minor = (int(part) for part in capability.split("."))
+        if (major, minor) < TF32_MIN_CAPABILITY:
+            return (f"tf32 needs compute capability >= {TF32_MIN_CAPABILITY[0]}.{TF32_MIN_CAPABILITY[1]} "
+                    f"(Ampere or newer); {device} ({props.get('name', '?')}) is {capability}")
+    return None
+
+
+# --- the process-global switches -------------------------------------------------------------------------
+# torch >= 2.9 has `fp32_precision` per backend and raises if the legacy `allow_tf32` flags are read after the
+# new API was used, so the suite uses the new API where it exists and the legacy flags only on older torch.
+
+
+def _new_api() -> bool:
+    return hasattr(torch.backends.cuda.matmul, "fp32_precision") and hasattr(
+        getattr(torch.backends.cudnn, "conv", None), "fp32_precision"
+    )
+
+
+def _save() -> tuple:
+    if _new_api():
+        return ("new", torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision,
+                torch.backends.cudnn.benchmark)
+    return ("legacy", torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32,
+            torch.backends.cudnn.benchmark)
+
+
+def _restore(saved: tuple) -> None:
+    api, matmul, conv, benchmark = saved
+    if api == "new":
+        torch.backends.cuda.matmul.fp32_precision = matmul
+        torch.backends.cudnn.conv.fp32_precision = conv
+    else:
+        torch.set_float32_matmul_precision(matmul)
+        torch.backends.cudnn.allow_tf32 = conv
+    torch.backends.cudnn.benchmark = benchmark
+
+
+def _set_tf32(allowed: bool) -> None:
+    if _new_api():
+        value = "tf32" if allowed else "ieee"
+        torch.backends.cuda.matmul.fp32_precision = value
+        torch.backends.cudnn.conv.fp32_precision = value
+    else:
+        torch.set_float32_matmul_precision("high" if allowed else "highest")
+        torch.backends.cudnn.allow_tf32 = allowed
+
+
+def tf32_state() -> dict:
+    """The switches as they are now: whether cuBLAS matmuls and cuDNN convolutions may use TF32."""
+    if _new_api():
+        matmul = torch.backends.cuda.matmul.fp32_precision
+        conv = torch.backends.cudnn.conv.fp32_precision
+        if matmul == "none":  # 'none' inherits the global setting, whose default is IEEE
+            matmul = torch.backends.fp32_precision
+        return {"matmul_tf32": matmul == "tf32", "conv_tf32": conv == "tf32"}
+    return {"matmul_tf32": torch.get_float32_matmul_precision() != "highest",
+            "conv_tf32": bool(torch.backends.cudnn.allow_tf32)}
+
+
+@contextlib.contextmanager
+def precision_mode(precision: str, cudnn_benchmark: bool | None = None) -> Iterator[None]:
+    """Set the TF32 switches for `precision` (and cudnn.benchmark if given); restore all of them on exit."""
+    saved = _save()
+    try:
+        if storage_dtype(precision) == "float32":
+            _set_tf32(precision == "tf32")
+        if cudnn_benchmark is not None:
+            torch.backends.cudnn.benchmark = bool(cudnn_benchmark)
+        yield
+    finally:
+        _restore(saved)
+
+
+def mode_for(case: Case | None):
+    """The precision mode of one case, from its parameters (`precision`, `cudnn_benchmark`)."""
+    if case is None:
+        return contextlib.nullcontext()
+    info = case.info
+    return precision_mode(info.get("precision", info.get("dtype", "float32")), info.get("cudnn_benchmark"))
+
+
+def mode_record(precision: str, device: str, uses: tuple[str, ...] = ("matmul", "conv")) -> dict:
+    """extra_info keys that say how the case ran: the precision and, for float32 data, whether TF32 was in
+    effect: the switch of the library the case `uses` (cuBLAS matmul, cuDNN conv) on a CUDA device."""
+    record: dict = {"precision": precision}
+    if storage_dtype(precision) == "float32":
+        state = tf32_state()
+        switched = any(state[f"{lib}_tf32"] for lib in uses)
+        record["allow_tf32"] = switched and device.split(":")[0] == "cuda"
+    return record
+
+
+__all__ = ["PRECISIONS", "mode_for", "mode_record", "precision_mode", "storage_dtype", "tf32_state",
+           "unsupported_reason"]

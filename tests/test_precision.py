@@ -1,0 +1,160 @@
+"""Precision modes: TF32 switches set for a case and restored after it (pass, fail or skip); skip reasons."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+
+from suite.cases import SkipCase, make_case
+from suite.cases.matmul import build as build_matmul, enumerate_cases as matmul_cases
+from suite.cases.precision import mode_for, mode_record, precision_mode, tf32_state, unsupported_reason
+from suite.config import parse_config
+from suite.devices import use_platform
+from suite.errors import UserError
+from tests.conftest import ROOT
+from tests.fakes import FakePlatform
+
+
+def _thin_test(family: str):
+    """The real benchmarks/test_<family>.py function, as pytest runs it."""
+    spec = importlib.util.spec_from_file_location(f"bench_{family}", ROOT / "benchmarks" / f"test_{family}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, f"test_{family}")
+
+
+def _case(family: str, precision: str, device: str = "cuda:0", **extra):
+    dtype = "float32" if precision == "tf32" else precision
+    return make_case(family, (device,), [device, precision], device=device, dtype=dtype, precision=precision,
+                     **extra)
+
+
+@pytest.fixture
+def clean_switches():
+    before = (tf32_state(), torch.backends.cudnn.benchmark)
+    yield before
+    assert (tf32_state(), torch.backends.cudnn.benchmark) == before, "a test leaked a precision switch"
+
+
+@pytest.mark.parametrize("family", ["matmul", "conv", "model", "ceiling"])
+@pytest.mark.parametrize("outcome", [None, AssertionError("wrong result"), SkipCase("no bf16 here"),
+                                     pytest.skip.Exception("skipped")])
+def test_switches_set_during_case_and_restored_after(family, outcome, clean_switches):
+    test_fn = _thin_test(family)
+    case = _case(family, "tf32", cudnn_benchmark=True)
+    seen = {}
+
+    def measure(c):
+        seen.update(tf32_state(), benchmark=torch.backends.cudnn.benchmark)
+        if outcome is not None:
+            raise outcome
+
+    if outcome is None:
+        test_fn(case, measure)
+    else:
+        with pytest.raises(type(outcome)):
+            test_fn(case, measure)
+    assert seen == {"matmul_tf32": True, "conv_tf32": True, "benchmark": True}
+
+
+def test_float32_switches_tf32_off_even_where_the_default_allows_it(clean_switches):
+    with precision_mode("tf32"):
+        assert tf32_state() == {"matmul_tf32": True, "conv_tf32": True}
+        with precision_mode("float32", cudnn_benchmark=False):
+            assert tf32_state() == {"matmul_tf32": False, "conv_tf32": False}
+            assert torch.backends.cudnn.benchmark is False
+            assert mode_record("float32", "cuda:0") == {"precision": "float32", "allow_tf32": False}
+        assert tf32_state() == {"matmul_tf32": True, "conv_tf32": True}
+        assert mode_record("tf32", "cuda:1") == {"precision": "tf32", "allow_tf32": True}
+        # The CPU has no TF32, whatever the switch says.
+        assert mode_record("tf32", "cpu") == {"precision": "tf32", "allow_tf32": False}
+    assert mode_record("bfloat16", "cuda:0") == {"precision": "bfloat16"}
+
+
+def test_the_record_reads_the_switch_of_the_library_the_case_uses(clean_switches):
+    if not hasattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision"):
+        pytest.skip("torch < 2.9 has no per-backend fp32_precision")
+    with precision_mode("float32"):
+        torch.backends.cudnn.conv.fp32_precision = "tf32"
+        assert mode_record("float32", "cuda:0", ("matmul",))["allow_tf32"] is False
+        assert mode_record("float32", "cuda:0", ("conv",))["allow_tf32"] is True
+
+
+def test_other_precisions_leave_the_switches_alone(clean_switches):
+    before = tf32_state()
+    with precision_mode("bfloat16"):
+        assert tf32_state() == before
+    with mode_for(None):
+        assert tf32_state() == before
+
+
+@pytest.mark.parametrize("device", ["cpu", "mps", "xpu:0"])
+def test_tf32_skips_off_cuda_with_the_reason(device):
+    reason = unsupported_reason("tf32", device)
+    assert reason and "CUDA tensor-core mode" in reason and device in reason
+    assert unsupported_reason("float32", device) is None
+
+
+def test_tf32_skips_on_a_pre_ampere_gpu():
+    class OldGpu(FakePlatform):
+        def properties(self, device):
+            return dict(super().properties(device), name="Tesla V100-SXM2-16GB", capability="7.0")
+
+    with use_platform(OldGpu(gpus=1)):
+        reason = unsupported_reason("tf32", "cuda:0")
+    assert "compute capability >= 8.0" in reason and "7.0" in reason
+    with use_platform(FakePlatform(gpus=1)):  # capability 9.0
+        assert unsupported_reason("tf32", "cuda:0") is None
+
+
+def test_tf32_matmul_case_on_the_cpu_is_a_skip_with_the_reason():
+    case = _case("matmul", "tf32", device="cpu", m=8, n=8, k=8)
+    with pytest.raises(SkipCase, match="on cpu float32 matmuls and convolutions always run in IEEE"):
+        build_matmul(case, None)
+
+
+def test_unsupported_dtype_becomes_a_skip_naming_dtype_and_device(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise RuntimeError('"addmm_impl_cpu_" not implemented for \'Half\'')
+
+    monkeypatch.setattr(torch, "matmul", refuse)
+    case = _case("matmul", "float16", device="cpu", m=8, n=8, k=8)
+    with pytest.raises(SkipCase, match=r"float16 matmul is not supported on cpu: .*not implemented for 'Half'"):
+        build_matmul(case, None)
+
+
+def test_matmul_ids_keep_plain_float32_and_add_tf32():
+    config = parse_config({"cases": {"matmul": {"dtypes": ["fp32", "tf32", "bf16"], "shapes": ["1024x1024x1024"]}}})
+    ids = [c.id for c in matmul_cases(config, ["cpu"])]
+    assert ids == ["cpu-float32-1024x1024x1024", "cpu-tf32-1024x1024x1024", "cpu-bfloat16-1024x1024x1024"]
+    tf32 = matmul_cases(config, ["cpu"])[1].info
+    assert (tf32["dtype"], tf32["precision"]) == ("float32", "tf32")
+
+
+def test_float64_where_asked_runs_and_records_its_precision():
+    case = _case("matmul", "float64", device="cpu", m=16, n=8, k=4)
+    work = build_matmul(case, None)
+    work.check()
+    assert work.extra == {"precision": "float64"}
+
+
+def test_bad_precision_names_the_allowed_ones():
+    with pytest.raises(UserError, match=r"x.yaml: cases.conv.dtypes\[0\]: 'tf16' is not a dtype; allowed: "
+                                        r"bfloat16, float16, float32, float64, tf32"):
+        parse_config({"cases": {"conv": {"dtypes": ["tf16"]}}}, "x.yaml")
+
+
+@pytest.mark.gpu
+def test_tf32_changes_a_cuda_matmul(clean_switches):
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    a = torch.randn(1024, 1024, device="cuda")
+    exact = (a.double() @ a.double())
+    with precision_mode("float32"):
+        strict = (a @ a - exact).norm() / exact.norm()
+    with precision_mode("tf32"):
+        loose = (a @ a - exact).norm() / exact.norm()
+    if torch.cuda.get_device_capability() >= (8, 0):
+        assert loose > 10 * strict, (float(loose), float(strict))
