@@ -1,0 +1,316 @@
+"""Collectives: all_reduce, all_gather, reduce_scatter, broadcast, reduce, all_to_all, send_recv over torch.distributed.
+
+Run under torchrun (see suite/distributed.py). Sizes follow nccl-tests: S is the whole buffer (all_gather: the
+output, reduce_scatter: the input); algbw = S / t and busbw = algbw x factor (nccl-tests doc/PERFORMANCE.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from suite import distributed
+from suite.cases import Case, SkipCase, Work, make_case
+from suite.cases.common import torch_dtype
+from suite.units import GB, format_size
+
+NAME = "collectives"
+
+
+@dataclass(frozen=True)
+class Op:
+    modes: tuple[str, ...]  # the modes torch offers for it: "inplace", "outofplace"
+    factor: Callable[[int], float]  # busbw = algbw x factor(world size)
+    chunked: bool  # the buffer splits into one chunk per rank: its element count rounds down to n x k
+
+
+# nccl-tests' bus bandwidth factors: what each rank's link carries relative to S.
+OPS: dict[str, Op] = {
+    "all_reduce": Op(("inplace",), lambda n: 2 * (n - 1) / n, False),
+    "all_gather": (ag := Op(("outofplace", "inplace"), lambda n: (n - 1) / n, True)),
+    "reduce_scatter": ag,
+    "broadcast": Op(("inplace",), lambda n: 1.0, False),
+    "reduce": Op(("inplace",), lambda n: 1.0, False),
+    "all_to_all": Op(("outofplace",), lambda n: (n - 1) / n, True),
+    # Each rank sends S to rank+1 and receives S from rank-1 (nccl-tests' sendrecv; pairs when n = 2).
+    "send_recv": Op(("outofplace",), lambda n: 1.0, False),
+}
+# broadcast and reduce use this root, as nccl-tests do by default.
+ROOT = 0
+# Input values are (rank + 1) + (i mod PATTERN) / PATTERN: never zero, different per rank and per position (a
+# misplaced chunk fails the check), exact in bf16/fp16 for small ranks. All positive: repeated in-place SUMs
+# (all_reduce, reduce_scatter, reduce grow n-fold per call) head to +inf, never NaN; inf costs the same as
+# finite values on GPUs and x86 CPUs, and the check runs on fresh buffers before timing.
+PATTERN = 8
+
+
+def bus_factor(op: str, world_size: int) -> float:
+    return OPS[op].factor(world_size)
+
+
+def algbw(nbytes: float, seconds: float) -> float:
+    """GB/s (decimal) of S bytes in `seconds`, as nccl-tests' algbw."""
+    return nbytes / seconds / GB
+
+
+def busbw(op: str, nbytes: float, seconds: float, world_size: int) -> float:
+    return algbw(nbytes, seconds) * bus_factor(op, world_size)
+
+
+def element_count(op: str, nbytes: int, element_size: int, world_size: int) -> int:
+    """Elements of the S buffer; chunked ops round down to a multiple of the world size (0: too small)."""
+    count = nbytes // element_size
+    if OPS[op].chunked:
+        count -= count % world_size
+    return count
+
+
+def modes(op: str, in_place: bool | str) -> list[str]:
+    """The modes to run: both where torch has both and the config says both; otherwise the op's own."""
+    available = OPS[op].modes
+    if len(available) == 1 or in_place == "both":
+        return list(available)
+    return ["inplace" if in_place else "outofplace"]
+
+
+def _backend_and_device(config, devices: list[str]) -> tuple[str, str]:
+    state = distributed.current()
+    if state is not None:
+        return state.backend, state.device
+    backend = distributed.resolve_backend(config.cases.collectives.backend, devices)
+    return backend, "cuda:0" if backend == "nccl" else "cpu"
+
+
+def enumerate_cases(config, devices: list[str]) -> list[Case]:
+    section = config.cases.collectives
+    if not section.enabled:
+        return []
+    backend, device = _backend_and_device(config, devices)
+    sec = section.for_device(device)
+    return [
+        make_case(NAME, (device,), [backend, op, dtype, format_size(size), mode],
+                  op=op, dtype=dtype, size=size, in_place=mode == "inplace", backend=backend, device=device)
+        for op in sec.ops
+        for dtype in sec.dtypes
+        for size in sec.sizes
+        for mode in modes(op, sec.in_place)
+    ]
+
+
+def rank_values(rank: int, count: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """Rank `rank`'s input of `count` elements (see PATTERN)."""
+    base = torch.arange(count, device=device, dtype=torch.float32).remainder_(PATTERN).div_(PATTERN)
+    return base.add_(rank + 1).to(dtype)
+
+
+def _sum_of_ranks(n: int, count: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+    total = torch.zeros(count, dtype=torch.float64, device=device)
+    for r in range(n):
+        total += rank_values(r, count, dtype, device).to(torch.float64)
+    return total
+
+
+def reduce_tolerance(dtype: torch.dtype, world_size: int) -> float:
+    """Relative error allowed for a SUM of n positive values in `dtype`, added in any order: the bound is n-1
+    unit roundoffs (eps/2 each); twice that for margin. A missing or doubled rank is off by >= 1/n^2."""
+    return (world_size - 1) * torch.finfo(dtype).eps + 1e-12
+
+
+def _api(new: str, old: str):
+    import torch.distributed as dist
+
+    return getattr(dist, new, None) or getattr(dist, old)
+
+
+@dataclass
+class _Buffers:
+    fn: Callable[[], object]
+    reset: Callable[[], None]
+    result: Callable[[], torch.Tensor]  # what to compare after one call
+    expected: Callable[[], torch.Tensor]
+    exact: bool
+    only_root: bool = False
+
+
+def _buffers(op: str, inplace: bool, count: int, dtype: torch.dtype, device: str, rank: int, n: int) -> _Buffers:
+    import torch.distributed as dist
+
+    mine = rank_values(rank, count, dtype, device)
+    chunk = count // n if OPS[op].chunked else count
+    if op == "all_reduce":
+        buf = mine.clone()
+        return _Buffers(lambda: dist.all_reduce(buf), lambda: buf.copy_(mine), lambda: buf,
+                        lambda: _sum_of_ranks(n, count, dtype, device), exact=False)
+    if op == "broadcast":
+        buf = mine.clone()
+        return _Buffers(lambda: dist.broadcast(buf, ROOT), lambda: buf.copy_(mine), lambda: buf,
+                        lambda: rank_values(ROOT, count, dtype, device), exact=True)
+    if op == "reduce":
+        buf = mine.clone()
+        return _Buffers(lambda: dist.reduce(buf, ROOT), lambda: buf.copy_(mine), lambda: buf,
+                        lambda: _sum_of_ranks(n, count, dtype, device), exact=False, only_root=True)
+    if op == "all_gather":
+        gather = _api("all_gather_single", "all_gather_into_tensor")
+        out = torch.empty(count, dtype=dtype, device=device)
+        piece = rank_values(rank, chunk, dtype, device)
+        src = out.narrow(0, rank * chunk, chunk) if inplace else piece.clone()
+        return _Buffers(lambda: gather(out, src), lambda: src.copy_(piece), lambda: out,
+                        lambda: torch.cat([rank_values(r, chunk, dtype, device) for r in range(n)]), exact=True)
+    if op == "reduce_scatter":
+        scatter = _api("reduce_scatter_single", "reduce_scatter_tensor")
+        src = mine.clone()
+        dst = src.narrow(0, rank * chunk, chunk) if inplace else torch.empty(chunk, dtype=dtype, device=device)
+        return _Buffers(lambda: scatter(dst, src), lambda: src.copy_(mine), lambda: dst,
+                        lambda: _sum_of_ranks(n, count, dtype, device).narrow(0, rank * chunk, chunk), exact=False)
+    if op == "all_to_all":
+        out = torch.empty(count, dtype=dtype, device=device)
+        return _Buffers(lambda: dist.all_to_all_single(out, mine), lambda: out.fill_(-1), lambda: out,
+                        lambda: torch.cat([rank_values(r, count, dtype, device).narrow(0, rank * chunk, chunk)
+                                           for r in range(n)]), exact=True)
+    if op == "send_recv":
+        out = torch.empty(count, dtype=dtype, device=device)
+        peer_to, peer_from = (rank + 1) % n, (rank - 1) % n
+
+        def send_recv() -> None:
+            ops = [dist.P2POp(dist.isend, mine, peer_to), dist.P2POp(dist.irecv, out, peer_from)]
+            for request in dist.batch_isend_irecv(ops):
+                request.wait()
+
+        return _Buffers(send_recv, lambda: out.fill_(-1), lambda: out,
+                        lambda: rank_values(peer_from, count, dtype, device), exact=True)
+    raise ValueError(f"unknown collective {op!r}")
+
+
+def _mismatch(result: torch.Tensor, expected: torch.Tensor, exact: bool, tolerance: float) -> str | None:
+    if exact:
+        bad = (result != expected.to(result.dtype)).nonzero()
+        if bad.numel() == 0:
+            return None
+        i = int(bad[0])
+        return f"{bad.numel()} of {result.numel()} elements differ (first at {i}: {result[i].item()} != " \
+               f"{expected[i].item()})"
+    got = result.to(torch.float64)
+    err = ((got - expected).abs() / expected.abs()).nan_to_num(float("inf"))
+    worst = float(err.max()) if err.numel() else 0.0
+    if worst <= tolerance:
+        return None
+    i = int(err.argmax())
+    return f"relative error {worst:.3g} > {tolerance:.3g} (at {i}: {got[i].item()} vs {expected[i].item()})"
+
+
+def build(case: Case, config) -> Work:
+    p = case.info
+    state = distributed.current()
+    if state is None:
+        raise SkipCase(distributed.not_launched_reason())
+    n, rank = state.env.world_size, state.env.rank
+    if n < 2:
+        raise SkipCase(f"world size 1: a collective needs 2 or more ranks; {distributed.TORCHRUN_HINT}")
+    op, dtype_name, inplace = p["op"], p["dtype"], p["in_place"]
+    sec = config.cases.collectives.for_device(state.device)
+    dtype = torch_dtype(dtype_name)
+    count = element_count(op, p["size"], dtype.itemsize, n)
+    problem = None
+    bufs = None
+    if count == 0:
+        problem = f"{format_size(p['size'])} holds fewer than {n} {dtype_name} elements (one per rank)"
+    else:
+        try:
+            bufs = _buffers(op, inplace, count, dtype, state.device, rank, n)
+        except (RuntimeError, MemoryError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            problem = f"could not allocate on {state.device}: {first}"
+    # Every rank skips together (a rank that skipped alone would leave the others waiting in the collective).
+    skipped = state.agree(f"{case.id} build", problem)
+    if skipped:
+        raise SkipCase("; ".join(f"rank {r}: {text}" for r, text in sorted(skipped.items())))
+    nbytes = count * dtype.itemsize
+    tolerance = reduce_tolerance(dtype, n)
+
+    def check() -> None:
+        bufs.reset()
+        bufs.fn()
+        from suite.devices import synchronize
+
+        synchronize(state.device)
+        problem = None
+        if not (bufs.only_root and rank != ROOT):
+            found = _mismatch(bufs.result(), bufs.expected(), bufs.exact, tolerance)
+            problem = found and f"{op} {case.id}: {found}"
+        wrong = state.agree(f"{case.id} check", problem)
+        bufs.reset()
+        assert not wrong, "wrong result on " + "; ".join(f"rank {r}: {text}" for r, text in sorted(wrong.items()))
+
+    def derive(median: float) -> dict:
+        return {"algbw": algbw(nbytes, median), "busbw": busbw(op, nbytes, median, n)}
+
+    extra = {
+        "world_size": n,
+        "ranks_per_node": state.env.local_world_size, "nnodes": state.env.nnodes,
+        "busbw_factor": bus_factor(op, n), "iterations": sec.iterations, "timeout_s": state.timeout_s,
+    }
+    return Work(fn=bufs.fn, check=check, bytes=nbytes, extra=extra, derive=derive,
+                pedantic={"rounds": sec.rounds, "iterations": sec.iterations, "warmup_rounds": sec.warmup_rounds})
+
+
+# --- GPU check -------------------------------------------------------------------------------------------
+
+
+def gpu_checks(ctx) -> list:
+    """NCCL initialises on the GPU (world size 1: the only size one GPU allows), and 2 Gloo ranks run the
+    collective file end to end through torchrun on the same machine."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    from suite.gpu_check import ROOT, CheckRow
+
+    rows = []
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    # The suite's own start-up (store, NCCL with eager init on cuda:0) and timer, with one rank.
+    probe = (
+        "import torch, torch.distributed as dist\n"
+        "from suite import distributed as d\n"
+        "st = d.init(d.LaunchEnv(0, 1, 0, 1, '127.0.0.1', 0, False, 'gpu-check'), 'nccl', 60, 'gpu-check')\n"
+        "x = torch.ones(1 << 20, device=st.device)\n"
+        "timer = d.SlowestRankTimer(); t0 = timer(); dist.all_reduce(x); t1 = timer()\n"
+        "assert st.device == 'cuda:0' and t1 > t0, (st.device, t0, t1)\n"
+        "print('NCCL', torch.cuda.nccl.version(), st.device, float(x.sum()))\n"
+        "d.shutdown()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env=env)
+    ok = proc.returncode == 0 and f"{float(1 << 20)}" in proc.stdout
+    tail = (proc.stdout + proc.stderr).strip().splitlines()
+    rows.append(CheckRow("collectives: NCCL init + all_reduce (1 rank)", None, None, "", ok,
+                         tail[-1][:80] if tail else ""))
+    work = Path(tempfile.mkdtemp(prefix="gpu-check-coll-", dir=ctx.workdir))
+    cfg = work / "gloo.yaml"
+    cfg.write_text(yaml.safe_dump({"devices": "cpu", "cases": {"collectives": {
+        "backend": "gloo", "ops": ["all_reduce", "all_gather"], "sizes": ["1MiB"], "in_place": False,
+        "rounds": 5, "iterations": 3, "warmup_rounds": 1, "timeout_s": 60}}}))
+    out = work / "gloo.json"
+    cmd = distributed.torchrun_command(2, ["benchmarks/test_collectives.py", "-q", "-p", "no:cacheprovider",
+                                           f"--suite-config={cfg}", f"--benchmark-json={out}"])
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180, env=env)
+    benches = json.loads(out.read_text())["benchmarks"] if out.exists() else []
+    for bench in benches:
+        info = bench["extra_info"]
+        good = proc.returncode == 0 and info["world_size"] == 2 and info["busbw"] > 0
+        rows.append(CheckRow(f"collectives: gloo x2 {info['op']} 1MiB busbw", info["busbw"], None, "GB/s", good,
+                             "2 ranks via torchrun"))
+    if not benches:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()
+        rows.append(CheckRow("collectives: gloo x2 via torchrun", None, None, "", False,
+                             tail[-1][:80] if tail else f"exit {proc.returncode}"))
+    return rows
+
+
+__all__ = ["NAME", "OPS", "algbw", "build", "bus_factor", "busbw", "element_count", "enumerate_cases", "gpu_checks"]

@@ -1,0 +1,440 @@
+"""torch.distributed for the collectives: launch environment, start-up with named missing ranks, lockstep timer.
+
+Also a pytest plugin (registered from benchmarks/conftest.py): under torchrun it creates the process group at
+session start (after every rank arrived and showed the same config hash), keeps rank != 0 from writing results,
+and gives the collective tests a timer whose round time is the slowest rank's, the same on every rank.
+`python -m suite.distributed --nproc 2 [pytest args]` wraps torchrun for one node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from suite.errors import UserError
+
+TORCHRUN_HINT = (
+    "torchrun --nproc-per-node=N -m pytest benchmarks/test_collectives.py --benchmark-json out.json "
+    "(or: python -m suite.distributed --nproc N)"
+)
+# How a round is timed, against nccl-tests (barrier, host timer around `iters` collectives, time averaged
+# across ranks): we also barrier and time `iterations` collectives with the host clock after a device
+# synchronisation, but take the MAXIMUM across ranks, not the mean: a collective is done only when its slowest
+# rank is, and the max gives every rank the same number, so any rank could write the results.
+ROUND_TIME = "max over ranks of (barrier; t0; iterations x collective; synchronize; t1)"
+# A client's connection to the store gets this share of timeout_s: torch's TCPStore client tries once more
+# after its first connect timeout, so a missing rank 0 is reported after about timeout_s, not twice that.
+CONNECT_SHARE = 0.5
+# Our keys in the store (torchrun's agent store is shared with torch's own keys).
+_STORE_PREFIX = "gpubench-suite"
+
+
+class RankTimeout(RuntimeError):
+    """Some ranks did not arrive within the timeout; the message names them."""
+
+
+@dataclass(frozen=True)
+class LaunchEnv:
+    """What torchrun (or srun + torchrun) tells each rank through the environment."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+    agent_store: bool  # torchrun's agent hosts the store; every rank is a client
+    run_id: str
+
+    @classmethod
+    def from_environ(cls, environ: dict | None = None) -> "LaunchEnv | None":
+        """None when not launched by torchrun (RANK and WORLD_SIZE unset)."""
+        env = os.environ if environ is None else environ
+        if "RANK" not in env or "WORLD_SIZE" not in env:
+            return None
+        try:
+            world = int(env["WORLD_SIZE"])
+            return cls(
+                rank=int(env["RANK"]),
+                world_size=world,
+                local_rank=int(env.get("LOCAL_RANK", 0)),
+                local_world_size=int(env.get("LOCAL_WORLD_SIZE", world)),
+                master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+                master_port=int(env.get("MASTER_PORT", 29500)),
+                agent_store=env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true",
+                run_id=f"{env.get('TORCHELASTIC_RUN_ID', 'none')}/{env.get('TORCHELASTIC_RESTART_COUNT', '0')}",
+            )
+        except ValueError as exc:
+            raise UserError(f"torchrun environment: {exc}; RANK, WORLD_SIZE, LOCAL_RANK must be integers") from None
+
+    @property
+    def nnodes(self) -> int:
+        return max(1, self.world_size // max(1, self.local_world_size))
+
+
+def resolve_backend(setting: str, devices: list[str]) -> str:
+    """auto -> NCCL when CUDA devices are selected and NCCL is built in, else Gloo."""
+    import torch
+    import torch.distributed as dist
+
+    if setting != "auto":
+        return setting
+    wants_cuda = any(d.startswith("cuda") for d in devices) and torch.cuda.is_available()
+    return "nccl" if wants_cuda and dist.is_nccl_available() else "gloo"
+
+
+def rank_device(backend: str, local_rank: int, gpu_count: int | None = None) -> str:
+    """The rank's own device: cuda:LOCAL_RANK for NCCL (cuda:0 when each rank sees one GPU), the CPU for Gloo."""
+    if backend != "nccl":
+        return "cpu"
+    import torch
+
+    count = torch.cuda.device_count() if gpu_count is None else gpu_count
+    if count == 1:
+        return "cuda:0"
+    if local_rank >= count:
+        raise UserError(f"LOCAL_RANK {local_rank} but this node shows {count} GPU(s): start at most {count} "
+                        "ranks per node (--nproc-per-node)")
+    return f"cuda:{local_rank}"
+
+
+def config_digest(payload: Any) -> str:
+    """sha256 of the resolved config as canonical JSON: equal on every rank started with the same config."""
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def open_store(env: LaunchEnv, timeout_s: float):
+    """A TCPStore on rank 0 (or torchrun's agent store) that does not wait for workers: we wait ourselves, so
+    a timeout can name the ranks that never came."""
+    import torch.distributed as dist
+
+    is_master = env.rank == 0 and not env.agent_store
+    try:
+        store = dist.TCPStore(env.master_addr, env.master_port, None, is_master,
+                              timeout=timedelta(seconds=timeout_s * CONNECT_SHARE), wait_for_workers=False,
+                              multi_tenant=True)
+        store.set_timeout(timedelta(seconds=timeout_s))
+        return store
+    except (RuntimeError, OSError) as exc:  # DistStoreError/DistNetworkError derive from RuntimeError
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RankTimeout(
+            f"rank {env.rank}: could not reach the store at {env.master_addr}:{env.master_port} within "
+            f"{timeout_s:g} s (rank 0 missing, or MASTER_ADDR/MASTER_PORT wrong?): {first}"
+        ) from None
+
+
+def sync(store, key: str, rank: int, world_size: int, timeout_s: float, problem: str | None = None,
+         what: str | None = None) -> dict[int, str]:
+    """Every rank arrives at `key`, optionally with a problem; return {rank: problem} for the ranks that had one.
+
+    Raises RankTimeout naming the ranks that did not arrive within `timeout_s`. O(1) store operations per rank
+    unless something is wrong (then the keys are scanned to name the ranks).
+    """
+    store.set(f"{key}/rank{rank}", problem or "")
+    if problem:
+        store.add(f"{key}/problems", 1)
+    if store.add(f"{key}/arrived", 1) == world_size:
+        store.set(f"{key}/done", "1")
+    try:
+        store.wait([f"{key}/done"], timedelta(seconds=timeout_s))
+    except RuntimeError:
+        missing = [r for r in range(world_size) if not store.check([f"{key}/rank{r}"])]
+        if not missing:  # everyone arrived just as the wait gave up
+            missing = [] if store.check([f"{key}/done"]) else ["?"]
+        if missing:
+            raise RankTimeout(
+                f"rank(s) {', '.join(map(str, missing))} of {world_size} did not arrive at {what or key} within "
+                f"{timeout_s:g} s (timeout_s in the collectives config); see the missing rank's own output "
+                "(torchrun prefixes it with [rankN]:) for why it crashed or hangs"
+            ) from None
+    if store.add(f"{key}/problems", 0) == 0:
+        return {}
+    found = {r: store.get(f"{key}/rank{r}").decode() for r in range(world_size)}
+    return {r: text for r, text in found.items() if text}
+
+
+@dataclass
+class DistState:
+    """This rank's view of the running process group."""
+
+    env: LaunchEnv
+    backend: str
+    device: str
+    timeout_s: float
+    digest: str
+    store: Any = None
+    owns_group: bool = False
+    _seq: int = field(default=0, repr=False)
+
+    def agree(self, what: str, problem: str | None = None) -> dict[int, str]:
+        """Lockstep point between ranks (outside timing): every rank reports its problem or none."""
+        self._seq += 1
+        return sync(self.store, f"step{self._seq}:{what}", self.env.rank, self.env.world_size, self.timeout_s,
+                    problem, what=what)
+
+    def same_tests(self, nodeids: list[str]) -> None:
+        """Every rank collected the same tests in the same order (else they would wait in different cases)."""
+        self._seq += 1
+        first, differ = compare(self.store, f"step{self._seq}:collection", self.env.rank, self.env.world_size,
+                                config_digest(nodeids), self.timeout_s, what="collection")
+        if differ:
+            raise UserError(
+                f"ranks collected different tests or orders (sha256 of the test ids {_listed(first, differ)}): give "
+                "every rank the same pytest arguments (-k, -m, paths) and no random ordering"
+            )
+
+    def describe(self) -> dict:
+        return {
+            "world_size": self.env.world_size,
+            "ranks_per_node": self.env.local_world_size,
+            "nnodes": self.env.nnodes,
+            "backend": self.backend,
+            "config_sha256": self.digest,
+            "timeout_s": self.timeout_s,
+            "round_time": ROUND_TIME,
+        }
+
+
+_STATE: DistState | None = None
+_INITS = 0  # each init gets fresh store keys (same count on every rank: inits happen in lockstep)
+
+
+def current() -> DistState | None:
+    return _STATE
+
+
+def not_launched_reason() -> str:
+    return f"collectives need several ranks: launch with {TORCHRUN_HINT}"
+
+
+def compare(store, key: str, rank: int, world_size: int, digest: str, timeout_s: float,
+            what: str) -> tuple[str, dict[int, str]]:
+    """Every rank brings a digest; return rank 0's and {rank: its digest} for the ranks whose digest differs."""
+    if rank == 0:
+        store.set(f"{key}/rank0-digest", digest)
+    sync(store, f"{key}/arrive", rank, world_size, timeout_s, what=what)
+    first = store.get(f"{key}/rank0-digest").decode()
+    return first, sync(store, f"{key}/compare", rank, world_size, timeout_s, None if first == digest else digest)
+
+
+def _listed(first: str, differ: dict[int, str]) -> str:
+    return "; ".join(f"rank {r}: {d[:12]}" for r, d in sorted(differ.items())) + f"; rank 0: {first[:12]}"
+
+
+def meet(store, rank: int, world_size: int, digest: str, timeout_s: float) -> None:
+    """Wait for every rank (RankTimeout names the missing ones); UserError when their config hashes differ."""
+    first, differ = compare(store, "config", rank, world_size, digest, timeout_s,
+                            what="start-up (process group creation)")
+    if differ:
+        raise UserError(
+            f"ranks started with different configs (sha256 {_listed(first, differ)}): start every rank with the "
+            "same --suite-config file, --suite-devices and suite version"
+        )
+
+
+def init(env: LaunchEnv, backend: str, timeout_s: float, digest: str) -> DistState:
+    """Meet every rank (naming the missing ones), refuse different configs, then create the process group."""
+    import torch
+    import torch.distributed as dist
+
+    global _STATE, _INITS
+    _INITS += 1
+    device = rank_device(backend, env.local_rank)
+    store = dist.PrefixStore(f"{_STORE_PREFIX}/{env.run_id}/{_INITS}", open_store(env, timeout_s))
+    meet(store, env.rank, env.world_size, digest, timeout_s)
+    state = DistState(env, backend, device, timeout_s, digest, store=store)
+    if dist.is_initialized():  # a script made its own process group: reuse it, leave it to its owner
+        _STATE = state
+        return state
+    options: dict = {}
+    if backend == "nccl":
+        torch.cuda.set_device(torch.device(device))
+        options["device_id"] = torch.device(device)  # eager NCCL init: a broken setup fails here, not mid-case
+    dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
+                            world_size=env.world_size, timeout=timedelta(seconds=timeout_s), **options)
+    state.owns_group = True
+    _STATE = state
+    return state
+
+
+def shutdown() -> None:
+    global _STATE
+    import torch.distributed as dist
+
+    if _STATE is not None and _STATE.owns_group and dist.is_initialized():
+        dist.destroy_process_group()
+    _STATE = None
+
+
+class SlowestRankTimer:
+    """pytest-benchmark timer for collectives: the round's time is the slowest rank's (see ROUND_TIME).
+
+    pytest-benchmark calls it twice a round (start, end). Start: a barrier (a one-element all-reduce, then a
+    device synchronisation), then the clock. End: a synchronisation, the clock, then the elapsed time is
+    MAX-all-reduced (outside the measured interval) and the end is returned as start + slowest.
+    """
+
+    def __init__(self, clock=time.perf_counter) -> None:
+        self.clock = clock
+        self._start: float | None = None
+        self.__name__ = repr(self)
+
+    def _device(self):
+        import torch
+
+        state = current()
+        return torch.device(state.device if state else "cpu")
+
+    def __call__(self) -> float:
+        import torch
+        import torch.distributed as dist
+
+        from suite.devices import synchronize
+
+        device = self._device()
+        if self._start is None:
+            dist.all_reduce(torch.ones(1, device=device))
+            synchronize(device)
+            self._start = self.clock()
+            return self._start
+        synchronize(device)
+        start, end = self._start, self.clock()
+        self._start = None
+        elapsed = torch.tensor([end - start], dtype=torch.float64, device=device)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+        return start + float(elapsed.item())
+
+    def __repr__(self) -> str:
+        state = current()
+        return f"SlowestRankTimer({state.device if state else '-'})"
+
+
+# --- pytest plugin ----------------------------------------------------------------------------------------
+
+_RESULT_OPTIONS = ("benchmark_json", "benchmark_save", "benchmark_histogram", "benchmark_cprofile_dump")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    env = LaunchEnv.from_environ()
+    if env is None:
+        return
+    if hasattr(config.option, "randomly_reorganize"):  # pytest-randomly: every rank must keep one order
+        config.option.randomly_reorganize = False
+    if env.rank == 0:
+        return
+    # Only rank 0 writes results: every round's time is already the max over ranks, the same everywhere.
+    for name in _RESULT_OPTIONS:
+        if getattr(config.option, name, None) is not None:
+            setattr(config.option, name, None)
+    if getattr(config.option, "benchmark_autosave", False):
+        config.option.benchmark_autosave = False
+    config.option.verbose = min(config.option.verbose, -1)
+    if hasattr(config.option, "benchmark_quiet"):
+        config.option.benchmark_quiet = True
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_terminal_summary(terminalreporter) -> None:
+    env = LaunchEnv.from_environ()
+    session = getattr(terminalreporter.config, "_benchmarksession", None)
+    if env is not None and env.rank != 0 and session is not None:
+        session.groups = []  # rank 0 shows the table; the times are the same on every rank
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    from suite.config import resolved
+    from suite.plugin import _CONFIG, _DEVICES
+
+    config = session.config
+    env = LaunchEnv.from_environ()
+    if env is None or env.world_size < 2 or _CONFIG not in config.stash:
+        return
+    section = config.stash[_CONFIG].cases.collectives
+    if not section.enabled:
+        return
+    devices = config.stash[_DEVICES]
+    backend = resolve_backend(section.backend, devices)
+    payload = {"config": resolved(config.stash[_CONFIG]), "devices": devices, "backend": backend,
+               "world_size": env.world_size}
+    try:
+        init(env, backend, section.timeout_s, config_digest(payload))
+    except (UserError, RankTimeout) as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if getattr(item, "originalname", None) != "test_collectives":
+            continue
+        timer = SlowestRankTimer()  # one per test: a round broken by an error leaves no state behind
+        marks = [i for i, m in enumerate(item.own_markers) if m.name == "benchmark"]
+        for i in marks:
+            item.own_markers[i] = pytest.mark.benchmark(**{**item.own_markers[i].kwargs, "timer": timer}).mark
+        if not marks:
+            item.add_marker(pytest.mark.benchmark(timer=timer, group="collectives"))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if _STATE is not None:
+        try:
+            _STATE.same_tests([item.nodeid for item in session.items])
+        except (UserError, RankTimeout) as exc:
+            raise pytest.UsageError(str(exc)) from None
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output_json: dict) -> None:
+    if _STATE is not None:
+        output_json.setdefault("suite", {})["distributed"] = _STATE.describe()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutdown()
+
+
+# --- python -m suite.distributed ----------------------------------------------------------------------------
+
+
+def torchrun_command(nproc: int, pytest_args: list[str]) -> list[str]:
+    args = pytest_args or ["benchmarks/test_collectives.py"]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+            "-m", "pytest", *args]
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m suite.distributed",
+        description="run the collective benchmarks on this node: torchrun --standalone around pytest",
+    )
+    parser.add_argument("--nproc", type=int, default=None,
+                        help="ranks on this node (default: one per GPU, or 2 without GPUs)")
+    parser.epilog = ("every other argument goes to pytest (default benchmarks/test_collectives.py), e.g. "
+                     "--suite-config configs/quick.yaml --benchmark-json out.json")
+    args, rest = parser.parse_known_args(argv)
+    rest = [a for a in rest if a != "--"]
+    if not any(a.endswith(".py") or os.path.isdir(a) or "::" in a for a in rest):
+        rest = ["benchmarks/test_collectives.py", *rest]
+    if args.nproc is None:
+        import torch
+
+        args.nproc = torch.cuda.device_count() or 2
+    cmd = torchrun_command(args.nproc, rest)
+    print("+", " ".join(cmd), flush=True)
+    return subprocess.call(cmd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

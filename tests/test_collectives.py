@@ -1,0 +1,386 @@
+"""Collectives: bus-bandwidth math, cases and ids, checks that fail, start-up timeouts, config refusal, torchrun."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+import yaml
+
+from suite import distributed
+from suite.cases import SkipCase
+from suite.cases import collectives as coll
+from suite.config import parse_config
+from suite.distributed import LaunchEnv, RankTimeout, SlowestRankTimer
+from suite.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# --- busbw / algbw -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("op", "n", "factor"),
+    [
+        ("all_reduce", 2, 1.0), ("all_reduce", 4, 1.5), ("all_reduce", 8, 1.75), ("all_reduce", 16, 1.875),
+        ("all_gather", 2, 0.5), ("all_gather", 8, 0.875), ("reduce_scatter", 4, 0.75),
+        ("all_to_all", 8, 0.875), ("broadcast", 8, 1.0), ("reduce", 4, 1.0), ("send_recv", 8, 1.0),
+    ],
+)
+def test_bus_factor_matches_nccl_tests(op, n, factor):
+    assert coll.bus_factor(op, n) == pytest.approx(factor)
+
+
+def test_algbw_and_busbw_hand_computed():
+    # 1 GB in 0.5 s: algbw 2 GB/s; an 8-rank all_reduce carries 2*7/8 of it on each link: 3.5 GB/s.
+    assert coll.algbw(1e9, 0.5) == pytest.approx(2.0)
+    assert coll.busbw("all_reduce", 1e9, 0.5, 8) == pytest.approx(3.5)
+    # 64 MiB all_gather over 4 ranks in 10 ms: 6.7109 GB/s algbw, x 3/4.
+    assert coll.busbw("all_gather", 64 * 2**20, 0.01, 4) == pytest.approx(6.7108864 * 0.75)
+    assert coll.busbw("broadcast", 4096, 1e-5, 8) == pytest.approx(0.4096)
+
+
+def test_element_count_rounds_chunked_ops_to_world_size():
+    assert coll.element_count("all_reduce", 4096, 4, 3) == 1024
+    assert coll.element_count("all_gather", 4096, 4, 3) == 1023
+    assert coll.element_count("all_to_all", 8, 4, 3) == 0  # too small: skipped with a reason
+
+
+def test_modes():
+    assert coll.modes("all_gather", "both") == ["outofplace", "inplace"]
+    assert coll.modes("reduce_scatter", True) == ["inplace"]
+    assert coll.modes("reduce_scatter", False) == ["outofplace"]
+    assert coll.modes("all_reduce", False) == ["inplace"]  # torch has only the in-place all_reduce
+    assert coll.modes("all_to_all", True) == ["outofplace"]
+
+
+# --- config and cases ----------------------------------------------------------------------------------
+
+
+def test_cases_and_ids_outside_torchrun(monkeypatch):
+    monkeypatch.setattr(distributed, "_STATE", None)
+    config = parse_config({"cases": {"collectives": {
+        "ops": ["all_reduce", "all_gather"], "sizes": ["4KiB", "64MiB"], "backend": "gloo",
+        "cpu": {"sizes": ["4KiB"]}}}})
+    cases = coll.enumerate_cases(config, ["cpu"])
+    assert [c.id for c in cases] == [
+        "gloo-all_reduce-float32-4KiB-inplace",
+        "gloo-all_gather-float32-4KiB-outofplace",
+        "gloo-all_gather-float32-4KiB-inplace",
+    ]
+    assert cases[0].devices == ("cpu",)
+    assert cases[0].info == {"op": "all_reduce", "dtype": "float32", "size": 4096, "in_place": True,
+                             "backend": "gloo", "device": "cpu"}
+    assert coll.enumerate_cases(parse_config({"cases": {"collectives": {"enabled": False}}}), ["cpu"]) == []
+
+
+def test_default_sweep_is_4kib_to_256mib():
+    sizes = parse_config({}).cases.collectives.sizes
+    assert sizes[0] == 4096 and sizes[-1] == 256 * 2**20 and len(sizes) == 17
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"ops": ["all_reduce", "allreduse"]}, "cases.collectives.ops[1]: 'allreduse' is not a collective; allowed:"),
+        ({"in_place": "maybe"}, "cases.collectives.in_place: 'maybe' is not an in_place setting; allowed: both"),
+        ({"backend": "mpi"}, "cases.collectives.backend: 'mpi' is not a backend; allowed: auto, nccl, gloo"),
+        ({"sizes": ["3XB"]}, "cases.collectives.sizes[0]: '3XB' is not a size"),
+        ({"rounds": 0}, "cases.collectives.rounds: 0 is invalid"),
+        ({"timeout": 5}, "unknown key 'timeout'"),
+    ],
+)
+def test_config_errors(section, message):
+    with pytest.raises(UserError) as info:
+        parse_config({"cases": {"collectives": section}}, "x.yaml")
+    assert str(info.value).startswith("x.yaml: ") and message in str(info.value)
+
+
+def test_backend_choice():
+    assert distributed.resolve_backend("auto", ["cpu"]) == "gloo"
+    assert distributed.resolve_backend("gloo", ["cpu", "cuda:0"]) == "gloo"
+    assert distributed.rank_device("gloo", 3) == "cpu"
+    assert distributed.rank_device("nccl", 3, gpu_count=8) == "cuda:3"
+    assert distributed.rank_device("nccl", 3, gpu_count=1) == "cuda:0"  # one GPU per rank (Slurm --gpus-per-task)
+    with pytest.raises(UserError, match="LOCAL_RANK 4 but this node shows 4 GPU"):
+        distributed.rank_device("nccl", 4, gpu_count=4)
+
+
+def test_launch_env():
+    assert LaunchEnv.from_environ({}) is None
+    env = LaunchEnv.from_environ({"RANK": "5", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "8",
+                                  "MASTER_ADDR": "node1", "MASTER_PORT": "29400"})
+    assert (env.rank, env.world_size, env.local_rank, env.nnodes, env.master_addr) == (5, 16, 1, 2, "node1")
+
+
+# --- build and check with a fake process group of 2 ranks ----------------------------------------------
+
+
+class FakeState:
+    """Rank 0 of a 2-rank world whose other rank agrees with everything."""
+
+    def __init__(self, world_size: int = 2) -> None:
+        self.env = LaunchEnv(0, world_size, 0, world_size, "127.0.0.1", 0, False, "test")
+        self.backend, self.device, self.timeout_s = "gloo", "cpu", 5.0
+        self.seen: list[str] = []
+
+    def agree(self, what, problem=None):
+        self.seen.append(what)
+        return {0: problem} if problem else {}
+
+
+def _case(op, in_place=True, size="4KiB", dtype="float32"):
+    config = parse_config({"cases": {"collectives": {"ops": [op], "sizes": [size], "dtypes": [dtype],
+                                                     "in_place": in_place, "backend": "gloo"}}})
+    (case,) = coll.enumerate_cases(config, ["cpu"])
+    return case, config
+
+
+def test_skip_outside_torchrun_names_the_command(monkeypatch):
+    monkeypatch.setattr(distributed, "_STATE", None)
+    case, config = _case("all_reduce")
+    with pytest.raises(SkipCase, match=r"launch with torchrun --nproc-per-node=N -m pytest benchmarks/test_coll"):
+        coll.build(case, config)
+
+
+def test_world_size_one_skips(monkeypatch):
+    monkeypatch.setattr(distributed, "_STATE", FakeState(world_size=1))
+    case, config = _case("all_reduce")
+    with pytest.raises(SkipCase, match="world size 1"):
+        coll.build(case, config)
+
+
+def _two_rank_sum(t, op=None, **_):
+    t.copy_(coll.rank_values(0, t.numel(), t.dtype, "cpu") + coll.rank_values(1, t.numel(), t.dtype, "cpu"))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_all_reduce_check_passes_on_the_right_sum_and_reports_rates(monkeypatch, dtype):
+    state = FakeState()
+    monkeypatch.setattr(distributed, "_STATE", state)
+    monkeypatch.setattr(dist, "all_reduce", _two_rank_sum)
+    case, config = _case("all_reduce", dtype=dtype)
+    work = coll.build(case, config)
+    work.check()
+    assert state.seen == [f"{case.id} build", f"{case.id} check"]
+    assert work.bytes == 4096
+    assert work.pedantic == {"rounds": 20, "iterations": 5, "warmup_rounds": 2}
+    assert work.extra["world_size"] == 2 and work.extra["ranks_per_node"] == 2
+    rates = work.derive(1e-6)
+    assert rates["algbw"] == pytest.approx(4.096) and rates["busbw"] == pytest.approx(4.096 * 1.0)
+
+
+def test_all_reduce_check_fails_when_a_rank_is_missing_from_the_sum(monkeypatch):
+    monkeypatch.setattr(distributed, "_STATE", FakeState())
+    monkeypatch.setattr(dist, "all_reduce", lambda t, op=None, **_: None)  # a broken all_reduce: no-op
+    case, config = _case("all_reduce")
+    work = coll.build(case, config)
+    with pytest.raises(AssertionError, match="wrong result on rank 0: all_reduce .*relative error"):
+        work.check()
+
+
+def _gather_swapped(out, src, **_):
+    n = out.numel() // 2
+    out[:n] = coll.rank_values(1, n, out.dtype, "cpu")  # rank order swapped
+    out[n:] = coll.rank_values(0, n, out.dtype, "cpu")
+
+
+def _gather_right(out, src, **_):
+    n = out.numel() // 2
+    out.copy_(torch.cat([coll.rank_values(0, n, out.dtype, "cpu"), coll.rank_values(1, n, out.dtype, "cpu")]))
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_all_gather_check_catches_misplaced_chunks(monkeypatch, in_place):
+    monkeypatch.setattr(distributed, "_STATE", FakeState())
+    name = "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor"
+    case, config = _case("all_gather", in_place=in_place)
+    monkeypatch.setattr(dist, name, _gather_right)
+    coll.build(case, config).check()
+    monkeypatch.setattr(dist, name, _gather_swapped)
+    with pytest.raises(AssertionError, match="elements differ"):
+        coll.build(case, config).check()
+
+
+def test_a_rank_that_cannot_build_makes_every_rank_skip(monkeypatch):
+    state = FakeState()
+    state.agree = lambda what, problem=None: {1: "could not allocate on cuda:1: out of memory"}
+    monkeypatch.setattr(distributed, "_STATE", state)
+    case, config = _case("broadcast")
+    with pytest.raises(SkipCase, match="rank 1: could not allocate"):
+        coll.build(case, config)
+
+
+def test_inputs_are_never_zero_and_differ_per_rank():
+    a, b = coll.rank_values(0, 1000, torch.bfloat16, "cpu"), coll.rank_values(1, 1000, torch.bfloat16, "cpu")
+    assert bool((a != 0).all()) and not torch.equal(a, b)
+
+
+# --- the lockstep timer --------------------------------------------------------------------------------
+
+
+def test_timer_barriers_then_reports_the_slowest_rank(monkeypatch):
+    calls = []
+    clock = iter([10.0, 10.1])
+
+    def fake_all_reduce(t, op=None, **_):
+        calls.append("max" if op == dist.ReduceOp.MAX else "barrier")
+        if op == dist.ReduceOp.MAX:
+            assert t.item() == pytest.approx(0.1)  # this rank's own time goes in
+            t.fill_(0.5)  # the other rank took 0.5 s
+
+    monkeypatch.setattr(distributed, "_STATE", None)
+    monkeypatch.setattr(dist, "all_reduce", fake_all_reduce)
+    timer = SlowestRankTimer(clock=lambda: (calls.append("clock"), next(clock))[1])
+    start = timer()
+    end = timer()
+    assert calls == ["barrier", "clock", "clock", "max"]
+    assert end - start == pytest.approx(0.5)
+
+
+# --- start-up: missing ranks, different configs --------------------------------------------------------
+
+
+def _env(rank, port, world=2):
+    return LaunchEnv(rank, world, rank, world, "127.0.0.1", port, False, f"test-{time.monotonic_ns()}")
+
+
+def test_a_rank_that_never_joins_is_named_within_the_timeout():
+    start = time.monotonic()
+    with pytest.raises(RankTimeout, match=r"rank\(s\) 1 of 2 did not arrive at start-up .* within 1.5 s"):
+        distributed.init(_env(0, 0), "gloo", 1.5, "digest")  # port 0: the store picks a free one
+    assert time.monotonic() - start < 1.5 + 2.0
+    assert distributed.current() is None
+
+
+def test_a_missing_rank_0_is_named_within_the_timeout():
+    server = dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=5), wait_for_workers=False)
+    port = server.port
+    del server  # nobody listens there now
+    start = time.monotonic()
+    with pytest.raises(RankTimeout, match=r"rank 1: could not reach the store at 127.0.0.1:\d+ within 2 s \(rank 0"):
+        distributed.init(_env(1, port), "gloo", 2.0, "digest")
+    assert time.monotonic() - start < 2.0 + 3.0
+
+
+def _in_threads(fn, world=2):
+    server = dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=10), wait_for_workers=False)
+    stores = [server] + [dist.TCPStore("127.0.0.1", server.port, None, False, timeout=timedelta(seconds=10))
+                         for _ in range(world - 1)]
+    results: dict = {}
+
+    def run(rank):
+        try:
+            results[rank] = fn(stores[rank], rank)
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            results[rank] = exc
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    return results
+
+
+def test_ranks_with_different_configs_are_refused():
+    digests = ["a" * 64, "a" * 64, "b" * 64]
+    results = _in_threads(lambda store, rank: distributed.meet(store, rank, 3, digests[rank], 10), world=3)
+    for rank in range(3):
+        assert isinstance(results[rank], UserError), results[rank]
+        assert "ranks started with different configs (sha256 rank 2: bbbbbbbbbbbb; rank 0: aaaaaaaaaaaa)" in str(
+            results[rank])
+
+
+def test_same_configs_meet_and_problems_reach_every_rank():
+    assert _in_threads(lambda store, rank: distributed.meet(store, rank, 2, "c" * 64, 10)) == {0: None, 1: None}
+    results = _in_threads(lambda s, r: distributed.sync(s, "case", r, 2, 10, "no bf16" if r == 1 else None))
+    assert results == {0: {1: "no bf16"}, 1: {1: "no bf16"}}
+
+
+def test_config_digest_is_stable_and_sensitive():
+    a = {"cases": {"collectives": {"sizes": [4096]}}, "devices": ["cpu"]}
+    assert distributed.config_digest(a) == distributed.config_digest(json.loads(json.dumps(a)))
+    assert distributed.config_digest(a) != distributed.config_digest({**a, "devices": ["cpu", "cuda:0"]})
+
+
+def test_only_rank_0_writes_results(monkeypatch, tmp_path):
+    def configure(rank):
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        option = SimpleNamespace(benchmark_json=tmp_path / "x.json", benchmark_save="run", benchmark_autosave=True,
+                                 verbose=0)
+        distributed.pytest_configure(SimpleNamespace(option=option))
+        return option
+
+    assert configure(0).benchmark_json == tmp_path / "x.json"
+    other = configure(1)
+    assert (other.benchmark_json, other.benchmark_save, other.benchmark_autosave) == (None, None, False)
+    assert other.verbose < 0
+
+
+# --- end to end ----------------------------------------------------------------------------------------
+
+TINY = {
+    "devices": "cpu",
+    "timing": {"warmup_s": 0.0},
+    "cases": {"matmul": {"enabled": False}, "collectives": {
+        "ops": list(coll.OPS), "sizes": ["4KiB"], "dtypes": ["float32"], "in_place": "both", "backend": "auto",
+        "rounds": 3, "iterations": 2, "warmup_rounds": 1, "timeout_s": 60}},
+}
+
+
+def _only_collectives(config: dict) -> dict:
+    """TINY with every other family the foundation knows disabled (they may run under plain pytest)."""
+    from suite.config import CasesConfig
+
+    cases = {name: {"enabled": False} for name in CasesConfig.model_fields if name != "collectives"}
+    return {**config, "cases": {**cases, "collectives": config["cases"]["collectives"]}}
+
+
+def test_plain_pytest_skips_with_the_torchrun_command(pytester, monkeypatch, tmp_path):
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump(_only_collectives(TINY)))
+    # In-process (torch is imported already; a subprocess would spend seconds importing it again).
+    result = pytester.runpytest_inprocess(
+        os.path.join(ROOT, "benchmarks", "test_collectives.py"), f"--rootdir={ROOT}", f"--suite-config={cfg}",
+        "-p", "no:cacheprovider", "-rs", "-W", "ignore::pytest.PytestAssertRewriteWarning")
+    result.assert_outcomes(skipped=9)
+    result.stdout.fnmatch_lines(["*SKIPPED*collectives need several ranks: launch with torchrun --nproc-per-node=N*"])
+
+
+def test_two_gloo_ranks_through_torchrun_write_one_json(tmp_path):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump(_only_collectives(TINY)))
+    out = tmp_path / "out.json"
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
+    cmd = distributed.torchrun_command(2, [os.path.join(ROOT, "benchmarks", "test_collectives.py"),
+                                           f"--rootdir={ROOT}", "-p", "no:cacheprovider", "-q",
+                                           f"--suite-config={cfg}", f"--benchmark-json={out}"])
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    data = json.loads(out.read_text())
+    benches = {b["name"]: b for b in data["benchmarks"]}
+    assert len(benches) == 9
+    bench = benches["test_collectives[gloo-all_reduce-float32-4KiB-inplace]"]
+    info, stats = bench["extra_info"], bench["stats"]
+    assert (info["op"], info["dtype"], info["bytes"], info["backend"]) == ("all_reduce", "float32", 4096, "gloo")
+    assert (info["world_size"], info["ranks_per_node"]) == (2, 2)
+    assert stats["rounds"] == 3 and stats["iterations"] == 2
+    assert info["algbw"] == pytest.approx(4096 / stats["median"] / 1e9)
+    assert info["busbw"] == pytest.approx(info["algbw"] * 2 * (2 - 1) / 2)
+    gather = benches["test_collectives[gloo-all_gather-float32-4KiB-outofplace]"]["extra_info"]
+    assert gather["busbw"] == pytest.approx(gather["algbw"] * 0.5)
+    assert bench["options"]["timer"] == "SlowestRankTimer(cpu)"
+    assert data["suite"]["distributed"]["world_size"] == 2
