@@ -91,7 +91,7 @@ def _precision(value: Any) -> str:
     raise ValueError(f"{value!r} is not a dtype; allowed: {', '.join(PRECISIONS)} (tf32: float32 data, TF32 math)")
 
 
-Precision = Annotated[str, BeforeValidator(_precision)]
+Precision = Annotated[str, BeforeValidator(_precision, json_schema_input_type=str)]
 
 
 class Section(BaseModel):
@@ -133,7 +133,8 @@ class CaseSection(Section):
         override = getattr(self, "cpu", None)
         if device != "cpu" or override is None:
             return self
-        return self.model_copy(update=override.model_dump(exclude_unset=True))
+        # The override's own values (not model_dump's dicts): nested sections such as conv shapes stay objects.
+        return self.model_copy(update={key: getattr(override, key) for key in override.model_fields_set})
 
 
 class MatmulCpu(Section):
@@ -163,7 +164,7 @@ _PAIR_DEVICE = r"(cpu|mps|(?:cuda|xpu)(?::\d+)?)"
 warnings.filterwarnings("ignore", message=r'Field name "copy" in "CasesConfig" shadows', category=UserWarning)
 
 
-def _choice(what: str, allowed: tuple[str, ...]) -> BeforeValidator:
+def _one_of(what: str, allowed: tuple[str, ...]) -> BeforeValidator:
     """A validator accepting one of `allowed` (any case), with a one-line error listing them."""
 
     def check(value: Any) -> str:
@@ -187,11 +188,11 @@ def _device_pair(value: Any) -> str:
     return f"{src}->{dst}"
 
 
-HostMemory = Annotated[str, _choice("host memory kind", HOST_MEMORY)]
-CopyDirection = Annotated[str, _choice("copy direction", COPY_DIRECTIONS)]
-PlacementOp = Annotated[str, _choice("placement op", PLACEMENT_OPS)]
-Habit = Annotated[str, _choice("habit", HABITS)]
-ScalarReader = Annotated[str, _choice("scalar reader", SCALAR_READERS)]
+HostMemory = Annotated[str, _one_of("host memory kind", HOST_MEMORY)]
+CopyDirection = Annotated[str, _one_of("copy direction", COPY_DIRECTIONS)]
+PlacementOp = Annotated[str, _one_of("placement op", PLACEMENT_OPS)]
+Habit = Annotated[str, _one_of("habit", HABITS)]
+ScalarReader = Annotated[str, _one_of("scalar reader", SCALAR_READERS)]
 DevicePair = Annotated[str, BeforeValidator(_device_pair)]
 
 
@@ -292,12 +293,15 @@ def _choice(what: str, allowed: dict[str, str]):
     return check
 
 
-Pair = Annotated[tuple[int, int], BeforeValidator(_pair)]
+Pair = Annotated[tuple[int, int], BeforeValidator(_pair, json_schema_input_type=Union[int, list[int]])]
 ConvLayout = Annotated[str, BeforeValidator(_choice("memory layout", {
-    "nchw": "nchw", "contiguous": "nchw", "channels_last": "channels_last", "nhwc": "channels_last"}))]
+    "nchw": "nchw", "contiguous": "nchw", "channels_last": "channels_last", "nhwc": "channels_last"}),
+    json_schema_input_type=str)]
 ConvStep = Annotated[str, BeforeValidator(_choice("conv step", {
-    "fwd": "fwd", "forward": "fwd", "fwd+bwd": "fwd+bwd", "forward+backward": "fwd+bwd", "backward": "fwd+bwd"}))]
-ModelName = Annotated[str, BeforeValidator(_choice("model", {"linear": "linear", "mlp": "mlp", "lenet": "lenet"}))]
+    "fwd": "fwd", "forward": "fwd", "fwd+bwd": "fwd+bwd", "forward+backward": "fwd+bwd", "backward": "fwd+bwd"}),
+    json_schema_input_type=str)]
+ModelName = Annotated[str, BeforeValidator(_choice("model", {"linear": "linear", "mlp": "mlp", "lenet": "lenet"}),
+                                            json_schema_input_type=str)]
 BatchSize = Annotated[int, Field(ge=1)]
 
 

@@ -18,6 +18,13 @@ from typing import Any, Callable
 # family name -> module. A new family adds one line here and one thin test file.
 FAMILIES: dict[str, str] = {
     "matmul": "suite.cases.matmul",
+    "ceiling": "suite.cases.ceiling",
+    "conv": "suite.cases.conv",
+    "model": "suite.cases.model",
+    "copy": "suite.cases.copy",
+    "placement": "suite.cases.placement",
+    "habits": "suite.cases.habits",
+    "collectives": "suite.cases.collectives",
 }
 
 
@@ -58,6 +65,11 @@ class Work:
     traffic_bytes: float | None = None
     samples: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Fixed `benchmark.pedantic` arguments (rounds, iterations, warmup_rounds) instead of calibration and the
+    # time-based warm-up: for cases whose calls must happen the same number of times everywhere (collectives).
+    pedantic: dict[str, Any] | None = None
+    # More extra_info from the median seconds per call (collectives: algbw, busbw).
+    derive: Callable[[float], dict[str, Any]] | None = None
 
 
 def family_module(name: str) -> ModuleType:
