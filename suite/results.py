@@ -43,6 +43,18 @@ MEASURED_KEYS = frozenset(
         "samples_per_s",
         "pct_of_ceiling",
         "pct_of_datasheet",
+        # Figures of the run or the machine, not parameters of the benchmark: matching on them would make
+        # two runs of the same case never line up.
+        "samples",
+        "ceiling_tflops",
+        "datasheet_tflops",
+        "datasheet_gpu",
+        "per_device_tflops",
+        "slowest_device",
+        "slowest_tflops",
+        "peer_access",
+        "copy_engines",
+        "timeout_s",
     }
 )
 NUMERIC_KEYS = (

@@ -188,3 +188,14 @@ def test_foreign_files_match_by_fullname_and_formats_parse(tmp_path, capsys):
     )
     out = capsys.readouterr().out
     assert out.startswith("**old -> new") and "| regression |" in out
+
+
+def test_two_real_runs_of_one_machine_line_up(capsys):
+    """Run-dependent figures in extra_info (ceiling_tflops, ...) are not parameters: shared cases match."""
+    real = Path(__file__).parent / "data" / "real"
+    code = main(["compare", str(real / "cpu_quick_run.json"), str(real / "cpu_default_run.json"),
+                 "--format", "json", "--threshold", "1000%"])
+    assert code == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    matched = [r for r in rows if r["status"] in ("unchanged", "regression", "improvement")]
+    assert len(matched) >= 4, "the matmul, copy and ceiling cases both runs share"

@@ -204,3 +204,11 @@ def test_analysis_side_never_imports_torch():
         [sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
+
+
+def test_report_of_a_real_cpu_only_run(tmp_path):
+    """A file the pipeline itself wrote on a CPU-only machine (only pageable host copies, one device)."""
+    out = tmp_path / "r.html"
+    assert main(["report", str(DATA / "real" / "cpu_default_run.json"), "-o", str(out)]) == 0
+    html = out.read_text(encoding="utf-8")
+    assert "Copy bandwidth matrix" in html and "Matmul" in html

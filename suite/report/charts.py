@@ -246,8 +246,11 @@ def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     fig = Figure(figsize=(WIDTH_IN * 0.8, 3.4 * nrows))
     for i, label in enumerate(shown):
         sub = rows[rows["label"] == label]
+        if "direction" in sub and (sub["direction"] == "bi").any():
+            sub = sub[sub["direction"] != "bi"]  # the classic matrix is one direction at a time
         sub = sub[sub["bytes"] == sub["bytes"].max()]
-        if "memory" in sub and (sub["memory"] == "pageable").any():
+        # Pinned where both kinds were measured; a CPU-only machine has pageable (host) memory alone.
+        if "memory" in sub and (sub["memory"] == "pageable").any() and (sub["memory"] != "pageable").any():
             sub = sub[sub["memory"] != "pageable"]
         grid = sub.pivot_table(index="src", columns="dst", values="gbps", aggfunc="max")
         names = sorted(set(grid.index) | set(grid.columns), key=lambda d: (d != "cpu", len(d), d))
@@ -258,8 +261,8 @@ def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         ax.set_yticks(range(len(names)), [_text(n) for n in names], fontsize=8)
         ax.set_xlabel("dst")
         ax.set_ylabel("src")
-        if len(names) <= 9:
-            values = grid.to_numpy(dtype=float)
+        values = grid.to_numpy(dtype=float)
+        if len(names) <= 9 and np.isfinite(values).any():
             top = np.nanmax(values)
             for (r, c), v in np.ndenumerate(values):
                 if not math.isnan(v):  # dark text on the bright end of viridis, light on the dark end
