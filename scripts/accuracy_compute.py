@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -77,45 +78,64 @@ def matmul_env(shape) -> dict:
             "b": randn(k, n, dtype=torch.float32, device="cpu", seed=2), "out": torch.empty(m, n)}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--min-run-time", type=float, default=1.0, help="Timer.blocked_autorange min_run_time (s)")
-    args = parser.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; suite timing {TIMING}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="accuracy-compute-") as tmp:
-        results = run_suite(Path(tmp))
-    benches = results["benchmarks"]
-    by_name = {b["name"]: b for b in benches}
-    rows = []
+# The suite and Timer run alternately (suite, Timer, suite, Timer, ...) and each side's median over its
+# repetitions is compared: a shared VM's speed drifts by 10% and more over tens of seconds, and alternating
+# spreads that drift over both sides instead of charging it to whichever ran second.
+REPEATS = 3
 
-    mm = by_name[f"test_matmul[cpu-float32-{shape_id(MATMUL)}]"]
-    reference = timer_median("torch.matmul(a, b, out=out)", matmul_env(MATMUL), args.min_run_time)
-    rows.append((f"fp32 matmul {shape_id(MATMUL)} median", mm["stats"]["median"] * 1e3, reference * 1e3, "ms"))
 
-    conv_bench = next(b for b in benches if b["extra_info"].get("case") == "conv")
-    p = conv_bench["extra_info"]
+def timer_phase(args, p: dict) -> list[float]:
+    """Timer's figures for the three targets: matmul median (s), conv median (s), best sweep TFLOP/s.
+    `p` is the conv case's extra_info from the suite run, so both time the same layer on the same inputs."""
+    matmul = timer_median("torch.matmul(a, b, out=out)", matmul_env(MATMUL), args.min_run_time)
     x, weight, _ = conv.make_operands(p, "cpu")
     env = {"F": F, "x": x, "w": weight, "stride": tuple(p["stride"]), "padding": tuple(p["padding"]),
            "groups": p["groups"]}
-    reference = timer_median("F.conv2d(x, w, None, stride, padding, 1, groups)", env, args.min_run_time)
-    rows.append((f"conv2d fwd {p['layer']} b{p['batch']} median", conv_bench["stats"]["median"] * 1e3,
-                 reference * 1e3, "ms"))
+    conv_s = timer_median("F.conv2d(x, w, None, stride, padding, 1, groups)", env, args.min_run_time)
+    best = max(flops(*shape) / timer_median("torch.matmul(a, b, out=out)", matmul_env(shape), args.min_run_time)
+               / 1e12 for shape in CEILING_SWEEP)
+    return [matmul, conv_s, best]
 
-    # The suite's own ceiling, as every result's pct_of_ceiling uses it (the sweep includes the 2048^3 matmul).
+
+def suite_phase(workdir: Path) -> tuple[list[float], dict]:
+    results = run_suite(workdir)
+    benches = results["benchmarks"]
+    mm = next(b for b in benches if b["name"] == f"test_matmul[cpu-float32-{shape_id(MATMUL)}]")
+    conv_bench = next(b for b in benches if b["extra_info"].get("case") == "conv")
+    # The suite's own ceiling, as every result's pct_of_ceiling uses it.
     ceiling = results["suite"]["ceilings"]["cpu"]["float32"]["tflops"]
-    best = 0.0
-    for shape in CEILING_SWEEP:
-        seconds = timer_median("torch.matmul(a, b, out=out)", matmul_env(shape), args.min_run_time)
-        best = max(best, flops(*shape) / seconds / 1e12)
-    rows.append(("fp32 matmul ceiling (best of sweep)", ceiling * 1e3, best * 1e3, "GFLOP/s"))
+    return [mm["stats"]["median"], conv_bench["stats"]["median"], ceiling], conv_bench["extra_info"]
 
-    print(f"\n{'target':<40} {'suite':>10} {'Timer':>10} {'unit':<8} {'ratio':>6}  verdict (within {TOLERANCE:.0%})")
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--min-run-time", type=float, default=1.0, help="Timer.blocked_autorange min_run_time (s)")
+    parser.add_argument("--repeats", type=int, default=REPEATS, help="suite runs, alternating with Timer")
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; suite timing {TIMING}; "
+          f"{args.repeats} suite runs alternating with {args.repeats} Timer passes", flush=True)
+    timer_runs, suite_runs = [], []
+    with tempfile.TemporaryDirectory(prefix="accuracy-compute-") as tmp:
+        for _ in range(args.repeats):
+            values, conv_info = suite_phase(Path(tmp))
+            suite_runs.append(values)
+            timer_runs.append(timer_phase(args, conv_info))
+    names = [(f"fp32 matmul {shape_id(MATMUL)} median", 1e3, "ms"),
+             (f"conv2d fwd {CONV_LAYER['name']} b{CONV_LAYER['batch']} median", 1e3, "ms"),
+             ("fp32 matmul ceiling (best of sweep)", 1e3, "GFLOP/s")]
+
+    print(f"\n{'target':<40} {'suite':>10} {'Timer':>10} {'unit':<8} {'ratio':>6}  verdict (within {TOLERANCE:.0%})"
+          "   spread suite | Timer (min-max over runs)")
     failed = 0
-    for name, suite, ref, unit in rows:
+    for i, (name, scale, unit) in enumerate(names):
+        suite_values = [run[i] * scale for run in suite_runs]
+        timer_values = [run[i] * scale for run in timer_runs]
+        suite, ref = statistics.median(suite_values), statistics.median(timer_values)
         ratio = suite / ref
         ok = abs(ratio - 1) <= TOLERANCE
         failed += not ok
-        print(f"{name:<40} {suite:10.3f} {ref:10.3f} {unit:<8} {ratio:6.3f}  {'PASS' if ok else 'FAIL'}")
+        spread = (f"{min(suite_values):.3g}-{max(suite_values):.3g} | {min(timer_values):.3g}-{max(timer_values):.3g}")
+        print(f"{name:<40} {suite:10.3f} {ref:10.3f} {unit:<8} {ratio:6.3f}  {'PASS' if ok else 'FAIL'}   {spread}")
     return 1 if failed else 0
 
 

@@ -1,4 +1,4 @@
-"""`python -m suite COMMAND` / `benchsuite COMMAND`: devices, report, compare, schema, run.
+"""`python -m suite COMMAND` / `benchsuite COMMAND`: devices, report, compare, schema, collectives.
 
 Each command lives in its own module with `add_arguments(parser)` and `run(args) -> int`; only the module of
 the command being run is imported, so `report` and `compare` never import torch.
@@ -20,6 +20,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "compare": ("suite.compare", "compare two results files; exit 1 on a regression beyond the threshold"),
     "schema": ("suite.config", "print the JSON Schema of the YAML config (for editors)"),
 }
+# Commands that hand their remaining arguments to another program (pytest under torchrun): name -> module
+# with main(argv) -> int.
+PASSTHROUGH: dict[str, tuple[str, str]] = {
+    "collectives": ("suite.distributed", "run the collective benchmarks on this node under torchrun "
+                    "(--nproc N, then pytest arguments)"),
+}
 
 
 def _build_parser(selected: str | None) -> argparse.ArgumentParser:
@@ -31,12 +37,16 @@ def _build_parser(selected: str | None) -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=help_text, description=help_text)
         if name == selected:
             importlib.import_module(module_name).add_arguments(cmd)
+    for name, (_, help_text) in PASSTHROUGH.items():
+        sub.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in argv if not a.startswith("-")), None)
+    if selected in PASSTHROUGH and argv and argv[0] == selected:
+        return int(importlib.import_module(PASSTHROUGH[selected][0]).main(argv[1:]) or 0)
     parser = _build_parser(selected if selected in COMMANDS else None)
     args = parser.parse_args(argv)
     module = importlib.import_module(COMMANDS[args.command][0])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -290,6 +291,9 @@ class PartialState:
     def start(cls, config: pytest.Config) -> "PartialState":
         json_path = config.getoption("benchmark_json", None)
         resume = config.getoption("suite_resume")
+        if os.environ.get("RANK", "0") != "0":
+            # Under torchrun only rank 0 writes results (suite.distributed); the other ranks write nothing.
+            return cls(config, None, None)
         if json_path is None:
             if resume:
                 raise UserError("--suite-resume needs --benchmark-json PATH: the results file of the run to resume")
