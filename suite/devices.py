@@ -49,12 +49,17 @@ class Platform:
         """Name, memory and, where the backend says, capability and multiprocessor count."""
         if device.type == "cuda":
             p = torch.cuda.get_device_properties(device)
-            return {
+            info = {
                 "name": p.name,
                 "memory_bytes": int(p.total_memory),
                 "capability": f"{p.major}.{p.minor}",
                 "multiprocessors": int(p.multi_processor_count),
             }
+            uuid = getattr(p, "uuid", None)
+            if uuid is not None:
+                text = str(uuid)
+                info["uuid"] = text if text.startswith("GPU-") else f"GPU-{text}"
+            return info
         if device.type == "xpu":
             p = torch.xpu.get_device_properties(device)
             return {"name": p.name, "memory_bytes": int(p.total_memory)}
@@ -272,8 +277,16 @@ def _cpu_info() -> dict:
     }
 
 
-def _nvml_info(index: int) -> dict:
-    """Driver, PCIe link, clocks and power limit from NVML, where nvidia-ml-py and a driver load."""
+def _nvml_info(index: int, uuid: str | None = None) -> dict:
+    """Driver, PCIe link, clocks and power limit from NVML, where nvidia-ml-py and a driver load.
+
+    The GPU is found by its UUID: CUDA's device numbers differ from NVML's whenever CUDA_VISIBLE_DEVICES is
+    set (as under Slurm) or CUDA orders devices fastest first. Without a UUID the index is trusted only when
+    CUDA_VISIBLE_DEVICES is unset, and CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA use NVML's order.
+    """
+    if uuid is None and (os.environ.get("CUDA_VISIBLE_DEVICES") is not None
+                         or os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID"):
+        return {}
     try:
         import pynvml
 
@@ -282,7 +295,11 @@ def _nvml_info(index: int) -> dict:
         return {}
     info: dict = {}
     try:
-        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        try:
+            handle = (pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid is not None
+                      else pynvml.nvmlDeviceGetHandleByIndex(index))
+        except Exception:
+            return {}
         queries = {
             "driver_version": lambda: pynvml.nvmlSystemGetDriverVersion(),
             "pcie_gen": lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle),
@@ -333,7 +350,7 @@ def inventory() -> Inventory:
         if dev.type == "cuda":
             entry["runtime_version"] = runtime
             entry["peer_access"] = peers.get(device_id(dev), {})
-            entry.update(_nvml_info(dev.index or 0))
+            entry.update(_nvml_info(dev.index or 0, entry.get("uuid")))
         entries.append(entry)
     from suite import __version__
 

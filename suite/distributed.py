@@ -370,10 +370,25 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         init(env, backend, section.timeout_s, config_digest(payload))
     except (UserError, RankTimeout) as exc:
         raise pytest.UsageError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - the backend's own start-up error, made one line with the usual cause
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise pytest.UsageError(
+            f"rank {env.rank}: the {backend} process group did not start ({type(exc).__name__}: {first}); with "
+            "NCCL every rank needs a GPU of its own: start at most as many ranks per node as it has GPUs "
+            "(--nproc-per-node), or set cases.collectives.backend: gloo"
+        ) from None
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    env = LaunchEnv.from_environ()
+    if env is not None and env.world_size >= 2:
+        # Under torchrun every rank would run the other families too, all at once on the same devices: each
+        # would measure a fraction of the true rate. Only the collectives run here; every rank drops the same.
+        others = [item for item in items if getattr(item, "originalname", None) != "test_collectives"]
+        if others:
+            items[:] = [item for item in items if getattr(item, "originalname", None) == "test_collectives"]
+            config.hook.pytest_deselected(items=others)
     for item in items:
         if getattr(item, "originalname", None) != "test_collectives":
             continue

@@ -185,9 +185,19 @@ def run_case(case: Case, benchmark, config: SuiteConfig) -> dict:
         if reason:
             pytest.skip(reason)
     family = family_module(case.family)
+    # Out of memory anywhere (inputs, check, autotuning workspaces in warm-up, allocations in the timed op) is a
+    # skip with the reason; pytest-benchmark drops a benchmark that raised, so nothing partial is saved.
     try:
         work = family.build(case, config)
         work.check()
+        if work.pedantic is not None:
+            # Fixed rounds and warm-up from the case (collectives: every rank must run the same calls in
+            # lockstep; time-based warm-up and calibration would differ between ranks and hang them).
+            benchmark.pedantic(work.fn, **work.pedantic)
+        else:
+            timer = SyncTimer([torch.device(d) for d in case.devices])
+            warm_up(work.fn, timer, config.timing.warmup_s)
+            benchmark(work.fn)
     except SkipCase as exc:
         pytest.skip(str(exc))
     except (RuntimeError, MemoryError) as exc:
@@ -195,15 +205,6 @@ def run_case(case: Case, benchmark, config: SuiteConfig) -> dict:
         if reason is None:
             raise
         pytest.skip(reason)
-
-    if work.pedantic is not None:
-        # Fixed rounds and warm-up from the case (collectives: every rank must run the same calls in lockstep;
-        # time-based warm-up and calibration would differ between ranks and hang them).
-        benchmark.pedantic(work.fn, **work.pedantic)
-    else:
-        timer = SyncTimer([torch.device(d) for d in case.devices])
-        warm_up(work.fn, timer, config.timing.warmup_s)
-        benchmark(work.fn)
 
     info: dict = {"case": case.family, **case.info}
     stats = getattr(benchmark, "stats", None)
@@ -309,6 +310,7 @@ class PartialState:
                     "--benchmark-json); run without --suite-resume"
                 )
             previous = read_partial(partial)
+            _check_same_run(config, partial, previous)
             rewrite_clean(partial, previous)
         return cls(config, PartialWriter(partial, append=resume), previous)
 
@@ -363,6 +365,26 @@ class PartialState:
             complete = False
         if complete:
             self.writer.path.unlink(missing_ok=True)
+
+
+def _check_same_run(config: pytest.Config, partial: Path, previous: PartialRun) -> None:
+    """Resume only the same measurement: the same config, devices and machine, or the JSON would mix runs."""
+    import platform
+
+    header = previous.header or {}
+    old = header.get("suite") or {}
+    host = (header.get("machine_info") or {}).get("node")
+    if previous.header is None:
+        return  # died before its first result: nothing to merge
+    if old.get("config") != resolved(config.stash[_CONFIG]) or old.get("devices") != config.stash[_DEVICES]:
+        raise UserError(
+            f"--suite-resume: {partial} was measured with another config or device list ({old.get('config_path')}, "
+            f"devices {old.get('devices')}); resume with the same --suite-config and --suite-devices, or run "
+            "without --suite-resume"
+        )
+    if host and host != platform.node():
+        raise UserError(f"--suite-resume: {partial} was measured on {host}, not on this machine ({platform.node()}); "
+                        "run without --suite-resume")
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -16,6 +16,7 @@ NAME = "fake"
 def enumerate_cases(config, devices):
     return [make_case("oom", ("cpu",), ["cpu", "huge"], device="cpu", size="huge"),
             make_case("oom", ("cpu",), ["cpu", "small"], device="cpu", size="small"),
+            make_case("oom", ("cpu",), ["cpu", "late"], device="cpu", size="late"),
             make_case("sleepy", ("cpu",), ["cpu", "slow"], device="cpu", seconds=30),
             make_case("sleepy", ("cpu",), ["cpu", "fast"], device="cpu", seconds=0),
             *[make_case("quick", ("cpu",), ["cpu", str(i)], device="cpu", index=i) for i in range(40)]]
@@ -40,7 +41,15 @@ def build(case, config) -> Work:
         out.copy_(x)
         assert torch.equal(out, x)
 
-    return Work(fn=lambda: out.copy_(x), check=check, bytes=x.numel() * 4)
+    calls = [0]
+
+    def fn():
+        calls[0] += 1
+        if case.family == "oom" and p["size"] == "late" and calls[0] > 3:  # out of memory while timing
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        out.copy_(x)
+
+    return Work(fn=fn, check=check, bytes=x.numel() * 4)
 
 
 class _Family:

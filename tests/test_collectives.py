@@ -160,7 +160,7 @@ def test_world_size_one_skips(monkeypatch):
 
 
 def _two_rank_sum(t, op=None, **_):
-    t.copy_(coll.rank_values(0, t.numel(), t.dtype, "cpu") + coll.rank_values(1, t.numel(), t.dtype, "cpu"))
+    t.copy_(coll.reduce_values(0, t.numel(), t.dtype, "cpu") + coll.reduce_values(1, t.numel(), t.dtype, "cpu"))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -184,7 +184,7 @@ def test_all_reduce_check_fails_when_a_rank_is_missing_from_the_sum(monkeypatch)
     monkeypatch.setattr(dist, "all_reduce", lambda t, op=None, **_: None)  # a broken all_reduce: no-op
     case, config = _case("all_reduce")
     work = coll.build(case, config)
-    with pytest.raises(AssertionError, match="wrong result on rank 0: all_reduce .*relative error"):
+    with pytest.raises(AssertionError, match="wrong result on rank 0: all_reduce .*elements differ"):
         work.check()
 
 
@@ -384,3 +384,18 @@ def test_two_gloo_ranks_through_torchrun_write_one_json(tmp_path):
     assert gather["busbw"] == pytest.approx(gather["algbw"] * 0.5)
     assert bench["options"]["timer"] == "SlowestRankTimer(cpu)"
     assert data["suite"]["distributed"]["world_size"] == 2
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("n", [2, 8, 16])
+def test_reduce_check_catches_a_missing_or_doubled_rank(dtype, n):
+    """bf16 sums of 8+ ranks used to hide a whole rank inside the rounding tolerance."""
+    from suite.cases.collectives import _mismatch, _sum_of_ranks, reduce_tolerance, reduce_values, sums_are_exact
+
+    expected = _sum_of_ranks(n, 64, dtype, "cpu")
+    parts = [reduce_values(r, 64, dtype, "cpu") for r in range(n)]
+    exact, tol = sums_are_exact(dtype, n), reduce_tolerance(dtype, n)
+    assert exact
+    assert _mismatch(sum(parts), expected, exact, tol) is None
+    assert _mismatch(sum(parts[:-1]), expected, exact, tol) is not None
+    assert _mismatch(sum(parts) + parts[0], expected, exact, tol) is not None

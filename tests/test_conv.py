@@ -88,7 +88,7 @@ def test_check_fails_on_a_wrong_result(monkeypatch, step, wrong):
     def bad_grad(outputs, inputs, grad_outputs=None, **kw):
         grads = list(real(outputs, inputs, grad_outputs, **kw))
         index = 0 if wrong == "input gradient" else 1
-        if inputs[index].device.type == "cpu" and inputs[index].dtype != torch.float64:
+        if index < len(inputs) and inputs[index].device.type == "cpu" and inputs[index].dtype != torch.float64:
             grads[index] = grads[index] * 1.5
         return tuple(grads)
 

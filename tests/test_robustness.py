@@ -82,7 +82,7 @@ def test_sigkill_keeps_every_finished_benchmark_and_resume_completes(fake_suite,
     names = [b["fullname"] for b in data["benchmarks"]]
     assert len(names) == len(set(names)) == 40, "every case exactly once: the kept ones and the rest"
     assert kept <= set(names)
-    assert f"{40 - len(kept)} passed, {len(kept) + 4} deselected" in result.stdout, "only the rest re-ran"
+    assert f"{40 - len(kept)} passed, {len(kept) + 5} deselected" in result.stdout, "only the rest re-ran (5: -k)"
     assert not partial.exists(), "a completed run replaces the partial file with the JSON"
 
 
@@ -115,7 +115,8 @@ def test_out_of_memory_is_a_skip_with_the_reason_and_the_next_case_runs(fake_sui
                             timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:]
     assert "SKIPPED" in result.stdout and "out of memory for cpu-huge" in result.stdout
-    assert "1 passed, 1 skipped" in result.stdout
+    assert "out of memory for cpu-late" in result.stdout, "running out while timing is a skip too"
+    assert "1 passed, 2 skipped" in result.stdout
     assert [b["name"] for b in json.loads(out.read_text())["benchmarks"]] == ["test_oom[cpu-small]"]
 
 
@@ -172,3 +173,15 @@ def test_partial_reader_drops_a_torn_last_line_and_refuses_corruption(tmp_path):
 
     with pytest.raises(UserError, match="line 2 is not JSON; delete the file"):
         read_partial(path)
+
+
+def test_resume_refuses_a_partial_file_of_another_config(fake_suite, tmp_path):
+    out = tmp_path / "run.json"
+    partial = partial_path(out)
+    header = {"partial": True, "machine_info": {"node": "elsewhere"},
+              "suite": {"config": {"devices": "cpu"}, "devices": ["cpu"], "config_path": "old.yaml"}}
+    partial.write_text(json.dumps(header) + "\n")
+    result = subprocess.run(fake_suite(FAST, out, "-k", "quick", "--suite-resume"), env=_env(),
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 4
+    assert "was measured with another config or device list (old.yaml" in result.stderr

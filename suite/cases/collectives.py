@@ -105,11 +105,33 @@ def rank_values(rank: int, count: int, dtype: torch.dtype, device: str) -> torch
     return base.add_(rank + 1).to(dtype)
 
 
+# Inputs of the reducing ops (all_reduce, reduce, reduce_scatter): small whole numbers, 1 + (i mod 11) +
+# (rank mod 2), so every partial sum is an integer <= 12 n and exact in bf16 up to n = 21 (fp16 170, fp32
+# 1.4M): the check compares exactly, and a missing or doubled rank (off by >= 1) always shows. The period 11
+# (prime, above any chunk count of a node) keeps chunks of power-of-two size distinct, so a reduce_scatter
+# chunk delivered to the wrong rank shows too.
+REDUCE_PERIOD = 11
+
+
+def reduce_values(rank: int, count: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+    base = torch.arange(count, device=device, dtype=torch.float32).remainder_(REDUCE_PERIOD)
+    return base.add_(1 + rank % 2).to(dtype)
+
+
 def _sum_of_ranks(n: int, count: int, dtype: torch.dtype, device: str) -> torch.Tensor:
     total = torch.zeros(count, dtype=torch.float64, device=device)
     for r in range(n):
-        total += rank_values(r, count, dtype, device).to(torch.float64)
+        total += reduce_values(r, count, dtype, device).to(torch.float64)
     return total
+
+
+def sums_are_exact(dtype: torch.dtype, world_size: int) -> bool:
+    """Whether every partial sum of reduce_values is an integer the dtype holds exactly."""
+    if not dtype.is_floating_point:
+        return True
+    largest = (REDUCE_PERIOD + 1) * world_size
+    # Integers up to 2 / eps are exact in a binary float: 256 in bf16, 2048 in fp16, 2**24 in fp32.
+    return largest <= 2 / torch.finfo(dtype).eps
 
 
 def reduce_tolerance(dtype: torch.dtype, world_size: int) -> float:
@@ -139,10 +161,13 @@ def _buffers(op: str, inplace: bool, count: int, dtype: torch.dtype, device: str
 
     mine = rank_values(rank, count, dtype, device)
     chunk = count // n if OPS[op].chunked else count
+    exact_sum = sums_are_exact(dtype, n)
+    if op in ("all_reduce", "reduce", "reduce_scatter"):
+        mine = reduce_values(rank, count, dtype, device)
     if op == "all_reduce":
         buf = mine.clone()
         return _Buffers(lambda: dist.all_reduce(buf), lambda: buf.copy_(mine), lambda: buf,
-                        lambda: _sum_of_ranks(n, count, dtype, device), exact=False)
+                        lambda: _sum_of_ranks(n, count, dtype, device), exact=exact_sum)
     if op == "broadcast":
         buf = mine.clone()
         return _Buffers(lambda: dist.broadcast(buf, ROOT), lambda: buf.copy_(mine), lambda: buf,
@@ -150,7 +175,7 @@ def _buffers(op: str, inplace: bool, count: int, dtype: torch.dtype, device: str
     if op == "reduce":
         buf = mine.clone()
         return _Buffers(lambda: dist.reduce(buf, ROOT), lambda: buf.copy_(mine), lambda: buf,
-                        lambda: _sum_of_ranks(n, count, dtype, device), exact=False, only_root=True)
+                        lambda: _sum_of_ranks(n, count, dtype, device), exact=exact_sum, only_root=True)
     if op == "all_gather":
         gather = _api("all_gather_single", "all_gather_into_tensor")
         out = torch.empty(count, dtype=dtype, device=device)
@@ -163,7 +188,8 @@ def _buffers(op: str, inplace: bool, count: int, dtype: torch.dtype, device: str
         src = mine.clone()
         dst = src.narrow(0, rank * chunk, chunk) if inplace else torch.empty(chunk, dtype=dtype, device=device)
         return _Buffers(lambda: scatter(dst, src), lambda: src.copy_(mine), lambda: dst,
-                        lambda: _sum_of_ranks(n, count, dtype, device).narrow(0, rank * chunk, chunk), exact=False)
+                        lambda: _sum_of_ranks(n, count, dtype, device).narrow(0, rank * chunk, chunk),
+                        exact=exact_sum)
     if op == "all_to_all":
         out = torch.empty(count, dtype=dtype, device=device)
         return _Buffers(lambda: dist.all_to_all_single(out, mine), lambda: out.fill_(-1), lambda: out,
@@ -204,6 +230,13 @@ def build(case: Case, config) -> Work:
     p = case.info
     state = distributed.current()
     if state is None:
+        launched = distributed.LaunchEnv.from_environ()
+        if launched is not None and launched.world_size < 2:
+            raise SkipCase(
+                "world size 1: a collective needs 2 or more ranks (NCCL needs a GPU per rank; on a one-GPU "
+                "machine run 2 Gloo ranks on the CPU: torchrun --nproc-per-node=2 with "
+                "cases.collectives.backend: gloo)"
+            )
         raise SkipCase(distributed.not_launched_reason())
     n, rank = state.env.world_size, state.env.rank
     if n < 2:

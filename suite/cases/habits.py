@@ -189,7 +189,9 @@ def _small_vs_batched(case: Case) -> Work:
         synchronize(*case.devices)
         verify_copy(dst, src, f"habits {case.id}")
 
-    work = Work(fn=run, check=check, bytes=total, extra={"non_blocking": non_blocking})
+    # A copy within the CPU also reports its memory traffic (read + write), under its own key.
+    traffic = 2 * total if p["dst"] == "cpu" else None
+    work = Work(fn=run, check=check, bytes=total, traffic_bytes=traffic, extra={"non_blocking": non_blocking})
     return work
 
 
