@@ -28,21 +28,26 @@ RATE_UNITS: dict[str, str] = {
     "samples_per_s": "samples/s",
 }
 
+# extra_info keys the table keeps as float columns.
+NUMERIC_KEYS = (
+    "flops",
+    "bytes",
+    "traffic_bytes",
+    "tflops",
+    "gbps",
+    "traffic_gbps",
+    "algbw",
+    "busbw",
+    "samples_per_s",
+    "pct_of_ceiling",
+    "pct_of_datasheet",
+)
 # extra_info keys that are measurements or follow from the parameters; everything else is a parameter.
-# Derived rates change from run to run, so they must never be part of a benchmark's identity.
+# Derived rates change from run to run, so they must never be part of a benchmark's identity. `bytes` is
+# the one numeric key that is a parameter (the size of a copy or collective).
 MEASURED_KEYS = frozenset(
-    {
-        "case",
-        "flops",
-        "traffic_bytes",
-        "tflops",
-        "gbps",
-        "traffic_gbps",
-        "algbw",
-        "busbw",
-        "samples_per_s",
-        "pct_of_ceiling",
-        "pct_of_datasheet",
+    {"case", *(k for k in NUMERIC_KEYS if k != "bytes")}
+    | {
         # Figures of the run or the machine, not parameters of the benchmark: matching on them would make
         # two runs of the same case never line up.
         "samples",
@@ -56,19 +61,6 @@ MEASURED_KEYS = frozenset(
         "copy_engines",
         "timeout_s",
     }
-)
-NUMERIC_KEYS = (
-    "flops",
-    "bytes",
-    "traffic_bytes",
-    "tflops",
-    "gbps",
-    "traffic_gbps",
-    "algbw",
-    "busbw",
-    "samples_per_s",
-    "pct_of_ceiling",
-    "pct_of_datasheet",
 )
 STAT_KEYS = ("median", "iqr", "q1", "q3", "min", "max", "mean", "stddev", "rounds", "iterations")
 
