@@ -102,7 +102,7 @@ def worker(args) -> int:
     suite = suite_run(args, workdir)
     after = plain_loop(nbytes, args.rounds, args.iterations, args.warmup_rounds, device)
     if dist.get_rank() == 0:
-        from suite.cases.collectives import busbw
+        from suite.cases.collectives.measure import busbw
 
         plain = (before + after) / 2
         bw_suite, bw_plain = busbw("all_reduce", nbytes, suite, n), busbw("all_reduce", nbytes, plain, n)

@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from suite.cases import conv  # noqa: E402
 from suite.cases.common import randn  # noqa: E402
-from suite.cases.matmul import flops  # noqa: E402
+from suite.cases.matmul.measure import flops  # noqa: E402
 
 # |suite / Timer - 1| allowed.
 TOLERANCE = 0.10

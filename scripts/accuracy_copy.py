@@ -21,7 +21,7 @@ import torch
 import yaml
 from torch.utils.benchmark import Timer
 
-from suite.cases.copy import pattern_bytes
+from suite.cases.buffers import pattern_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 MiB, KiB = 2**20, 2**10

@@ -67,7 +67,7 @@ def timer_median(name: str, info: dict) -> float:
     elif name == "clone":
         env, stmt = {"x": randn(1024, dtype=torch.float32, device="cpu")}, "x.clone()"
     elif name == "copy":
-        from suite.cases.copy import buffer
+        from suite.cases.buffers import buffer
 
         n = info["size"]
         env, stmt = {"src": buffer("cpu", n, False, data=True), "dst": buffer("cpu", n, False)}, "dst.copy_(src)"

@@ -1,103 +1,29 @@
 """The YAML config: loaded with the safe loader, validated into typed objects, errors as one line.
 
+What is shared lives here (devices, timing, loading, error messages, the JSON Schema); each case family's
+section lives in its package (`suite/cases/<family>/config.py`) and is assembled into `cases:` from the registry.
 No torch here: a config can be checked (and its JSON Schema exported) on any machine.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import typing
 import warnings
 from pathlib import Path
-from typing import Annotated, Any, Union
+from typing import Any, Union
 
 import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, Field, ValidationError, create_model, field_validator
 
+from suite import cases as registry
 from suite.errors import UserError
-from suite.units import SIZE_HELP, parse_size
+from suite.sections import DTYPES, CaseSection, Section
+from suite.units import SIZE_HELP
 
 DEFAULT_CONFIG = Path("configs/default.yaml")
-
-# Torch dtype names (and their aliases) a case may ask for; the case maps them to torch dtypes and skips
-# the ones a device cannot run.
-DTYPE_ALIASES = {
-    "float32": "float32",
-    "float": "float32",
-    "fp32": "float32",
-    "float16": "float16",
-    "half": "float16",
-    "fp16": "float16",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float64": "float64",
-    "double": "float64",
-    "fp64": "float64",
-}
-DTYPES = sorted(set(DTYPE_ALIASES.values()))
-
-
-def _dtype(value: Any) -> str:
-    if isinstance(value, str) and value.strip().lower().removeprefix("torch.") in DTYPE_ALIASES:
-        return DTYPE_ALIASES[value.strip().lower().removeprefix("torch.")]
-    raise ValueError(f"{value!r} is not a dtype; allowed: {', '.join(DTYPES)}")
-
-
-def _size(value: Any) -> int:
-    return parse_size(value)
-
-
-def _shape3(value: Any) -> tuple[int, int, int]:
-    """'4096x4096x4096' or [m, n, k] -> (m, n, k)."""
-    parts: list[Any]
-    if isinstance(value, str):
-        parts = value.lower().replace(" ", "").split("x")
-    elif isinstance(value, (list, tuple)):
-        parts = list(value)
-    else:
-        parts = []
-    try:
-        dims = tuple(int(p) for p in parts if not isinstance(p, bool))
-    except (TypeError, ValueError):
-        dims = ()
-    if len(dims) != 3 or len(parts) != 3 or min(dims) <= 0:
-        raise ValueError(f"{value!r} is not a matmul shape; expected 'MxNxK' (e.g. 4096x4096x4096) or [m, n, k]")
-    return dims  # type: ignore[return-value]
-
-
-# json_schema_input_type: what a user may write (the exported JSON Schema shows it), not the parsed type.
-Dtype = Annotated[str, BeforeValidator(_dtype, json_schema_input_type=str)]
-Size = Annotated[int, BeforeValidator(_size, json_schema_input_type=Union[int, str])]
-Shape3 = Annotated[tuple[int, int, int], BeforeValidator(_shape3, json_schema_input_type=Union[str, list[int]])]
-
-
-# Compute cases take a precision: a dtype, or `tf32` (float32 data, TensorFloat-32 math on CUDA tensor cores).
-PRECISION_ALIASES = {**DTYPE_ALIASES, "tf32": "tf32", "tensorfloat32": "tf32"}
-PRECISIONS = sorted(set(PRECISION_ALIASES.values()))
-
-
-def _precision(value: Any) -> str:
-    if isinstance(value, str) and value.strip().lower().removeprefix("torch.") in PRECISION_ALIASES:
-        return PRECISION_ALIASES[value.strip().lower().removeprefix("torch.")]
-    raise ValueError(f"{value!r} is not a dtype; allowed: {', '.join(PRECISIONS)} (tf32: float32 data, TF32 math)")
-
-
-Precision = Annotated[str, BeforeValidator(_precision, json_schema_input_type=str)]
-
-
-class Section(BaseModel):
-    """Base for every config object: unknown keys are errors, values are checked strictly."""
-
-    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
 
 
 class TimingConfig(Section):
@@ -123,372 +49,15 @@ class TimingConfig(Section):
     )
 
 
-class CaseSection(Section):
-    """A case family's section. Its optional `cpu:` sub-section overrides keys for the CPU, which is often
-    100-1000x slower than an accelerator and needs smaller sizes (or fewer dtypes) to finish in time."""
-
-    enabled: bool = True
-
-    def for_device(self, device: str):
-        override = getattr(self, "cpu", None)
-        if device != "cpu" or override is None:
-            return self
-        # The override's own values (not model_dump's dicts): nested sections such as conv shapes stay objects.
-        return self.model_copy(update={key: getattr(override, key) for key in override.model_fields_set})
-
-
-class MatmulCpu(Section):
-    dtypes: list[Precision] = Field(None, min_length=1)
-    shapes: list[Shape3] = Field(None, min_length=1)
-
-
-class MatmulConfig(CaseSection):
-    dtypes: list[Precision] = Field(default_factory=lambda: ["float32"], min_length=1)
-    shapes: list[Shape3] = Field(default_factory=lambda: [(1024, 1024, 1024)], min_length=1)
-    concurrent: bool = Field(
-        False, description="also run each GPU dtype/shape on every selected GPU at once (case 'all-gpus')"
-    )
-    cpu: MatmulCpu | None = Field(None, description="overrides of dtypes/shapes for the CPU")
-
-
-# --- data movement sections (copy, placement, habits) ---
-
-HOST_MEMORY = ("pinned", "pageable")
-COPY_DIRECTIONS = ("uni", "bi")
-PLACEMENT_OPS = ("to_same", "to_other", "clone", "copy_", "empty_like_copy", "to_copy")
-HABITS = ("small_vs_batched", "sync_per_step", "overlap")
-SCALAR_READERS = ("item", "float", "print", "numpy")
-_PAIR_DEVICE = r"(cpu|mps|(?:cuda|xpu)(?::\d+)?)"
-# The YAML key `cases.copy` becomes a field named `copy`, which shadows pydantic's deprecated BaseModel.copy();
-# nothing here calls that method, so the warning pydantic gives when CasesConfig is built says nothing useful.
-warnings.filterwarnings("ignore", message=r'Field name "copy" in "CasesConfig" shadows', category=UserWarning)
-
-
-def _one_of(what: str, allowed: tuple[str, ...]) -> BeforeValidator:
-    """A validator accepting one of `allowed` (any case), with a one-line error listing them."""
-
-    def check(value: Any) -> str:
-        if isinstance(value, str) and value.strip().lower() in allowed:
-            return value.strip().lower()
-        raise ValueError(f"{value!r} is not a {what}; allowed: {', '.join(allowed)}")
-
-    return BeforeValidator(check)
-
-
-def _device_pair(value: Any) -> str:
-    """'cpu->cuda:1' (spaces allowed, 'cuda' means cuda:0) -> 'cpu->cuda:1'."""
-    import re
-
-    match = re.fullmatch(rf"\s*{_PAIR_DEVICE}\s*->\s*{_PAIR_DEVICE}\s*", str(value).lower()) if isinstance(
-        value, str) else None
-    if not match:
-        raise ValueError(f"{value!r} is not a device pair; expected 'SRC->DST' with devices cpu, mps, cuda:N or "
-                         "xpu:N (e.g. 'cpu->cuda:0', 'cuda:0->cuda:1')")
-    src, dst = (d if d in ("cpu", "mps") or ":" in d else f"{d}:0" for d in match.groups())
-    return f"{src}->{dst}"
-
-
-HostMemory = Annotated[str, _one_of("host memory kind", HOST_MEMORY)]
-CopyDirection = Annotated[str, _one_of("copy direction", COPY_DIRECTIONS)]
-PlacementOp = Annotated[str, _one_of("placement op", PLACEMENT_OPS)]
-Habit = Annotated[str, _one_of("habit", HABITS)]
-ScalarReader = Annotated[str, _one_of("scalar reader", SCALAR_READERS)]
-DevicePair = Annotated[str, BeforeValidator(_device_pair)]
-
-
-def _powers_of_4(low: int, high: int) -> list[int]:
-    sizes = [low]
-    while sizes[-1] * 4 <= high:
-        sizes.append(sizes[-1] * 4)
-    return sizes
-
-
-class CopyCpu(Section):
-    sizes: list[Size] = Field(None, min_length=1)
-
-
-class CopyConfig(CaseSection):
-    """Every ordered (src, dst) pair of the selected devices x size; host memory and non_blocking for the
-    host side of host<->device copies; 'bi' = both directions at once on separate streams."""
-
-    sizes: list[Size] = Field(
-        default_factory=lambda: _powers_of_4(4 * 2**10, 256 * 2**20), min_length=1,
-        description="buffer sizes; default 4KiB to 256MiB in powers of 4",
-    )
-    memory: list[HostMemory] = Field(
-        default_factory=lambda: list(HOST_MEMORY), min_length=1,
-        description="host memory of host<->device copies: pinned, pageable",
-    )
-    non_blocking: list[bool] = Field(
-        default_factory=lambda: [False, True], min_length=1,
-        description="non_blocking values for host<->device copies (the only ones where it changes anything)",
-    )
-    directions: list[CopyDirection] = Field(
-        default_factory=lambda: list(COPY_DIRECTIONS), min_length=1,
-        description="uni, bi (both directions at once; distinct devices with an accelerator only)",
-    )
-    pairs: list[DevicePair] | None = Field(
-        None, min_length=1, description="'SRC->DST' pairs to run instead of every ordered pair of the devices",
-    )
-    cpu: CopyCpu | None = Field(None, description="overrides of sizes for the CPU->CPU copy")
-
-
-class PlacementCpu(Section):
-    sizes: list[Size] = Field(None, min_length=1)
-    ops: list[PlacementOp] = Field(None, min_length=1)
-
-
-class PlacementConfig(CaseSection):
-    """`.to` against copies on each device: to_same (no copy), to_other, clone, copy_, empty_like_copy, to_copy."""
-
-    sizes: list[Size] = Field(default_factory=lambda: [4 * 2**10, 2**20, 64 * 2**20], min_length=1)
-    ops: list[PlacementOp] = Field(default_factory=lambda: list(PLACEMENT_OPS), min_length=1)
-    cpu: PlacementCpu | None = Field(None, description="overrides of sizes/ops for the CPU")
-
-
-class HabitsCpu(Section):
-    habits: list[Habit] = Field(None, min_length=1)
-    chunk: Size = None
-    chunks: int = Field(None, ge=1)
-
-
-class HabitsConfig(CaseSection):
-    """Transfer habits, each a slow/fast pair doing equal work: many small vs one batched transfer, a scalar
-    read every step vs once, a copy overlapped with compute vs serialised."""
-
-    habits: list[Habit] = Field(default_factory=lambda: list(HABITS), min_length=1)
-    chunk: Size = Field(64 * 2**10, description="small_vs_batched: bytes of one small transfer")
-    chunks: int = Field(1024, ge=1, description="small_vs_batched: small transfers per call (= one batched)")
-    memory: HostMemory = Field("pinned", description="small_vs_batched: host memory of host->device transfers")
-    steps: int = Field(100, ge=1, description="sync_per_step: steps per call")
-    readers: list[ScalarReader] = Field(
-        default_factory=lambda: list(SCALAR_READERS), min_length=1,
-        description="sync_per_step: how the loop reads its scalar: item, float, print, numpy",
-    )
-    step_matmul: int = Field(512, ge=1, description="sync_per_step: n of the n x n float32 matmul of one step")
-    overlap_bytes: Size = Field(256 * 2**20, description="overlap: bytes of the pinned host->device copy")
-    overlap_matmul: int = Field(4096, ge=1, description="overlap: n of the n x n float32 matmul beside the copy")
-    cpu: HabitsCpu | None = Field(None, description="overrides of habits/chunk/chunks for the CPU")
-
-
-# --- compute sections (conv, model, ceiling) ---
-
-
-def _pair(value: Any) -> tuple[int, int]:
-    """3 or [3, 3] -> (3, 3): a kernel, stride, padding or spatial size as (height, width)."""
-    items = list(value) if isinstance(value, (list, tuple)) else [value, value]
-    if len(items) != 2 or any(isinstance(v, bool) or not isinstance(v, int) for v in items):
-        raise ValueError(f"{value!r} is not a size; expected an integer or [height, width]")
-    return int(items[0]), int(items[1])
-
-
-def _choice(what: str, allowed: dict[str, str]):
-    def check(value: Any) -> str:
-        key = str(value).strip().lower() if isinstance(value, str) else None
-        if key in allowed:
-            return allowed[key]
-        choices = ", ".join(sorted(set(allowed.values())))
-        raise ValueError(f"{value!r} is not a {what}; allowed: {choices}")
-
-    return check
-
-
-Pair = Annotated[tuple[int, int], BeforeValidator(_pair, json_schema_input_type=Union[int, list[int]])]
-ConvLayout = Annotated[str, BeforeValidator(_choice("memory layout", {
-    "nchw": "nchw", "contiguous": "nchw", "channels_last": "channels_last", "nhwc": "channels_last"}),
-    json_schema_input_type=str)]
-ConvStep = Annotated[str, BeforeValidator(_choice("conv step", {
-    "fwd": "fwd", "forward": "fwd", "fwd+bwd": "fwd+bwd", "forward+backward": "fwd+bwd", "backward": "fwd+bwd"}),
-    json_schema_input_type=str)]
-ModelName = Annotated[str, BeforeValidator(_choice("model", {"linear": "linear", "mlp": "mlp", "lenet": "lenet"}),
-                                            json_schema_input_type=str)]
-BatchSize = Annotated[int, Field(ge=1)]
-
-
-class ConvShape(Section):
-    """One conv2d layer: input (batch, in_channels, size) convolved with (out_channels, in_channels/groups, kernel)."""
-
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9_.+]+(-[A-Za-z0-9_.+]+)*$",
-                             description="label used in the test id (letters, digits, _ . + -)")
-    batch: int | None = Field(None, ge=1, description="overrides the section's batch for this layer")
-    in_channels: int = Field(ge=1)
-    out_channels: int = Field(ge=1)
-    size: Pair = Field(description="input height and width: 56 or [56, 56]")
-    kernel: Pair = Field(description="kernel height and width: 3 or [3, 3]")
-    stride: Pair = (1, 1)
-    padding: Pair = (0, 0)
-    groups: int = Field(1, ge=1)
-
-    @field_validator("size", "kernel", "stride")
-    @classmethod
-    def _positive(cls, value: tuple[int, int]) -> tuple[int, int]:
-        if min(value) < 1:
-            raise ValueError(f"{list(value)!r} must be >= 1")
-        return value
-
-    @field_validator("padding")
-    @classmethod
-    def _non_negative(cls, value: tuple[int, int]) -> tuple[int, int]:
-        if min(value) < 0:
-            raise ValueError(f"{list(value)!r} must be >= 0")
-        return value
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "ConvShape":
-        if self.in_channels % self.groups or self.out_channels % self.groups:
-            raise ValueError(f"groups={self.groups} must divide in_channels={self.in_channels} and "
-                             f"out_channels={self.out_channels}")
-        for axis in (0, 1):
-            if self.size[axis] + 2 * self.padding[axis] < self.kernel[axis]:
-                raise ValueError(f"kernel {list(self.kernel)} is larger than the padded input "
-                                 f"{list(self.size)} + 2 x {list(self.padding)}")
-        return self
-
-
-def _resnet50(name: str, cin: int, cout: int, size: int, kernel: int, stride: int = 1, padding: int = 0) -> ConvShape:
-    return ConvShape(name=name, in_channels=cin, out_channels=cout, size=size, kernel=kernel, stride=stride,
-                     padding=padding)
-
-
-# ResNet-50 at 224x224 (He et al. 2016, table 1): the stem, a 3x3 of stages 2 and 4, a 1x1 bottleneck reduction.
-RESNET50_LAYERS = (
-    _resnet50("resnet50-conv1", 3, 64, 224, 7, stride=2, padding=3),
-    _resnet50("resnet50-conv2-3x3", 64, 64, 56, 3, padding=1),
-    _resnet50("resnet50-conv4-3x3", 256, 256, 14, 3, padding=1),
-    _resnet50("resnet50-conv4-1x1", 1024, 256, 14, 1),
-)
-
-
-class ConvCpu(Section):
-    dtypes: list[Precision] = Field(None, min_length=1)
-    layouts: list[ConvLayout] = Field(None, min_length=1)
-    steps: list[ConvStep] = Field(None, min_length=1)
-    batch: int = Field(None, ge=1)
-    shapes: list[ConvShape] = Field(None, min_length=1)
-
-
-class ConvConfig(CaseSection):
-    dtypes: list[Precision] = Field(default_factory=lambda: ["float32"], min_length=1)
-    layouts: list[ConvLayout] = Field(default_factory=lambda: ["nchw", "channels_last"], min_length=1)
-    steps: list[ConvStep] = Field(default_factory=lambda: ["fwd", "fwd+bwd"], min_length=1,
-                                  description="fwd: the convolution; fwd+bwd: it and both gradients")
-    batch: int = Field(32, ge=1, description="batch of every shape that does not set its own")
-    shapes: list[ConvShape] = Field(default_factory=lambda: list(RESNET50_LAYERS), min_length=1)
-    cudnn_benchmark: bool = Field(True, description="torch.backends.cudnn.benchmark during the case (CUDA only)")
-    cpu: ConvCpu | None = Field(None, description="overrides for the CPU")
-
-
-class ModelCpu(Section):
-    models: list[ModelName] = Field(None, min_length=1)
-    dtypes: list[Precision] = Field(None, min_length=1)
-    batch_sizes: list[BatchSize] = Field(None, min_length=1)
-
-
-class ModelConfig(CaseSection):
-    models: list[ModelName] = Field(default_factory=lambda: ["linear", "mlp", "lenet"], min_length=1,
-                                    description="linear: nn.Sequential(nn.Linear(3, 1)) forward; mlp, lenet: a "
-                                    "training step")
-    dtypes: list[Precision] = Field(default_factory=lambda: ["float32"], min_length=1)
-    batch_sizes: list[BatchSize] = Field(default_factory=lambda: [256], min_length=1)
-    cpu: ModelCpu | None = Field(None, description="overrides for the CPU")
-
-
-class CeilingCpu(Section):
-    dtypes: list[Precision] = Field(None, min_length=1)
-    shapes: list[Shape3] = Field(None, min_length=1)
-
-
-class CeilingConfig(CaseSection):
-    dtypes: list[Precision] = Field(default_factory=lambda: ["float32"], min_length=1)
-    shapes: list[Shape3] = Field(default_factory=lambda: [(n, n, n) for n in (1024, 2048, 4096)], min_length=1,
-                                 description="the matmul sweep; the best TFLOP/s over it is the device's ceiling")
-    cpu: CeilingCpu | None = Field(None, description="overrides for the CPU")
-
-
-# --- collectives section ---
-
-COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv")
-COLLECTIVE_BACKENDS = ("auto", "nccl", "gloo")
-
-
-def _collective_op(value: Any) -> str:
-    key = value.strip().lower().replace("-", "_") if isinstance(value, str) else None
-    aliases = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-               "alltoall": "all_to_all", "sendrecv": "send_recv"}
-    key = aliases.get(key, key)
-    if key in COLLECTIVE_OPS:
-        return key
-    raise ValueError(f"{value!r} is not a collective; allowed: {', '.join(COLLECTIVE_OPS)}")
-
-
-def _in_place(value: Any) -> bool | str:
-    words = {"both": "both", "true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in words:
-        return words[value.strip().lower()]
-    raise ValueError(f"{value!r} is not an in_place setting; allowed: both, true, false")
-
-
-def _backend(value: Any) -> str:
-    if isinstance(value, str) and value.strip().lower() in COLLECTIVE_BACKENDS:
-        return value.strip().lower()
-    raise ValueError(f"{value!r} is not a backend; allowed: {', '.join(COLLECTIVE_BACKENDS)}")
-
-
-CollectiveOp = Annotated[str, BeforeValidator(_collective_op)]
-InPlace = Annotated[Union[bool, str], BeforeValidator(_in_place)]
-Backend = Annotated[str, BeforeValidator(_backend)]
-# nccl-tests' default sweep doubles the size: 4 KiB, 8 KiB, ... 256 MiB (17 sizes).
-COLLECTIVE_SIZES = [4096 * 2**i for i in range(17)]
-
-
-class CollectivesCpu(Section):
-    sizes: list[Size] = Field(None, min_length=1)
-    dtypes: list[Dtype] = Field(None, min_length=1)
-    rounds: int = Field(None, ge=1)
-    iterations: int = Field(None, ge=1)
-    warmup_rounds: int = Field(None, ge=0)
-
-
-class CollectivesConfig(CaseSection):
-    """Collectives over torch.distributed; only run under torchrun (every rank runs the same rounds)."""
-
-    ops: list[CollectiveOp] = Field(default_factory=lambda: list(COLLECTIVE_OPS), min_length=1)
-    sizes: list[Size] = Field(default_factory=lambda: list(COLLECTIVE_SIZES), min_length=1,
-                              description="nccl-tests' size S: the whole buffer (all_gather: the output, "
-                              "reduce_scatter: the input)")
-    dtypes: list[Dtype] = Field(default_factory=lambda: ["float32"], min_length=1)
-    in_place: InPlace = Field("both", description="both, true or false: which mode to run for the ops that "
-                              "have both (all_gather, reduce_scatter); the others run their only mode")
-    backend: Backend = Field("auto", description="auto (NCCL for CUDA, Gloo for the CPU), nccl or gloo")
-    rounds: int = Field(20, ge=1, description="timed rounds, identical on every rank (no calibration)")
-    iterations: int = Field(5, ge=1, description="collectives per timed round")
-    warmup_rounds: int = Field(2, ge=0, description="untimed rounds before timing")
-    timeout_s: float = Field(300, gt=0, description="seconds to wait for every rank at start-up and in "
-                             "each collective before failing with the missing ranks named")
-    cpu: CollectivesCpu | None = Field(None, description="overrides for Gloo ranks on the CPU")
-
-
-
-class CasesConfig(Section):
-    matmul: MatmulConfig = Field(default_factory=MatmulConfig)
-    collectives: CollectivesConfig = Field(default_factory=CollectivesConfig)
-    copy: CopyConfig = Field(default_factory=CopyConfig)
-    placement: PlacementConfig = Field(default_factory=PlacementConfig)
-    habits: HabitsConfig = Field(default_factory=HabitsConfig)
-    conv: ConvConfig = Field(default_factory=ConvConfig)
-    model: ModelConfig = Field(default_factory=ModelConfig)
-    ceiling: CeilingConfig = Field(default_factory=CeilingConfig)
-
-
 DeviceSpec = Union[str, list[str]]
 
 
 class SuiteConfig(Section):
+    """The whole config. `cases:` holds one section per registered family; the class `parse_config` returns is
+    this one with that field added (`suite_model()`)."""
+
     devices: DeviceSpec = Field("all", description="'all', 'cpu', 'gpus', 'cuda:1', or a list of these")
     timing: TimingConfig = Field(default_factory=TimingConfig)
-    cases: CasesConfig = Field(default_factory=CasesConfig)
 
     @field_validator("devices")
     @classmethod
@@ -501,12 +70,35 @@ class SuiteConfig(Section):
         return value
 
 
+def suite_model() -> type[SuiteConfig]:
+    """SuiteConfig with a `cases:` section per registered family that has a Config, in registry order."""
+    return _assemble(tuple(registry.FAMILIES.items()))
+
+
+@functools.cache
+def _assemble(families: tuple[tuple[str, str], ...]) -> type[SuiteConfig]:
+    sections: dict[str, Any] = {}
+    for name, _ in families:
+        section = registry.family_config(name)
+        if section is None:
+            continue
+        if not (isinstance(section, type) and issubclass(section, CaseSection)):
+            raise TypeError(f"case family {name!r}: Config must be a suite.sections.CaseSection subclass")
+        sections[name] = (section, Field(default_factory=section))
+    with warnings.catch_warnings():
+        # The YAML key `cases.copy` becomes a field named `copy`, which shadows pydantic's deprecated
+        # BaseModel.copy(); nothing here calls that method, so pydantic's warning says nothing useful.
+        warnings.filterwarnings("ignore", message=r'Field name "copy" in "CasesConfig" shadows', category=UserWarning)
+        cases = create_model("CasesConfig", __base__=Section, __module__=__name__, **sections)
+    cases.__doc__ = "One section per case family: " + ", ".join(sections)
+    return create_model("SuiteConfig", __base__=SuiteConfig, __module__=__name__,
+                        cases=(cases, Field(default_factory=cases)))
+
+
 _DEVICE_WORDS = ("all", "cpu", "gpus", "gpu", "accelerators", "mps")
 
 
 def _check_device_word(item: str) -> None:
-    import re
-
     word = item.strip().lower()
     if word in _DEVICE_WORDS or re.fullmatch(r"(cuda|xpu)(:\d+)?", word):
         return
@@ -554,7 +146,7 @@ def _loc_path(loc: tuple) -> str:
 
 def _model_at(loc: tuple) -> type[BaseModel] | None:
     """The config class that owns the key at `loc` (for listing allowed keys)."""
-    model: Any = SuiteConfig
+    model: Any = suite_model()
     for part in loc:
         if isinstance(part, int) or model is None:
             continue
@@ -602,7 +194,7 @@ def parse_config(data: Any, source: str = "<config>") -> SuiteConfig:
     if not isinstance(data, dict):
         raise UserError(f"{source}: the config must be a mapping of keys (devices, timing, cases), got {type(data).__name__}")
     try:
-        return SuiteConfig.model_validate(data)
+        return suite_model().model_validate(data)
     except ValidationError as exc:
         errors = [_clean_loc(e) for e in exc.errors()]
         first = _format_error(errors[0])
@@ -649,7 +241,7 @@ def resolved(config: SuiteConfig) -> dict:
 
 
 def json_schema() -> dict:
-    schema = SuiteConfig.model_json_schema(mode="validation")
+    schema = suite_model().model_json_schema(mode="validation")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "gpubench-suite config"
     return schema
@@ -680,12 +272,12 @@ __all__ = [
     "DEFAULT_CONFIG",
     "DTYPES",
     "SIZE_HELP",
-    "CasesConfig",
-    "MatmulConfig",
     "Section",
     "SuiteConfig",
     "TimingConfig",
+    "json_schema",
     "load_config",
     "parse_config",
     "resolved",
+    "suite_model",
 ]

@@ -259,7 +259,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
     if state is not None and state.reused:
         output_json.setdefault("benchmarks", []).extend(state.reused)
     output_json["suite"] = _suite_block(config)
-    from suite.cases.ceiling import annotate  # pct_of_ceiling / pct_of_datasheet on every compute result
+    from suite.cases.ceiling.measure import annotate  # pct_of_ceiling / pct_of_datasheet on every compute result
     annotate(output_json)
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from suite.cases import ceiling, datasheet, matmul
-from suite.cases.ceiling import annotate
+from suite.cases import datasheet
+from suite.cases.ceiling import measure as ceiling
+from suite.cases.matmul import measure as matmul
+from suite.cases.ceiling.measure import annotate
 from suite.config import parse_config
 from suite.devices import resolve_spec, use_platform
 from tests.fakes import FakePlatform

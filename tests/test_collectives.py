@@ -17,7 +17,7 @@ import yaml
 
 from suite import distributed
 from suite.cases import SkipCase
-from suite.cases import collectives as coll
+from suite.cases.collectives import measure as coll
 from suite.config import parse_config
 from suite.distributed import LaunchEnv, RankTimeout, SlowestRankTimer
 from suite.errors import UserError
@@ -341,9 +341,9 @@ TINY = {
 
 def _only_collectives(config: dict) -> dict:
     """TINY with every other family the foundation knows disabled (they may run under plain pytest)."""
-    from suite.config import CasesConfig
+    from suite.cases import FAMILIES
 
-    cases = {name: {"enabled": False} for name in CasesConfig.model_fields if name != "collectives"}
+    cases = {name: {"enabled": False} for name in FAMILIES if name != "collectives"}
     return {**config, "cases": {**cases, "collectives": config["cases"]["collectives"]}}
 
 
@@ -390,7 +390,7 @@ def test_two_gloo_ranks_through_torchrun_write_one_json(tmp_path):
 @pytest.mark.parametrize("n", [2, 8, 16])
 def test_reduce_check_catches_a_missing_or_doubled_rank(dtype, n):
     """bf16 sums of 8+ ranks used to hide a whole rank inside the rounding tolerance."""
-    from suite.cases.collectives import _mismatch, _sum_of_ranks, reduce_tolerance, reduce_values, sums_are_exact
+    from suite.cases.collectives.measure import _mismatch, _sum_of_ranks, reduce_tolerance, reduce_values, sums_are_exact
 
     expected = _sum_of_ranks(n, 64, dtype, "cpu")
     parts = [reduce_values(r, 64, dtype, "cpu") for r in range(n)]

@@ -7,10 +7,11 @@ import re
 import pytest
 import torch
 
-from suite.cases import SkipCase, make_case
-from suite.cases import conv
+from suite.cases import SkipCase
+from suite.cases.conv import measure as conv
 from suite.cases.precision import mode_for
-from suite.config import RESNET50_LAYERS, parse_config
+from suite.cases.conv.config import RESNET50_LAYERS
+from suite.config import parse_config
 from suite.errors import UserError
 
 SMALL = {"name": "small", "in_channels": 4, "out_channels": 6, "size": 9, "kernel": 3, "stride": 2, "padding": 1}

@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from suite.cases import SkipCase
-from suite.cases import copy as copy_case
+from suite.cases import buffers
+from suite.cases.copy import measure as copy_case
 from suite.config import parse_config
 from suite.devices import missing_reason, use_platform
 from suite.errors import UserError
@@ -217,10 +218,10 @@ def test_host_copy_build_counts():
 
 
 def test_pattern_has_no_zero_byte_and_is_reproducible():
-    data = copy_case.pattern_bytes(3 * 2**20 + 3)
+    data = buffers.pattern_bytes(3 * 2**20 + 3)
     assert data.numel() == 3 * 2**20 + 3 and data.dtype == torch.uint8
     assert int((data == 0).sum()) == 0
-    assert torch.equal(data, copy_case.pattern_bytes(3 * 2**20 + 3))
+    assert torch.equal(data, buffers.pattern_bytes(3 * 2**20 + 3))
     assert not torch.equal(data[: 2**20], data[2**20 : 2 * 2**20])  # no period at the chunk size
     assert len(torch.unique(data)) > 100
 
@@ -251,14 +252,14 @@ def test_check_catches_a_partial_copy(monkeypatch):
 
 
 def test_verify_copy_compares_shapes_and_every_byte():
-    src = copy_case.pattern_bytes(1001)
-    copy_case.verify_copy(src.clone(), src, "ok")
+    src = buffers.pattern_bytes(1001)
+    buffers.verify_copy(src.clone(), src, "ok")
     wrong = src.clone()
     wrong[500] ^= 0x80
     with pytest.raises(AssertionError, match=r"x: 1 of 1001 bytes differ .*first at byte 500"):
-        copy_case.verify_copy(wrong, src, "x")
+        buffers.verify_copy(wrong, src, "x")
     with pytest.raises(AssertionError, match="does not match source"):
-        copy_case.verify_copy(src[:-1].clone(), src, "x")
+        buffers.verify_copy(src[:-1].clone(), src, "x")
 
 
 # --- config -------------------------------------------------------------------------------------------------------

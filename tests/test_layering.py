@@ -19,8 +19,9 @@ def imported_by(module: str) -> set[str]:
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-ANALYSIS = ["suite.results", "suite.report", "suite.report.command", "suite.compare", "suite.cli", "suite.config"]
-MEASUREMENT = ["suite.plugin", "suite.devices", "suite.timing", "suite.cases.matmul"]
+ANALYSIS = ["suite.results", "suite.report", "suite.report.command", "suite.compare", "suite.cli", "suite.config",
+            "suite.sections", "suite.cases.copy", "suite.cases.conv.config"]
+MEASUREMENT = ["suite.plugin", "suite.devices", "suite.timing", "suite.cases.matmul.measure", "suite.cases.copy.measure"]
 
 
 @pytest.mark.parametrize("module", ANALYSIS)

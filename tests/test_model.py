@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from suite.cases import make_case
-from suite.cases import model
+from suite.cases.model import measure as model
 from suite.cases.precision import mode_for
 from suite.config import parse_config
 from suite.errors import UserError

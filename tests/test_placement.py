@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from suite.cases import SkipCase, placement
+from suite.cases import SkipCase
+from suite.cases.placement import measure as placement
 from suite.config import parse_config
 from suite.devices import use_platform
 from suite.errors import UserError

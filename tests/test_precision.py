@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from suite.cases import SkipCase, make_case
-from suite.cases.matmul import build as build_matmul, enumerate_cases as matmul_cases
+from suite.cases.matmul.measure import build as build_matmul, enumerate_cases as matmul_cases
 from suite.cases.precision import mode_for, mode_record, precision_mode, tf32_state, unsupported_reason
 from suite.config import parse_config
 from suite.devices import use_platform

@@ -1,11 +1,12 @@
-"""Case families: each module owns its parameter space, inputs, operation, FLOP/byte counts and check.
+"""Case families and their registry: one package per family, one line each in FAMILIES.
 
-A family module defines:
-    NAME: str
-    def enumerate_cases(config: SuiteConfig, devices: list[str]) -> list[Case]
-    def build(case: Case, config: SuiteConfig) -> Work
+A family is a package `suite/cases/<name>/` (or any importable package registered with `register_family`):
+    __init__.py   torch-free: `Config`, its YAML section (a `suite.sections.CaseSection`), from its config.py
+    measure.py    NAME, enumerate_cases(config, devices) -> list[Case], build(case, config) -> Work,
+                  and optionally gpu_checks(ctx) -> list[CheckRow]
 `benchmarks/test_<name>.py` holds `def test_<name>(case, measure): measure(case)`; the plugin parametrises
 `case` from the family's enumerate_cases and `measure` does the rest (skips, check, warm-up, timing, extra_info).
+The config (`suite.config`) gets a `cases.<name>` key for every registered family that has a `Config`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
 
-# family name -> module. A new family adds one line here and one thin test file.
+# family name -> its package. A new family adds one line here, its package and one thin test file.
 FAMILIES: dict[str, str] = {
     "matmul": "suite.cases.matmul",
     "ceiling": "suite.cases.ceiling",
@@ -26,6 +27,14 @@ FAMILIES: dict[str, str] = {
     "habits": "suite.cases.habits",
     "collectives": "suite.cases.collectives",
 }
+
+
+def register_family(name: str, package: str) -> None:
+    """Add a family from outside this package (a plugin, a test): before the config is loaded, so that its
+    `cases.<name>` section is known."""
+    if FAMILIES.get(name, package) != package:
+        raise ValueError(f"case family {name!r} is already registered as {FAMILIES[name]}")
+    FAMILIES[name] = package
 
 
 class SkipCase(Exception):
@@ -72,11 +81,36 @@ class Work:
     derive: Callable[[float], dict[str, Any]] | None = None
 
 
-def family_module(name: str) -> ModuleType:
+def _package(name: str) -> ModuleType:
     try:
         return importlib.import_module(FAMILIES[name])
     except KeyError:
         raise KeyError(f"unknown case family {name!r}; known: {', '.join(FAMILIES)}") from None
+
+
+def family_module(name: str) -> ModuleType:
+    """The family's measuring module (imports torch): enumerate_cases, build, gpu_checks."""
+    package = _package(name)
+    if hasattr(package, "__path__"):
+        return importlib.import_module(f"{package.__name__}.measure")
+    return package  # a single-module family (test fakes): config-less, measuring names at its top level
+
+
+def family_config(name: str) -> type | None:
+    """The family's config section class (torch-free), or None for a family without YAML keys."""
+    return getattr(_package(name), "Config", None)
+
+
+def measuring_names(package: str) -> Callable[[str], Any]:
+    """A module `__getattr__` for a family package: `suite.cases.copy.build` reaches `suite.cases.copy.measure`
+    on first use, so the package itself stays torch-free for the config."""
+
+    def __getattr__(attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return getattr(importlib.import_module(f"{package}.measure"), attr)
+
+    return __getattr__
 
 
 def make_case(family: str, devices: tuple[str, ...], id_parts: list[str], **params: Any) -> Case:

@@ -18,8 +18,8 @@ from torch.nn import functional as F
 
 from suite.cases import Case, SkipCase, Work, make_case
 from suite.cases.common import SEED, randn, relative_error, skip_if_unsupported, torch_dtype
-from suite.cases.conv import forward_flops
-from suite.cases.matmul import tolerance
+from suite.cases.conv.measure import forward_flops
+from suite.cases.matmul.measure import tolerance
 from suite.cases.precision import mode_record, precision_mode, storage_dtype, unsupported_reason
 from suite.devices import device_id
 

@@ -10,7 +10,7 @@ import torch
 
 from suite.cases import Case, SkipCase, Work, make_case
 from suite.cases.common import randn
-from suite.cases.copy import buffer, on_streams, verify_copy
+from suite.cases.buffers import buffer, on_streams, verify_copy
 from suite.devices import current_platform, synchronize
 from suite.units import format_size
 
@@ -280,7 +280,7 @@ def _overlap(case: Case) -> Work:
 OVERLAP_MAX_RATIO = 0.9
 
 
-def overlap_check(ctx) -> list:
+def gpu_checks(ctx) -> list:
     """The suite's overlap pair on the GPU: overlapped must beat serialised."""
     from suite.gpu_check import CheckRow
 
@@ -304,4 +304,4 @@ def overlap_check(ctx) -> list:
     ]
 
 
-__all__ = ["NAME", "VARIANTS", "build", "enumerate_cases", "overlap_check", "skip_reason"]
+__all__ = ["NAME", "VARIANTS", "build", "enumerate_cases", "gpu_checks", "skip_reason"]

@@ -14,7 +14,7 @@ import time
 
 from suite.cases import Case, Work
 from suite.cases.datasheet import find_gpu, lookup
-from suite.cases.matmul import ALL_GPUS, build_matmul, matmul_case
+from suite.cases.matmul.measure import ALL_GPUS, build_matmul, matmul_case
 
 NAME = "ceiling"
 
@@ -147,7 +147,7 @@ def gpu_checks(ctx) -> list:
     import torch
 
     from suite.cases.common import randn
-    from suite.cases.matmul import flops
+    from suite.cases.matmul.measure import flops
     from suite.gpu_check import RATIO_TOLERANCE, CheckRow, median
     from suite.timing import cuda_event_times
 

@@ -2,76 +2,21 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
-from collections.abc import Iterator
 
 import torch
 
 from suite.cases import Case, SkipCase, Work, make_case
+from suite.cases.buffers import POISON, buffer, on_streams, verify_copy
 from suite.devices import current_platform, synchronize
 from suite.units import format_size
 
 NAME = "copy"
 
-# Source bytes never hold a zero and verification first zeroes the destination ("poisons" it), so every byte a
-# copy failed to write differs from the source.
-POISON = 0
-# The pattern is generated this many 32-bit words at a time: the hash's temporaries stay small, so a 1 GiB
-# source costs one pass over memory, not three.
-PATTERN_CHUNK_WORDS = 1 << 20
 # cudaDevAttrAsyncEngineCount in the CUDA runtime's cudaDeviceAttr enum: how many copy engines a GPU has.
 _CUDA_ATTR_ASYNC_ENGINE_COUNT = 40
 # Host<->device both ways at once overlaps only with a copy engine per direction.
 BIDIRECTIONAL_ENGINES = 2
-
-
-def pattern_bytes(nbytes: int, seed: int = 1) -> torch.Tensor:
-    """`nbytes` of a non-repeating byte pattern on the CPU (uint8), no byte zero; the same for a given seed.
-
-    A multiplicative hash of the word index (fast and deterministic, unlike torch.randint, which takes seconds
-    for hundreds of MiB); OR-ing 0x01 into each byte keeps every byte non-zero.
-    """
-    words = torch.empty((nbytes + 3) // 4, dtype=torch.int32)
-    for start in range(0, words.numel(), PATTERN_CHUNK_WORDS):
-        w = words[start : start + PATTERN_CHUNK_WORDS]
-        torch.arange(start + seed * 7919, start + seed * 7919 + w.numel(), dtype=torch.int32, out=w)
-        w.mul_(-1640531535)  # 0x9E3779B1 (Knuth's golden-ratio multiplier) as a signed int32
-        w.bitwise_xor_(w >> 15)
-        w.mul_(0x2C1B3C6D)
-        w.bitwise_xor_(w >> 12)
-        w.bitwise_or_(0x01010101)
-    return words.view(torch.uint8)[:nbytes]
-
-
-def buffer(device: str, nbytes: int, pinned: bool = False, data: bool = False) -> torch.Tensor:
-    """A uint8 buffer on `device`: empty, or holding pattern_bytes; host buffers pinned on request."""
-    if device == "cpu":
-        out = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
-        if data:
-            out.copy_(pattern_bytes(nbytes))
-        return out
-    if data:
-        return pattern_bytes(nbytes).to(device)
-    return torch.empty(nbytes, dtype=torch.uint8, device=device)
-
-
-def verify_copy(dst: torch.Tensor, src: torch.Tensor, what: str) -> None:
-    """AssertionError unless `dst` holds exactly the bytes of `src` (compared on the accelerator side)."""
-    assert dst.shape == src.shape and dst.dtype == src.dtype, (
-        f"{what}: destination {tuple(dst.shape)} {dst.dtype} does not match source {tuple(src.shape)} {src.dtype}"
-    )
-    where = dst.device if dst.device.type != "cpu" else src.device
-    a, b = dst.to(where), src.to(where)
-    # Comparing 8-byte words is several times faster than bytes on the CPU; same answer.
-    wide = a.numel() % 8 == 0 and a.is_contiguous() and b.is_contiguous()
-    if torch.equal(a.view(torch.int64), b.view(torch.int64)) if wide else torch.equal(a, b):
-        return
-    wrong = (a != b).nonzero()
-    raise AssertionError(
-        f"{what}: {wrong.numel()} of {a.numel()} bytes differ from the source (first at byte {int(wrong[0])}); "
-        "the copy is wrong"
-    )
 
 
 def copy_engine_count(device: str) -> int | None:
@@ -201,15 +146,6 @@ def traffic_bytes(case: Case) -> int | None:
     return 2 * case.info["size"] if case.info["path"] in ("host", "local") else None
 
 
-@contextlib.contextmanager
-def on_streams(streams: list) -> Iterator[None]:
-    """Make each stream the current one on its device for the duration."""
-    with contextlib.ExitStack() as stack:
-        for stream in streams:
-            stack.enter_context(torch.cuda.stream(stream))
-        yield
-
-
 def build(case: Case, config) -> Work:
     reason = skip_reason(case)
     if reason:
@@ -270,7 +206,7 @@ CHECK_EVENT_ITERATIONS = 20
 
 def gpu_checks(ctx) -> list:
     """Pinned/pageable H2D and D2H and the device-local copy at 256 MiB: the suite's medians next to CUDA events
-    around the same copies, pinned faster than pageable; and the overlap habit faster than serialised."""
+    around the same copies, pinned faster than pageable."""
     from suite.gpu_check import RATIO_TOLERANCE, CheckRow, median
     from suite.timing import cuda_event_times
 
@@ -334,21 +270,15 @@ def gpu_checks(ctx) -> list:
                         "pinned must be faster",
                     )
                 )
-    from suite.cases.habits import overlap_check
-
-    rows += overlap_check(ctx)
     return rows
 
 
 __all__ = [
     "NAME",
-    "buffer",
     "build",
     "enumerate_cases",
     "gpu_checks",
     "moved_bytes",
-    "pattern_bytes",
     "skip_reason",
     "traffic_bytes",
-    "verify_copy",
 ]

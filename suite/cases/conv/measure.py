@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from suite.cases import Case, SkipCase, Work, make_case
 from suite.cases.common import randn, relative_error, skip_if_unsupported, torch_dtype
-from suite.cases.matmul import tolerance
+from suite.cases.matmul.measure import tolerance
 from suite.cases.precision import mode_record, precision_mode, storage_dtype, unsupported_reason
 
 NAME = "conv"

@@ -7,7 +7,7 @@ import functools
 import torch
 
 from suite.cases import Case, SkipCase, Work, make_case
-from suite.cases.copy import buffer, verify_copy
+from suite.cases.buffers import buffer, verify_copy
 from suite.devices import synchronize
 from suite.units import format_size
 

@@ -1,0 +1,155 @@
+"""Building blocks of every config section: strict bases, the `cpu:` override, and shared value types.
+
+Torch-free, and below both `suite.config` (which assembles the whole config from the registered families) and
+each family's `config.py` (which builds its section from these parts), so neither imports the other's module.
+"""
+
+from __future__ import annotations
+
+from copy import copy
+from typing import Annotated, Any, Callable, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
+
+from suite.units import parse_size
+
+# Torch dtype names (and their aliases) a case may ask for; the case maps them to torch dtypes and skips
+# the ones a device cannot run.
+DTYPE_ALIASES = {
+    "float32": "float32",
+    "float": "float32",
+    "fp32": "float32",
+    "float16": "float16",
+    "half": "float16",
+    "fp16": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float64": "float64",
+    "double": "float64",
+    "fp64": "float64",
+}
+DTYPES = sorted(set(DTYPE_ALIASES.values()))
+
+# Compute cases take a precision: a dtype, or `tf32` (float32 data, TensorFloat-32 math on CUDA tensor cores).
+PRECISION_ALIASES = {**DTYPE_ALIASES, "tf32": "tf32", "tensorfloat32": "tf32"}
+PRECISIONS = sorted(set(PRECISION_ALIASES.values()))
+
+
+def _dtype(value: Any) -> str:
+    if isinstance(value, str) and value.strip().lower().removeprefix("torch.") in DTYPE_ALIASES:
+        return DTYPE_ALIASES[value.strip().lower().removeprefix("torch.")]
+    raise ValueError(f"{value!r} is not a dtype; allowed: {', '.join(DTYPES)}")
+
+
+def _precision(value: Any) -> str:
+    if isinstance(value, str) and value.strip().lower().removeprefix("torch.") in PRECISION_ALIASES:
+        return PRECISION_ALIASES[value.strip().lower().removeprefix("torch.")]
+    raise ValueError(f"{value!r} is not a dtype; allowed: {', '.join(PRECISIONS)} (tf32: float32 data, TF32 math)")
+
+
+def _shape3(value: Any) -> tuple[int, int, int]:
+    """'4096x4096x4096' or [m, n, k] -> (m, n, k)."""
+    parts: list[Any]
+    if isinstance(value, str):
+        parts = value.lower().replace(" ", "").split("x")
+    elif isinstance(value, (list, tuple)):
+        parts = list(value)
+    else:
+        parts = []
+    try:
+        dims = tuple(int(p) for p in parts if not isinstance(p, bool))
+    except (TypeError, ValueError):
+        dims = ()
+    if len(dims) != 3 or len(parts) != 3 or min(dims) <= 0:
+        raise ValueError(f"{value!r} is not a matmul shape; expected 'MxNxK' (e.g. 4096x4096x4096) or [m, n, k]")
+    return dims  # type: ignore[return-value]
+
+
+# json_schema_input_type: what a user may write (the exported JSON Schema shows it), not the parsed type.
+Dtype = Annotated[str, BeforeValidator(_dtype, json_schema_input_type=str)]
+Precision = Annotated[str, BeforeValidator(_precision, json_schema_input_type=str)]
+Size = Annotated[int, BeforeValidator(parse_size, json_schema_input_type=Union[int, str])]
+Shape3 = Annotated[tuple[int, int, int], BeforeValidator(_shape3, json_schema_input_type=Union[str, list[int]])]
+
+
+def choice(what: str, allowed: dict[str, str], listed: tuple[str, ...] | None = None) -> BeforeValidator:
+    """A validator mapping a word or one of its aliases (any case) to its canonical name, with a one-line
+    error listing the canonical names (`listed`, or all of them sorted)."""
+    names = ", ".join(listed or sorted(set(allowed.values())))
+
+    def check(value: Any) -> str:
+        key = value.strip().lower() if isinstance(value, str) else None
+        if key in allowed:
+            return allowed[key]
+        raise ValueError(f"{value!r} is not a {what}; allowed: {names}")
+
+    return BeforeValidator(check, json_schema_input_type=str)
+
+
+def one_of(what: str, allowed: tuple[str, ...]) -> BeforeValidator:
+    """A validator accepting one of `allowed` (any case), with a one-line error listing them in order."""
+    return choice(what, {word: word for word in allowed}, listed=allowed)
+
+
+class Section(BaseModel):
+    """Base for every config object: unknown keys are errors, values are checked strictly."""
+
+    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
+
+
+class CaseSection(Section):
+    """A case family's section. Its optional `cpu:` sub-section (added by `cpu_overrides`) replaces keys for the
+    CPU, which is often 100-1000x slower than an accelerator and needs smaller sizes (or fewer dtypes)."""
+
+    enabled: bool = True
+
+    def for_device(self, device: str):
+        override = getattr(self, "cpu", None)
+        if device != "cpu" or override is None:
+            return self
+        # The override's own values (not model_dump's dicts): nested sections such as conv shapes stay objects.
+        return self.model_copy(update={key: getattr(override, key) for key in override.model_fields_set})
+
+
+def cpu_overrides(*keys: str, description: str | None = None) -> Callable[[type[CaseSection]], type[CaseSection]]:
+    """Class decorator: give a family section a `cpu:` sub-section that may set `keys` for the CPU.
+
+    The sub-section's fields are the section's own (same types and limits), optional: one mechanism for every
+    family instead of a hand-written copy of each field.
+    """
+
+    def decorate(section: type[CaseSection]) -> type[CaseSection]:
+        fields: dict[str, Any] = {}
+        for key in keys:
+            info = copy(section.model_fields[key])
+            info.default, info.default_factory = None, None
+            fields[key] = (info.annotation, info)
+        name = section.__name__.removesuffix("Config") + "Cpu"
+        cpu = create_model(name, __base__=Section, __module__=section.__module__, **fields)
+        cpu.__doc__ = f"Keys of `{section.__name__}` replaced on the CPU: {', '.join(keys)}."
+        about = description or f"overrides of {'/'.join(keys)} for the CPU"
+        return create_model(  # type: ignore[return-value]
+            section.__name__,
+            __base__=section,
+            __module__=section.__module__,
+            __doc__=section.__doc__,
+            cpu=(Union[cpu, None], Field(None, description=about)),
+        )
+
+    return decorate
+
+
+__all__ = [
+    "DTYPES",
+    "DTYPE_ALIASES",
+    "PRECISIONS",
+    "CaseSection",
+    "Dtype",
+    "Precision",
+    "Section",
+    "Shape3",
+    "Size",
+    "choice",
+    "cpu_overrides",
+    "one_of",
+]
