@@ -1,0 +1,159 @@
+"""The family registry: every family is one unit, the config is torch-free, there are no import circles, and a
+family from outside the package (the toy in tests/toy_family) needs only its package, one registration line and
+one thin test file."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from suite.cases import FAMILIES, family_config, family_module
+from suite.config import json_schema, parse_config
+from suite.errors import UserError
+from suite.sections import CaseSection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name", list(FAMILIES))
+def test_each_family_is_one_unit(name):
+    assert issubclass(family_config(name), CaseSection)
+    measure = family_module(name)
+    assert measure.__name__ == f"suite.cases.{name}.measure" and measure.NAME == name
+    assert callable(measure.enumerate_cases) and callable(measure.build)
+    assert (ROOT / "benchmarks" / f"test_{name}.py").exists()
+    # The package's measuring names are reachable from it (loaded on first use).
+    package = sys.modules[f"suite.cases.{name}"]
+    assert package.build is measure.build
+
+
+def test_config_and_every_family_section_stay_torch_free():
+    code = ("import json, sys, suite.config, suite.cases as c\n"
+            "[c.family_config(n) for n in c.FAMILIES]\n"
+            "suite.config.json_schema()\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def _imports(path: Path, package: str) -> set[str]:
+    """The suite modules a file imports at any level (functions included: a lazy import is still a cycle)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level:
+            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            found.add(f"{base}.{node.module}" if node.module else base)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+    return {m for m in found if m.split(".")[0] == "suite"}
+
+
+def test_case_modules_have_no_import_circles():
+    modules = {}
+    for path in (ROOT / "suite" / "cases").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        package = name if parts[-1] == "__init__" else name.rsplit(".", 1)[0]
+        modules[name] = path, package
+    graph = {name: {m for m in _imports(path, pkg) if m in modules and m != name}
+             for name, (path, pkg) in modules.items()}
+    # A package's __init__ is imported by its submodules implicitly; an edge from a package to its own
+    # children (the lazy `measure` access, the Config import) is not a circle a reader has to untangle.
+    graph = {n: {m for m in deps if not m.startswith(n + ".")} for n, deps in graph.items()}
+
+    def cycle_from(start: str) -> list[str] | None:
+        stack = [(start, [start])]
+        while stack:
+            node, path = stack.pop()
+            for nxt in graph[node]:
+                if nxt == start:
+                    return path + [start]
+                if nxt not in path:
+                    stack.append((nxt, path + [nxt]))
+        return None
+
+    cycles = [c for c in map(cycle_from, sorted(graph)) if c]
+    assert not cycles, f"import circles: {cycles[0]}"
+
+
+def test_a_registered_family_gets_its_config_section_and_schema(monkeypatch):
+    monkeypatch.setitem(FAMILIES, "toy", "tests.toy_family")
+    config = parse_config({"cases": {"toy": {"sizes": ["4KiB"], "cpu": {"sizes": [1024]}}}})
+    assert config.cases.toy.sizes == [4096] and config.cases.toy.for_device("cpu").sizes == [1024]
+    assert "ToyConfig" in json_schema()["$defs"]
+    with pytest.raises(UserError, match=r"^<config>: cases\.toy\.size: unknown key 'size'; allowed keys here: "
+                                         r"enabled, sizes, value, cpu$"):
+        parse_config({"cases": {"toy": {"size": 4}}})
+    with pytest.raises(UserError, match=r"cases\.toy\.cpu\.value: unknown key 'value'; allowed keys here: sizes$"):
+        parse_config({"cases": {"toy": {"cpu": {"value": 2}}}})
+
+
+def test_toy_family_end_to_end(pytester, monkeypatch):
+    """A family outside the package: its package, one registration line, one thin test file, nothing else."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pytester.makepyfile(**{
+        "benchmarks/conftest": 'from suite.cases import register_family\n'
+                               'register_family("toy", "tests.toy_family")\n'
+                               'pytest_plugins = ["suite.plugin"]\n',
+        "benchmarks/test_toy": "def test_toy(case, measure):\n    measure(case)\n",
+    })
+    cfg = pytester.path / "toy.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "devices": ["cpu"], "timing": {"warmup_s": 0, "max_time": 0.05, "min_rounds": 2},
+        "cases": {"toy": {"sizes": ["64KiB", "1MiB"], "value": 2.5}},
+    }))
+    out = pytester.path / "toy.json"
+    result = pytester.runpytest_subprocess("benchmarks", f"--suite-config={cfg}", f"--benchmark-json={out}",
+                                           "-p", "no:cacheprovider", timeout=240)
+    result.assert_outcomes(passed=2)
+    data = json.loads(out.read_text())
+    names = sorted(b["name"] for b in data["benchmarks"])
+    assert names == ["test_toy[cpu-1MiB]", "test_toy[cpu-64KiB]"]
+    info = next(b["extra_info"] for b in data["benchmarks"] if b["name"] == "test_toy[cpu-1MiB]")
+    assert info["case"] == "toy" and info["bytes"] == 2**20 and info["gbps"] > 0
+    assert data["suite"]["config"]["cases"]["toy"]["value"] == 2.5
+
+    cfg.write_text(yaml.safe_dump({"cases": {"toy": {"sizez": [1]}}}))
+    result = pytester.runpytest_subprocess("benchmarks", f"--suite-config={cfg}", "-p", "no:cacheprovider")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*cases.toy.sizez: unknown key 'sizez'; allowed keys here: enabled, sizes, value, cpu*"])
+
+
+def test_the_adding_a_family_page_shows_working_code(monkeypatch):
+    """docs/adding-a-family.md: its config snippet is a valid section once registered, its __init__ snippet
+    is the toy family's, and the names it tells a reader to use exist."""
+    import re
+    import types
+
+    import suite.cases
+    import suite.sections
+
+    page = (ROOT / "docs" / "adding-a-family.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)
+    config_code = next(b for b in blocks if "class FillConfig" in b)
+    package = types.ModuleType("docs_fill")
+    exec(compile(config_code, "adding-a-family.md", "exec"), package.__dict__)  # noqa: S102 - our own doc
+    package.Config = package.FillConfig
+    monkeypatch.setitem(sys.modules, "docs_fill", package)
+    monkeypatch.setitem(FAMILIES, "fill", "docs_fill")
+    config = parse_config({"cases": {"fill": {"sizes": ["4KiB"], "cpu": {"sizes": [64]}}}})
+    assert config.cases.fill.for_device("cpu").sizes == [64] and config.cases.fill.value == 1.5
+
+    init_code = next(b for b in blocks if "measuring_names" in b)
+    toy_init = (ROOT / "tests" / "toy_family" / "__init__.py").read_text(encoding="utf-8")
+    for line in ("from suite.cases import measuring_names", "__getattr__ = measuring_names(__name__)"):
+        assert line in init_code and line in toy_init
+    for name in re.findall(r"`(?:suite\.cases\.)?(register_family|measuring_names|SkipCase|make_case)", page):
+        assert hasattr(suite.cases, name)
+    for name in ("CaseSection", "Size", "Precision", "Dtype", "Shape3", "one_of", "choice", "cpu_overrides"):
+        assert re.search(rf"\b{name}\b", page) and hasattr(suite.sections, name)
