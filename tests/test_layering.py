@@ -20,7 +20,7 @@ def imported_by(module: str) -> set[str]:
 
 
 ANALYSIS = ["suite.results", "suite.report", "suite.report.command", "suite.compare", "suite.cli", "suite.config"]
-MEASUREMENT = ["suite.plugin", "suite.devices", "suite.timing", "suite.cases.matmul"]
+MEASUREMENT = ["suite.plugin", "suite.devices", "suite.timing", "suite.cases.matmul", "suite.accuracy"]
 
 
 @pytest.mark.parametrize("module", ANALYSIS)
