@@ -1,9 +1,9 @@
 """`python -m suite accuracy [FAMILY...]`: the suite's figures against an independent reference, paired runs.
 
-For each family the suite runs in this process (`pytest.main` on a generated one-family config, read back from
-its JSON), then the reference measures the same op on the same inputs: `torch.utils.benchmark.Timer` with
-`num_threads` set to the suite's threads (collectives: a plain torch.distributed loop under torchrun). That pair
-repeats `--rounds` times; each row's verdict is on the median of the paired ratios suite / reference. Shared
+For each family the suite runs in this process (`pytest.main` on a generated one-family config, read back
+from its JSON), then the reference measures the same op on the same inputs: `torch.utils.benchmark.Timer`
+with `num_threads` set to the suite's threads (collectives: a plain torch.distributed loop under torchrun).
+That pair repeats `--rounds` times; each row's verdict is on the median of the paired ratios. Shared
 VMs switch between fast and slow phases every few seconds (the same 4 KiB clone measures 1.8 us or 3.5 us),
 so only pairs taken seconds apart, many times over, make the two methods comparable.
 """
@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -37,7 +37,7 @@ QUICK_ROUNDS = 2
 # Suite timing of the generated configs: max_time 0.5 s gives the 150 ms CPU matmul its min_rounds.
 SUITE_TIMING = {"warmup_s": 0.05, "max_time": 0.5, "min_rounds": 5}
 QUICK_TIMING = {"warmup_s": 0.01, "max_time": 0.02, "min_rounds": 2}
-# Timer.blocked_autorange keeps measuring blocks this long: several blocks of the slowest op, as the suite has.
+# Timer.blocked_autorange keeps measuring blocks this long: several blocks of the slowest op, as the suite.
 TIMER_MIN_RUN_S = 0.5
 QUICK_TIMER_MIN_RUN_S = 0.02
 # Collectives run on Gloo ranks on the CPU (the GPU check covers NCCL): two ranks, as a 2-core machine allows.
@@ -63,17 +63,19 @@ class Scale:
     collective_iterations: int
 
 
-FULL = Scale(ROUNDS, SUITE_TIMING, TIMER_MIN_RUN_S, 2048, (512, 1024, 1536, 2048), 2, 256 * MiB, 4 * KiB, 64 * MiB,
-             64 * MiB, 15, 2)
-QUICK = Scale(QUICK_ROUNDS, QUICK_TIMING, QUICK_TIMER_MIN_RUN_S, 256, (128, 256), 1, 1 * MiB, 4 * KiB, 1 * MiB,
-              1 * MiB, 3, 1)
+FULL = Scale(rounds=ROUNDS, timing=SUITE_TIMING, timer_min_run_s=TIMER_MIN_RUN_S, matmul=2048,
+             sweep=(512, 1024, 1536, 2048), conv_batch=2, copy_bytes=256 * MiB, small_bytes=4 * KiB,
+             big_bytes=64 * MiB, collective_bytes=64 * MiB, collective_rounds=15, collective_iterations=2)
+QUICK = Scale(rounds=QUICK_ROUNDS, timing=QUICK_TIMING, timer_min_run_s=QUICK_TIMER_MIN_RUN_S, matmul=256,
+              sweep=(128, 256), conv_batch=1, copy_bytes=1 * MiB, small_bytes=4 * KiB, big_bytes=1 * MiB,
+              collective_bytes=1 * MiB, collective_rounds=3, collective_iterations=1)
 CONV_LAYER = {"name": "resnet50-conv2-3x3", "in_channels": 64, "out_channels": 64, "size": 56, "kernel": 3,
               "padding": 1}
 
 
 @dataclass(frozen=True)
 class Target:
-    """How a row is judged: 'within' |ratio - 1| <= value, 'at_least' ratio >= value, 'below' suite < value."""
+    """How a row is judged: 'within' |ratio - 1| <= value, 'at_least' ratio >= value, 'below' suite < value"""
 
     kind: str
     value: float
@@ -123,7 +125,7 @@ def size_label(nbytes: int) -> str:
 
 
 class SuiteRunner:
-    """Runs one benchmarks/test_<family>.py on a generated config in this process; returns its results JSON."""
+    """Runs benchmarks/test_<family>.py on a generated config in this process; returns its results JSON."""
 
     def __init__(self, workdir: Path, timing: dict) -> None:
         self.workdir = workdir
@@ -133,13 +135,14 @@ class SuiteRunner:
     def run(self, family: str, cases: dict) -> dict:
         self.runs += 1
         cfg, out = self.workdir / f"{family}-{self.runs}.yaml", self.workdir / f"{family}-{self.runs}.json"
-        cfg.write_text(yaml.safe_dump({"devices": "cpu", "timing": self.timing, "cases": cases}), encoding="utf-8")
+        config = {"devices": "cpu", "timing": self.timing, "cases": cases}
+        cfg.write_text(yaml.safe_dump(config), encoding="utf-8")
         code, log = run_pytest([str(ROOT / "benchmarks" / f"test_{family}.py"), f"--rootdir={ROOT}", "-q",
                                 "-p", "no:cacheprovider", f"--suite-config={cfg}", f"--benchmark-json={out}"])
         if code != 0 or not out.exists():
             print(log[-4000:], file=sys.stderr)
-            raise UserError(f"the suite's {family} run failed (pytest exit {code}, output above); fix that first: "
-                            f"pytest benchmarks/test_{family}.py --suite-config {cfg}")
+            raise UserError(f"the suite's {family} run failed (pytest exit {code}, output above); fix that "
+                            f"first: pytest benchmarks/test_{family}.py --suite-config {cfg}")
         return json.loads(out.read_text(encoding="utf-8"))
 
 
@@ -161,7 +164,7 @@ def one(results: dict, **match) -> dict:
     return found[0]
 
 
-# --- the reference side: torch.utils.benchmark.Timer on the same op and inputs --------------------------------
+# --- the reference side: torch.utils.benchmark.Timer on the same op and inputs ------------------------
 
 
 def timer_median(stmt: str, env: dict, min_run_s: float) -> float:
@@ -202,13 +205,14 @@ def matmul_round(runner: SuiteRunner, s: Scale) -> list[Pair]:
 
 def ceiling_round(runner: SuiteRunner, s: Scale) -> list[Pair]:
     """The suite's measured fp32 ceiling (best of its sweep) against the best TFLOP/s of a Timer sweep."""
-    results = runner.run("ceiling", {"ceiling": {"dtypes": ["float32"], "shapes": [f"{n}x{n}x{n}" for n in s.sweep]}})
+    shapes = [f"{n}x{n}x{n}" for n in s.sweep]
+    results = runner.run("ceiling", {"ceiling": {"dtypes": ["float32"], "shapes": shapes}})
     suite = results["suite"]["ceilings"]["cpu"]["float32"]["tflops"]
     ref = max(2 * n**3 / timer_median("torch.matmul(a, b, out=out)", matmul_env(n), s.timer_min_run_s) / 1e12
               for n in s.sweep)
     sweep = ", ".join(f"{n}^3" for n in s.sweep)
-    return [Pair("ceiling", f"fp32 ceiling, best of {sweep}", "TFLOP/s", "Timer sweep", Target("within", 0.10),
-                 suite, ref)]
+    return [Pair("ceiling", f"fp32 ceiling, best of {sweep}", "TFLOP/s", "Timer sweep",
+                 Target("within", 0.10), suite, ref)]
 
 
 def conv_round(runner: SuiteRunner, s: Scale) -> list[Pair]:
@@ -272,14 +276,16 @@ def collectives_rounds(s: Scale, workdir: Path) -> list[Pair]:
     """All rounds at once: torchrun starts COLLECTIVE_RANKS ranks of `python -m suite.accuracy`, which pair
     a plain loop with the suite's case round by round; rank 0 writes the pairs to a JSON file."""
     out = workdir / "collectives-pairs.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={COLLECTIVE_RANKS}",
-           "-m", "suite.accuracy", json.dumps({"scale": s.__dict__, "workdir": str(workdir), "out": str(out)})]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc-per-node={COLLECTIVE_RANKS}", "-m", "suite.accuracy",
+           json.dumps({"scale": asdict(s), "workdir": str(workdir), "out": str(out)})]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=COLLECTIVE_TIMEOUT_S * 2)
     if proc.returncode != 0 or not out.exists():
         print((proc.stdout + proc.stderr)[-4000:], file=sys.stderr)
         raise UserError(f"the collectives accuracy run under torchrun failed (exit {proc.returncode}, output "
                         "above); check that `python -m suite collectives --nproc 2` works")
-    return [Pair(**{**p, "target": Target(**p["target"])}) for p in json.loads(out.read_text(encoding="utf-8"))]
+    pairs = json.loads(out.read_text(encoding="utf-8"))
+    return [Pair(**{**p, "target": Target(**p["target"])}) for p in pairs]
 
 
 def plain_all_reduce(nbytes: int, rounds: int, iterations: int, warmup: int) -> float:
@@ -316,9 +322,10 @@ def collectives_worker(spec: dict) -> int:
     dist.init_process_group("gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
     workdir, nbytes = Path(spec["workdir"]), s.collective_bytes
-    cases = {"collectives": {"ops": ["all_reduce"], "sizes": [nbytes], "dtypes": ["float32"], "backend": "gloo",
-                             "rounds": s.collective_rounds, "iterations": s.collective_iterations,
-                             "warmup_rounds": COLLECTIVE_WARMUP_ROUNDS, "timeout_s": COLLECTIVE_TIMEOUT_S}}
+    cases = {"collectives": {"ops": ["all_reduce"], "sizes": [nbytes], "dtypes": ["float32"],
+                             "backend": "gloo", "rounds": s.collective_rounds,
+                             "iterations": s.collective_iterations, "warmup_rounds": COLLECTIVE_WARMUP_ROUNDS,
+                             "timeout_s": COLLECTIVE_TIMEOUT_S}}
     cfg, out = workdir / "collectives.yaml", workdir / "collectives.json"
     if rank == 0:
         cfg.write_text(yaml.safe_dump({"devices": "cpu", "cases": cases}), encoding="utf-8")
@@ -326,20 +333,22 @@ def collectives_worker(spec: dict) -> int:
     title = f"all_reduce {size_label(nbytes)} busbw, {n} Gloo ranks"
     pairs = []
     for _ in range(s.rounds):
-        plain = plain_all_reduce(nbytes, s.collective_rounds, s.collective_iterations, COLLECTIVE_WARMUP_ROUNDS)
+        plain = plain_all_reduce(nbytes, s.collective_rounds, s.collective_iterations,
+                                 COLLECTIVE_WARMUP_ROUNDS)
         code, log = run_pytest([str(ROOT / "benchmarks" / "test_collectives.py"), f"--rootdir={ROOT}", "-q",
                                 "-p", "no:cacheprovider", f"--suite-config={cfg}", f"--benchmark-json={out}"])
         if code != 0:
             print(log[-4000:], file=sys.stderr)
             return 1
         if rank == 0:
-            # Looked up only now: importing suite.cases.collectives before pytest.main imports suite.distributed,
-            # which pytest then cannot rewrite (a warning, and the project's pytest config makes it an error).
+            # Looked up only now: importing suite.cases.collectives before pytest.main imports
+            # suite.distributed, which pytest then cannot rewrite (a warning the project makes an error).
             busbw = family_module("collectives").busbw
             bench = one(json.loads(out.read_text(encoding="utf-8")), case="collectives")
-            pairs.append({"family": "collectives", "title": title, "unit": "GB/s", "reference": "plain dist loop",
-                          "target": {"kind": "within", "value": 0.15}, "suite": bench["extra_info"]["busbw"],
-                          "ref": busbw("all_reduce", bench["extra_info"]["bytes"], plain, n)})
+            info = bench["extra_info"]
+            pairs.append({"family": "collectives", "title": title, "unit": "GB/s",
+                          "reference": "plain dist loop", "target": {"kind": "within", "value": 0.15},
+                          "suite": info["busbw"], "ref": busbw("all_reduce", info["bytes"], plain, n)})
     if rank == 0:
         Path(spec["out"]).write_text(json.dumps(pairs), encoding="utf-8")
     dist.destroy_process_group()
@@ -356,7 +365,7 @@ ROUNDS_OF: dict[str, Callable[[SuiteRunner, Scale], list[Pair]]] = {
 FAMILIES = (*ROUNDS_OF, "collectives")
 
 
-# --- the table ------------------------------------------------------------------------------------------------
+# --- the table ------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -401,19 +410,21 @@ def table(rows: list[Row]) -> str:
     cells = [HEADER]
     for r in rows:
         verdict = "-" if r.passed is None else "PASS" if r.passed else "FAIL"
-        cells.append((r.family, r.title, fmt_value(r.suite, r.unit), f"{fmt_value(r.ref, r.unit)} ({r.reference})",
-                      fmt_ratio(r.ratio), f"{fmt_ratio(r.low)}-{fmt_ratio(r.high)}", r.target.describe(), verdict))
+        cells.append((r.family, r.title, fmt_value(r.suite, r.unit),
+                      f"{fmt_value(r.ref, r.unit)} ({r.reference})", fmt_ratio(r.ratio),
+                      f"{fmt_ratio(r.low)}-{fmt_ratio(r.high)}", r.target.describe(), verdict))
     widths = [max(len(row[i]) for row in cells) for i in range(len(HEADER))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
 
 
-# --- the command ----------------------------------------------------------------------------------------------
+# --- the command ----------------------------------------------------------------------------------------
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("families", nargs="*", metavar="FAMILY",
                         help=f"families to check (default all): {', '.join(FAMILIES)}")
-    parser.add_argument("--rounds", type=int, default=None, help=f"paired rounds per family (default {ROUNDS})")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help=f"paired rounds per family (default {ROUNDS})")
     parser.add_argument("--quick", action="store_true",
                         help="tiny sizes and 2 rounds: checks that everything runs, judges nothing")
 
@@ -429,11 +440,11 @@ def run(args) -> int:
         raise UserError(f"--rounds {args.rounds}: give at least 1 (default {ROUNDS})")
     scale = QUICK if args.quick else FULL
     if args.rounds is not None:
-        scale = Scale(**{**scale.__dict__, "rounds": args.rounds})
+        scale = replace(scale, rounds=args.rounds)
     families = list(dict.fromkeys(args.families or FAMILIES))
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads (suite and Timer alike), "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {scale.rounds} paired rounds per family",
-          flush=True)
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {scale.rounds} paired rounds per "
+          "family", flush=True)
     pairs: list[Pair] = []
     with tempfile.TemporaryDirectory(prefix="suite-accuracy-") as tmp:
         runner = SuiteRunner(Path(tmp), scale.timing)
@@ -447,8 +458,9 @@ def run(args) -> int:
             print(f"  {family}: {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
     rows = summarise(pairs, judge=not args.quick)
     bad = [r for r in rows if not (math.isfinite(r.ratio) and r.ratio > 0)]
-    # Other processes on the cores make multi-threaded ops wait for a descheduled thread (milliseconds).
-    print(f"\nload average at the end {os.getloadavg()[0]:.1f} (above the CPU count, both sides wait for cores)")
+    # Other processes on the cores make a multi-threaded op wait for a descheduled thread (milliseconds), on
+    # both sides: the load says how far a run's figures can be trusted.
+    print(f"\nload average {os.getloadavg()[0]:.1f} at the end ({os.cpu_count()} CPUs)\n")
     print(table(rows))
     if args.quick:
         print("\n--quick: sizes and rounds too small for the targets; nothing judged")

@@ -1,4 +1,4 @@
-"""`python -m suite accuracy`: one table of paired ratios for every family it covers; verdicts from the ratios."""
+"""`python -m suite accuracy`: one table of paired ratios for every family it covers, verdicts from them."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def table_rows(stdout: str) -> list[dict[str, str]]:
 
 @pytest.mark.slow
 def test_quick_run_prints_one_row_per_target_with_finite_positive_ratios():
-    proc = subprocess.run([sys.executable, "-m", "suite", "accuracy", "--quick"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run([sys.executable, "-m", "suite", "accuracy", "--quick"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = table_rows(proc.stdout)
     families = [row["family"] for row in rows]
@@ -49,8 +49,8 @@ def test_quick_run_prints_one_row_per_target_with_finite_positive_ratios():
 
 
 def test_unknown_family_is_one_line_naming_the_families():
-    proc = subprocess.run([sys.executable, "-m", "suite", "accuracy", "habits"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "suite", "accuracy", "habits"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         f"error: no accuracy check for 'habits'; families with one: {', '.join(FAMILIES)}"]

@@ -1,8 +1,9 @@
-"""The README and docs/*.md stay true to the code: their config snippets and key paths validate, links resolve.
+"""The README and docs/*.md stay true to the code: config snippets and key paths validate, links resolve.
 
-Every ```yaml block is a complete config (parsed as `--suite-config` would); a YAML example that is not a suite
-config belongs in a ```text block. Key paths are the backticked `cases.<family>.<key>`, `timing.<key>` and
-`devices` spans; every link to a file of the project, and to a heading in it, must resolve.
+Every ```yaml block is a complete config (parsed as `--suite-config` would); a YAML example that is not a
+suite config belongs in a ```text block. Key paths: backticked `cases.<family>.<key>` and `timing.<key>`
+spans, and the rows of a `| key |` table under a heading naming `cases.<family>`. Every link to a file of
+the project, and to a heading in it, must resolve.
 """
 
 from __future__ import annotations
