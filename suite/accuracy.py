@@ -436,6 +436,9 @@ def run(args) -> int:
     if unknown:
         raise UserError(f"no accuracy check for {', '.join(map(repr, unknown))}; families with one: "
                         f"{', '.join(FAMILIES)}")
+    if not (ROOT / "benchmarks").is_dir():
+        raise UserError(f"{ROOT / 'benchmarks'} not found: the accuracy check runs the project's benchmarks/; "
+                        "install the project from its checkout (pip install -e .)")
     if args.rounds is not None and args.rounds < 1:
         raise UserError(f"--rounds {args.rounds}: give at least 1 (default {ROUNDS})")
     scale = QUICK if args.quick else FULL
