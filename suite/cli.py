@@ -1,4 +1,4 @@
-"""`python -m suite COMMAND` / `benchsuite COMMAND`: devices, report, compare, schema, collectives.
+"""`python -m suite COMMAND` / `benchsuite COMMAND`: devices, report, compare, schema, accuracy, collectives.
 
 Each command lives in its own module with `add_arguments(parser)` and `run(args) -> int`; only the module of
 the command being run is imported, so `report` and `compare` never import torch.
@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("suite.report.command", "build one self-contained HTML report from results files or folders"),
     "compare": ("suite.compare", "compare two results files; exit 1 on a regression beyond the threshold"),
     "schema": ("suite.config", "print the JSON Schema of the YAML config (for editors)"),
+    "accuracy": ("suite.accuracy", "the suite's figures against torch.utils.benchmark.Timer (and a plain "
+                 "torch.distributed loop), paired in one run: one table of ratios"),
 }
 # Commands that hand their remaining arguments to another program (pytest under torchrun): name -> module
 # with main(argv) -> int.

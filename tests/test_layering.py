@@ -21,7 +21,8 @@ def imported_by(module: str) -> set[str]:
 
 ANALYSIS = ["suite.results", "suite.report", "suite.report.command", "suite.compare", "suite.cli", "suite.config",
             "suite.sections", "suite.cases.copy", "suite.cases.conv.config"]
-MEASUREMENT = ["suite.plugin", "suite.devices", "suite.timing", "suite.cases.matmul.measure", "suite.cases.copy.measure"]
+MEASUREMENT = ["suite.plugin", "suite.devices", "suite.timing", "suite.cases.matmul.measure", "suite.cases.copy.measure",
+               "suite.accuracy"]
 
 
 @pytest.mark.parametrize("module", ANALYSIS)
