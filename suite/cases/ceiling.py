@@ -1,6 +1,8 @@
 """Ceilings: each device's measured matmul ceiling per precision, and % of ceiling / datasheet on every result.
 
-The ceiling is MAMF-style: the best TFLOP/s over a sweep of shapes. When the JSON is written, `annotate` adds
+The ceiling is the best sustained median TFLOP/s over a sweep of shapes (MAMF-like in taking the best shape, not
+in its statistic: mamf-finder reports a mean with the L2 flushed; the GPU check shows both, docs/gpu-check.md).
+When the JSON is written, `annotate` adds
 `pct_of_ceiling` and `pct_of_datasheet` to every compute result.
 The ceiling of (device, precision) is the best `tflops` of the run's single-device matmul results, the sweep of
 this family and the matmul family alike. It is a realistic ceiling (below the datasheet peak: REFERENCE.md);
