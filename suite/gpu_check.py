@@ -1,10 +1,10 @@
-"""The GPU check: gpu tests, the quick config, and the suite's figures beside independent references, one table."""
+"""The GPU check: gpu tests, the quick config, the suite's figures beside independent references; a table."""
 
 # Run `scripts/gpu-check.sh OUTDIR` on a GPU node (or `python -m suite.gpu_check --out OUTDIR`); `--dry-run`
 # runs every step it can on the CPU, with tiny sizes, so a broken check shows in CI (tests/test_gpu_check.py).
-# Each case family may add rows by defining `gpu_checks(ctx: CheckContext) -> list[CheckRow]`; this module runs
-# them in turn, each as a timed step, and adds its own: out of memory becomes a skip, a SIGKILLed run keeps
-# its finished results. docs/gpu-check.md describes every row.
+# Each case family may add rows by defining `gpu_checks(ctx: CheckContext) -> list[CheckRow]`; this module
+# runs them in turn, each as a timed step, and adds its own: out of memory becomes a skip, a SIGKILLed run
+# keeps its finished results. docs/gpu-check.md describes every row.
 
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def median(values: list[float]) -> float:
 
 
 def judged(ctx: CheckContext, ok: bool) -> bool | None:
-    """A timing verdict on the GPU; in the dry run only the plumbing is checked, the figures are not judged."""
+    """A timing verdict on the GPU; the dry run checks only the plumbing and leaves the figures unjudged."""
     return None if ctx.dry_run else ok
 
 
@@ -118,14 +118,15 @@ class CheckContext:
         path.write_text(yaml.safe_dump(config), encoding="utf-8")
         return path
 
-    def run_suite(self, config: dict | Path, tests: str = "benchmarks", args: tuple[str, ...] = ()) -> list[dict]:
+    def run_suite(self, config: dict | Path, tests: str = "benchmarks",
+                  args: tuple[str, ...] = ()) -> list[dict]:
         """`pytest <tests>` on a config, in this process (the reference runs here too); its benchmarks."""
         import pytest
 
         cfg = config if isinstance(config, Path) else self.write_config(config)
         out = self.workdir / f"results-{time.monotonic_ns()}.json"
         # --assert=plain: the suite's modules are already imported here, so pytest could not rewrite their
-        # asserts and would warn (an error under pyproject's filterwarnings); the cases' checks need no rewriting.
+        # asserts and would warn (an error under pyproject's filterwarnings); the cases' checks need none.
         code = pytest.main([str(ROOT / tests), f"--rootdir={ROOT}", "-q", "-rs", "-p", "no:cacheprovider",
                             "--assert=plain", f"--suite-config={cfg}", f"--benchmark-json={out}", *args])
         if not out.exists():
@@ -178,7 +179,8 @@ class CheckContext:
             for bench in self.run_suite(cfg, tests):
                 seen.setdefault(bench["param"], []).append(bench)
                 if bench["param"] in titles:
-                    pairs[bench["param"]].append((bench["stats"]["median"], self.reference(family, cfg, bench)))
+                    reference = self.reference(family, cfg, bench)
+                    pairs[bench["param"]].append((bench["stats"]["median"], reference))
         rows = []
         for param, title in titles.items():
             got = pairs[param]
@@ -208,14 +210,15 @@ def _rate_note(bench: dict) -> str:
 
 
 def run_command(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str]:
-    """Run a command from the checkout, its output copied to ours (the log); (exit code or None if it timed out,
-    its output)."""
+    """Run a command from the checkout, its output copied to ours (the log): (exit code, or None if it timed
+    out; its output)."""
     print(f"+ {' '.join(cmd)}", flush=True)
     try:
         proc = subprocess.run(cmd, cwd=ROOT, timeout=timeout, capture_output=True, text=True, env=env,
                               check=False)
     except subprocess.TimeoutExpired as exc:
-        text = (exc.stdout or b"").decode(errors="replace") if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        text = exc.stdout or ""
+        text = text.decode(errors="replace") if isinstance(text, bytes) else text
         print(text, flush=True)
         return None, text
     print(proc.stdout + proc.stderr, flush=True)
@@ -260,11 +263,13 @@ def quick_rows(ctx: CheckContext, out: Path, timeout: float) -> list[CheckRow]:
     else:
         config = ROOT / "configs" / "quick.yaml"
     result = out / "quick.json"
-    code, text = run_command([sys.executable, "-m", "pytest", "benchmarks", "-q", "-rs", "-p", "no:cacheprovider",
-                              f"--suite-config={config}", f"--benchmark-json={result}"], timeout)
+    code, text = run_command([sys.executable, "-m", "pytest", "benchmarks", "-q", "-rs", "-p",
+                              "no:cacheprovider", f"--suite-config={config}", f"--benchmark-json={result}"],
+                             timeout)
     count = len(json.loads(result.read_text())["benchmarks"]) if result.exists() else 0
     note = "timed out" if code is None else f"{count} results in quick.json; {_last_line(text)}"
-    return [CheckRow(f"quick config ({config.name})", count or None, None, "results", code == 0 and count > 0, note)]
+    ok = code == 0 and count > 0
+    return [CheckRow(f"quick config ({config.name})", count or None, None, "results", ok, note)]
 
 
 def _fake_suite_dir(ctx: CheckContext) -> Path:
@@ -283,7 +288,7 @@ def _env_with_root() -> dict:
 
 
 def oom_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
-    """A case larger than the GPU's memory is a skip whose reason names the free memory; the next case passes."""
+    """A case larger than the GPU's memory is a skip naming its free memory; the next one passes."""
     out = ctx.workdir / "oom.json"
     if ctx.dry_run:
         folder = _fake_suite_dir(ctx)
@@ -299,7 +304,8 @@ def oom_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
         after = f"{ctx.device}-bfloat16-1024x1024x1024"
         cfg = ctx.write_config({"devices": [ctx.device], "cases": {"matmul": {
             "dtypes": ["bfloat16"], "shapes": [f"{n}x{n}x64", "1024x1024x1024"]}}})
-        cmd = [sys.executable, "-m", "pytest", str(ROOT / "benchmarks" / "test_matmul.py"), f"--rootdir={ROOT}"]
+        cmd = [sys.executable, "-m", "pytest", str(ROOT / "benchmarks" / "test_matmul.py"),
+               f"--rootdir={ROOT}"]
     cmd += ["-q", "-rs", "-p", "no:cacheprovider", f"--suite-config={cfg}", f"--benchmark-json={out}"]
     code, text = run_command(cmd, timeout, env=_env_with_root())
     skips = [line for line in text.splitlines() if line.startswith("SKIPPED") and "out of memory" in line]
@@ -325,8 +331,8 @@ def sigkill_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
     dtype = ctx.pick("bfloat16", "float32")
     cfg = ctx.write_config({"devices": [ctx.device], "timing": {**ctx.timing, "max_time": 1.0},
                             "cases": {"matmul": {"dtypes": [dtype], "shapes": shapes}}})
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "benchmarks" / "test_matmul.py"), f"--rootdir={ROOT}", "-q",
-           "-p", "no:cacheprovider", f"--suite-config={cfg}", f"--benchmark-json={out}"]
+    cmd = [sys.executable, "-m", "pytest", str(ROOT / "benchmarks" / "test_matmul.py"), f"--rootdir={ROOT}",
+           "-q", "-p", "no:cacheprovider", f"--suite-config={cfg}", f"--benchmark-json={out}"]
     print(f"+ {' '.join(cmd)}  (SIGKILL after its first finished case)", flush=True)
     partial = partial_path(out)
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -349,8 +355,8 @@ def sigkill_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
     ok = killed and count >= 1 and not out.exists() and kept.header is not None
     note = (f"killed after {finished} finished case(s); the partial file keeps {count}" if killed
             else f"the run ended by itself (exit {proc.returncode}) before it could be killed")
-    return [CheckRow("SIGKILL: finished results kept in the partial file", count, finished or None, "cases", ok,
-                     note)]
+    return [CheckRow("SIGKILL: finished results kept in the partial file", count, finished or None, "cases",
+                     ok, note)]
 
 
 # --- the run --------------------------------------------------------------------------------------------
@@ -363,13 +369,15 @@ def facts() -> dict:
 
     from suite.devices import inventory
 
-    modules = ["torch", "pydantic", "pydantic_core", "jsonschema", "pytest", "pytest_benchmark", "pytest_timeout",
-               "pandas", "matplotlib", "jinja2", "yaml", "pynvml", "cpuinfo", "hypothesis", "pyarrow"]
+    modules = ["torch", "pydantic", "pydantic_core", "jsonschema", "pytest", "pytest_benchmark",
+               "pytest_timeout", "pandas", "matplotlib", "jinja2", "yaml", "pynvml", "cpuinfo", "hypothesis",
+               "pyarrow"]
     found = {}
     for name in modules:
         spec = importlib.util.find_spec(name)
         found[name] = spec.origin if spec is not None else None
-    return {"python": platform.python_version(), "executable": sys.executable, "platform": platform.platform(),
+    return {"python": platform.python_version(), "executable": sys.executable,
+            "platform": platform.platform(),
             "modules": found, "machine_info": inventory().as_machine_info()}
 
 
@@ -388,7 +396,8 @@ def format_table(steps: list[Step], rows: list[CheckRow]) -> str:
                      f"{row.verdict:<7}  {row.note}")
     failed = sum(r.ok is False for r in rows) + sum(not s.ok for s in steps)
     lines.append("")
-    lines.append(f"{len(rows)} rows: {sum(r.ok is True for r in rows)} PASS, {sum(r.ok is False for r in rows)} "
+    passed, failed_rows = sum(r.ok is True for r in rows), sum(r.ok is False for r in rows)
+    lines.append(f"{len(rows)} rows: {passed} PASS, {failed_rows} "
                  f"FAIL, {sum(r.ok is None for r in rows)} not judged; "
                  + ("all checks passed" if not failed else f"{failed} failure(s)"))
     return "\n".join(lines)
@@ -445,7 +454,8 @@ def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S) -> int:
             import traceback
 
             traceback.print_exc()
-            got = [CheckRow(f"{name}: the check crashed", None, None, "", False, f"{type(exc).__name__}: {exc}"[:200])]
+            why = f"{type(exc).__name__}: {exc}"[:200]
+            got = [CheckRow(f"{name}: the check crashed", None, None, "", False, why)]
             ok, note = False, "crashed (traceback in the log)"
         rows += got
         steps.append(Step(name, time.monotonic() - t0, ok, note))
@@ -460,7 +470,8 @@ def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S) -> int:
     code = 1 if any(r.ok is False for r in rows) or not all(s.ok for s in steps) else 0
     info["seconds"] = time.monotonic() - started
     table = _write(out, info, steps, rows, code)
-    print(f"\n== gpu-check {'(dry run) ' if ctx.dry_run else ''}done in {info['seconds']:.0f} s; files in {out}\n")
+    kind = "(dry run) " if ctx.dry_run else ""
+    print(f"\n== gpu-check {kind}done in {info['seconds']:.0f} s; files in {out}\n")
     print(table, flush=True)
     return code
 
@@ -479,10 +490,10 @@ def _free_device_memory() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m suite.gpu_check", description=__doc__)
     parser.add_argument("--out", type=Path, default=None,
-                        help="folder for table.txt, check.json and quick.json (default: a new temporary folder)")
+                        help="folder for table.txt, check.json, quick.json (default: a new temporary folder)")
     parser.add_argument("--dry-run", action="store_true",
-                        help="run every step that can run without CUDA, on the CPU with tiny sizes; the figures "
-                             "are shown, not judged")
+                        help="run every step that can run without CUDA, on the CPU with tiny sizes; the "
+                             "figures are shown, not judged")
     parser.add_argument("--device", default="cuda:0", help="the GPU to check (default cuda:0)")
     parser.add_argument("--budget-s", type=float, default=BUDGET_S,
                         help=f"skip the steps that no longer fit in this many seconds (default {BUDGET_S})")
@@ -490,8 +501,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not args.dry_run and not torch.cuda.is_available():
-        print("gpu-check: torch sees no CUDA device; run on a GPU node, or pass --dry-run to check the steps on "
-              "the CPU")
+        print("gpu-check: torch sees no CUDA device; run on a GPU node, or pass --dry-run to check the steps "
+              "on the CPU")
         return 2
     out = args.out or Path(tempfile.mkdtemp(prefix="gpu-check-out-"))
     out.mkdir(parents=True, exist_ok=True)

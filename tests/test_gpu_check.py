@@ -1,5 +1,5 @@
-"""The GPU check (suite/gpu_check.py, scripts/gpu-check.sh): its CPU dry run end to end, so a broken step shows
-in CI and not in a scarce minute on a GPU; its table, budget and verdicts with fake steps."""
+"""The GPU check (suite/gpu_check.py, scripts/gpu-check.sh): its CPU dry run end to end, so a broken step
+shows in CI and not in a scarce minute on a GPU; its table, budget and verdicts with fake steps."""
 
 from __future__ import annotations
 
@@ -35,7 +35,8 @@ def test_dry_run_of_the_shell_script_runs_every_step(tmp_path):
     # The steps that need no GPU are judged in the dry run too.
     for name in ("out of memory: a skip naming free memory, next case passes",
                  "SIGKILL: finished results kept in the partial file",
-                 "collectives: gloo starts, all_reduce with 1 rank", "collectives: gloo x2 all_reduce 1MiB busbw"):
+                 "collectives: gloo starts, all_reduce with 1 rank",
+                 "collectives: gloo x2 all_reduce 1MiB busbw"):
         assert rows[name]["verdict"] == "PASS", rows[name]
     # Timing-truth rows ran with paired ratios from both alternations; shown, not judged, on the CPU.
     paired = [r for r in check["rows"] if r["pairs"]]

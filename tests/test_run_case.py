@@ -77,7 +77,7 @@ def test_no_work_of_a_case_is_left_queued_when_it_returns(family):
     assert "sync" in family.events[last_launch:], family.events
 
 
-@pytest.mark.parametrize("error", [AssertionError("wrong result"), RuntimeError("CUDA error: launch failure")])
+@pytest.mark.parametrize("error", [AssertionError("wrong result"), RuntimeError("CUDA error: a launch failed")])
 def test_a_failing_case_is_drained_too_and_keeps_its_own_error(family, error):
     with pytest.raises(type(error), match=str(error)):
         run_case(family.case, FakeBenchmark(family.events, fail=error), CONFIG)
@@ -86,8 +86,8 @@ def test_a_failing_case_is_drained_too_and_keeps_its_own_error(family, error):
 
 def test_a_case_that_runs_out_of_memory_while_timing_is_drained_then_skipped(family):
     with pytest.raises(pytest.skip.Exception, match="out of memory for cuda:0-x"):
-        run_case(family.case, FakeBenchmark(family.events, fail=torch.OutOfMemoryError("CUDA out of memory")),
-                 CONFIG)
+        oom = torch.OutOfMemoryError("CUDA out of memory")
+        run_case(family.case, FakeBenchmark(family.events, fail=oom), CONFIG)
     assert family.device.pending == 0
 
 
@@ -100,16 +100,18 @@ def test_all_gpus_per_device_rates_are_measured_after_the_timed_rounds(monkeypat
 
     def rates(gpus, operands, flop):
         events.append("per-device rates")
-        return {"per_device_tflops": dict.fromkeys(gpus, 1.0), "slowest_device": gpus[0], "slowest_tflops": 1.0}
+        return {"per_device_tflops": dict.fromkeys(gpus, 1.0), "slowest_device": gpus[0],
+                "slowest_tflops": 1.0}
 
     monkeypatch.setattr(matmul, "per_device_rates", rates)
-    case = make_case("matmul", ("cuda:0", "cuda:1"), [matmul.ALL_GPUS, "float32", "8x8x8"], device=matmul.ALL_GPUS,
-                     gpus=("cuda:0", "cuda:1"), dtype="float32", precision="float32", m=8, n=8, k=8)
+    case = make_case("matmul", ("cuda:0", "cuda:1"), [matmul.ALL_GPUS, "float32", "8x8x8"],
+                     device=matmul.ALL_GPUS, gpus=("cuda:0", "cuda:1"), dtype="float32", precision="float32",
+                     m=8, n=8, k=8)
     bench = FakeBenchmark(events)
     bench.stats = SimpleNamespace(stats=SimpleNamespace(median=1e-3))
     with dev.use_platform(FakePlatform(gpus=2)):
         info = run_case(case, bench, CONFIG)
-    assert events == ["timed", "per-device rates"], "per-device rates must come from GPUs after sustained load"
+    assert events == ["timed", "per-device rates"], "per-device rates must come after the sustained load"
     assert info["per_device_tflops"] == {"cuda:0": 1.0, "cuda:1": 1.0} and info["gpu_count"] == 2
 
 
