@@ -57,8 +57,7 @@ class Platform:
             }
             uuid = getattr(p, "uuid", None)
             if uuid is not None:
-                text = str(uuid)
-                info["uuid"] = text if text.startswith("GPU-") else f"GPU-{text}"
+                info["uuid"] = nvml_uuid(str(uuid), p.name)
             return info
         if device.type == "xpu":
             p = torch.xpu.get_device_properties(device)
@@ -110,6 +109,20 @@ class Platform:
 
 
 _platform: Platform = Platform()
+
+
+def nvml_uuid(raw: str, name: str, visible: str | None = None) -> str:
+    """The UUID as NVML and nvidia-smi spell it: 'GPU-...' for a whole GPU, 'MIG-...' for a MIG instance.
+
+    torch gives the bare hex; a MIG instance shows as such in its name ('NVIDIA A100-SXM4-40GB MIG 1g.5gb') or
+    in CUDA_VISIBLE_DEVICES (MIG-... entries).
+    """
+    if raw.startswith(("GPU-", "MIG-")):
+        return raw
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "") if visible is None else visible
+    mig = " MIG " in f" {name} " or any(v.strip().startswith("MIG-") for v in visible.split(","))
+    return f"{'MIG' if mig else 'GPU'}-{raw}"
+
 
 
 def current_platform() -> Platform:
@@ -282,7 +295,10 @@ def _nvml_info(index: int, uuid: str | None = None) -> dict:
 
     The GPU is found by its UUID: CUDA's device numbers differ from NVML's whenever CUDA_VISIBLE_DEVICES is
     set (as under Slurm) or CUDA orders devices fastest first. Without a UUID the index is trusted only when
-    CUDA_VISIBLE_DEVICES is unset, and CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA use NVML's order.
+    CUDA_VISIBLE_DEVICES is unset, and CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA use NVML's order. A MIG
+    instance ('MIG-' UUID) has no PCIe link, clocks or power limit of its own: they are read from its GPU.
+    The PCIe link is recorded twice: `*_max` is what the link can do; `*_current` is what it ran at when read,
+    which at idle is often a power-saving down-shift (gen 1), not a fault.
     """
     if uuid is None and (os.environ.get("CUDA_VISIBLE_DEVICES") is not None
                          or os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID"):
@@ -300,11 +316,17 @@ def _nvml_info(index: int, uuid: str | None = None) -> dict:
                       else pynvml.nvmlDeviceGetHandleByIndex(index))
         except Exception:
             return {}
+        if uuid is not None and uuid.startswith("MIG-"):
+            info["mig"] = True
+            with contextlib.suppress(Exception):
+                handle = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+                parent = pynvml.nvmlDeviceGetUUID(handle)
+                info["mig_parent_uuid"] = parent.decode() if isinstance(parent, bytes) else parent
         queries = {
             "driver_version": lambda: pynvml.nvmlSystemGetDriverVersion(),
-            "pcie_gen": lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle),
+            "pcie_gen_current": lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle),
             "pcie_gen_max": lambda: pynvml.nvmlDeviceGetMaxPcieLinkGeneration(handle),
-            "pcie_width": lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle),
+            "pcie_width_current": lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle),
             "pcie_width_max": lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(handle),
             "sm_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
             "mem_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM),

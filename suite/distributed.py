@@ -241,6 +241,18 @@ def meet(store, rank: int, world_size: int, digest: str, timeout_s: float) -> No
         )
 
 
+def supports_device_id(init_process_group) -> bool:
+    """Whether this torch's init_process_group takes `device_id` (pytorch PR 114916, Dec 2023: torch 2.2 on;
+    pyproject allows torch 2.1). Without it the NCCL communicator is created lazily, at the first collective,
+    which is then where a broken setup shows."""
+    import inspect
+
+    try:
+        return "device_id" in inspect.signature(init_process_group).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def init(env: LaunchEnv, backend: str, timeout_s: float, digest: str) -> DistState:
     """Meet every rank (naming the missing ones), refuse different configs, then create the process group."""
     import torch
@@ -258,7 +270,9 @@ def init(env: LaunchEnv, backend: str, timeout_s: float, digest: str) -> DistSta
     options: dict = {}
     if backend == "nccl":
         torch.cuda.set_device(torch.device(device))
-        options["device_id"] = torch.device(device)  # eager NCCL init: a broken setup fails here, not mid-case
+        if supports_device_id(dist.init_process_group):
+            # Eager NCCL init: a broken setup fails here, not in the middle of the first case.
+            options["device_id"] = torch.device(device)
     dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
                             world_size=env.world_size, timeout=timedelta(seconds=timeout_s), **options)
     state.owns_group = True

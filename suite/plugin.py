@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -188,23 +189,33 @@ def run_case(case: Case, benchmark, config: SuiteConfig) -> dict:
     # Out of memory anywhere (inputs, check, autotuning workspaces in warm-up, allocations in the timed op) is a
     # skip with the reason; pytest-benchmark drops a benchmark that raised, so nothing partial is saved.
     try:
-        work = family.build(case, config)
-        work.check()
-        if work.pedantic is not None:
-            # Fixed rounds and warm-up from the case (collectives: every rank must run the same calls in
-            # lockstep; time-based warm-up and calibration would differ between ranks and hang them).
-            benchmark.pedantic(work.fn, **work.pedantic)
-        else:
-            timer = SyncTimer([torch.device(d) for d in case.devices])
-            warm_up(work.fn, timer, config.timing.warmup_s)
-            benchmark(work.fn)
-    except SkipCase as exc:
-        pytest.skip(str(exc))
-    except (RuntimeError, MemoryError) as exc:
-        reason = _oom_reason(exc, case)
-        if reason is None:
-            raise
-        pytest.skip(reason)
+        try:
+            work = family.build(case, config)
+            work.check()
+            if work.pedantic is not None:
+                # Fixed rounds and warm-up from the case (collectives: every rank must run the same calls in
+                # lockstep; time-based warm-up and calibration would differ between ranks and hang them).
+                benchmark.pedantic(work.fn, **work.pedantic)
+            else:
+                timer = SyncTimer([torch.device(d) for d in case.devices])
+                warm_up(work.fn, timer, config.timing.warmup_s)
+                benchmark(work.fn)
+        except SkipCase as exc:
+            pytest.skip(str(exc))
+        except (RuntimeError, MemoryError) as exc:
+            reason = _oom_reason(exc, case)
+            if reason is None:
+                raise
+            pytest.skip(reason)
+    except BaseException:
+        # The error (or skip) raised first is the one to report; a failing synchronisation must not replace it.
+        with contextlib.suppress(Exception):
+            dev.synchronize(*case.devices)
+        raise
+    # pytest-benchmark makes one more, untimed call after the timed rounds, and side streams may still copy
+    # into this case's buffers: wait for all of it, so no work of this case is queued when its tensors are
+    # freed (the caching allocator would hand them to the next case) or when the next case starts timing.
+    dev.synchronize(*case.devices)
 
     info: dict = {"case": case.family, **case.info}
     stats = getattr(benchmark, "stats", None)

@@ -18,7 +18,15 @@ def has_accelerator() -> bool:
     return torch.cuda.is_available() or (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available())
 
 
+# On a real GPU, torch and cuDNN emit harmless UserWarnings (a cuDNN plan falling back, a TF32 note); under
+# pyproject's filterwarnings = "error" they would fail the gpu tests, so there they are shown, not raised.
+GPU_TEST_WARNINGS = "default::UserWarning"
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("gpu"):
+            item.add_marker(pytest.mark.filterwarnings(GPU_TEST_WARNINGS))
     if any(item.get_closest_marker("gpu") for item in items) and not has_accelerator():
         skip = pytest.mark.skip(reason="needs a real accelerator (CUDA or MPS); torch sees none here")
         for item in items:

@@ -399,3 +399,28 @@ def test_reduce_check_catches_a_missing_or_doubled_rank(dtype, n):
     assert _mismatch(sum(parts), expected, exact, tol) is None
     assert _mismatch(sum(parts[:-1]), expected, exact, tol) is not None
     assert _mismatch(sum(parts) + parts[0], expected, exact, tol) is not None
+
+
+def test_a_check_that_raises_on_one_rank_still_reaches_the_agreement(monkeypatch):
+    # Out of memory for the float64 reference on this rank alone: the other ranks wait in the same agreement,
+    # so it must be reached (and the case fail on every rank), never skipped by an exception.
+    state = FakeState()
+    monkeypatch.setattr(distributed, "_STATE", state)
+    monkeypatch.setattr(dist, "all_reduce", _two_rank_sum)
+    monkeypatch.setattr(coll, "_sum_of_ranks", lambda *a: (_ for _ in ()).throw(
+        torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB")))
+    case, config = _case("all_reduce")
+    work = coll.build(case, config)
+    with pytest.raises(AssertionError, match="rank 0: all_reduce .* raised OutOfMemoryError"):
+        work.check()
+    assert state.seen == [f"{case.id} build", f"{case.id} check"]
+
+
+def test_device_id_is_passed_only_where_init_process_group_takes_it():
+    def new(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None, device_id=None):
+        pass
+
+    def old(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1, store=None):
+        pass
+
+    assert distributed.supports_device_id(new) and not distributed.supports_device_id(old)

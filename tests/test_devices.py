@@ -100,3 +100,86 @@ def test_real_accelerator_inventory_and_sync():
     x = torch.ones(1024, device=gpus[0])
     (x * 2).sum()
     dev.synchronize(gpus[0])
+
+
+# --- NVML: UUIDs of whole GPUs and MIG instances; the PCIe link, max and current ---------------------------
+
+
+@pytest.mark.parametrize("raw, name, visible, want", [
+    ("1234-abcd", "NVIDIA H200", "", "GPU-1234-abcd"),
+    ("GPU-1234-abcd", "NVIDIA H200", "", "GPU-1234-abcd"),
+    ("1234-abcd", "NVIDIA A100-SXM4-40GB MIG 1g.5gb", "", "MIG-1234-abcd"),
+    ("1234-abcd", "NVIDIA A100-SXM4-40GB", "MIG-1234-abcd", "MIG-1234-abcd"),
+])
+def test_uuid_spelled_as_nvml_wants_it(raw, name, visible, want):
+    assert dev.nvml_uuid(raw, name, visible) == want
+
+
+class FakeNvml:
+    """pynvml with one GPU ('GPU-parent') split into a MIG instance ('MIG-child'), the link down-shifted."""
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 1, 2, 0
+
+    def __init__(self):
+        self.asked: list[tuple[str, str]] = []
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlSystemGetDriverVersion(self):
+        return "580.159.03"
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        if uuid not in ("GPU-parent", "MIG-child"):
+            raise RuntimeError("NVML_ERROR_NOT_FOUND")
+        return uuid
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle):
+        assert handle == "MIG-child"
+        return "GPU-parent"
+
+    def nvmlDeviceGetUUID(self, handle):
+        return handle.encode()
+
+    def _link(self, name, handle, value):
+        self.asked.append((name, handle))
+        if handle != "GPU-parent":
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")  # a MIG handle has no link of its own
+        return value
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h):
+        return self._link("gen", h, 1)  # idle: power-saving down-shift
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+        return self._link("gen_max", h, 5)
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h):
+        return self._link("width", h, 16)
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h):
+        return self._link("width_max", h, 16)
+
+    def nvmlDeviceGetMaxClockInfo(self, h, kind):
+        return self._link("clock", h, 1980)
+
+    def nvmlDeviceGetPowerManagementLimit(self, h):
+        return self._link("power", h, 700000)
+
+    def nvmlDeviceGetTemperature(self, h, kind):
+        return self._link("temp", h, 30)
+
+
+@pytest.mark.parametrize("uuid", ["GPU-parent", "MIG-child"])
+def test_nvml_reads_the_link_of_the_gpu_and_labels_current_and_max(uuid, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    info = dev._nvml_info(0, uuid)
+    assert info["pcie_gen_current"] == 1 and info["pcie_gen_max"] == 5, info
+    assert "pcie_gen" not in info, "an unlabelled generation reads as the link's capability"
+    assert info["power_limit_w"] == 700.0 and info["driver_version"] == "580.159.03"
+    if uuid.startswith("MIG-"):
+        assert info["mig"] is True and info["mig_parent_uuid"] == "GPU-parent"

@@ -158,3 +158,70 @@ def test_tf32_changes_a_cuda_matmul(clean_switches):
         loose = (a @ a - exact).norm() / exact.norm()
     if torch.cuda.get_device_capability() >= (8, 0):
         assert loose > 10 * strict, (float(loose), float(strict))
+
+
+# --- the new fp32_precision API (torch >= 2.9) and the legacy flags ------------------------------------------
+
+new_api = pytest.mark.skipif(not hasattr(torch.backends.cuda.matmul, "fp32_precision"),
+                             reason="torch < 2.9 has only the legacy TF32 flags")
+
+
+def test_an_operator_set_to_none_inherits_its_backend_then_the_generic_setting():
+    from suite.cases.precision import effective_precision
+
+    assert effective_precision("ieee", "tf32", "tf32") == "ieee"
+    assert effective_precision("none", "tf32", "ieee") == "tf32"
+    assert effective_precision("none", "none", "tf32") == "tf32"
+    assert effective_precision("none", "none", "none") == "ieee"
+
+
+_SWITCHES = ("torch.backends.fp32_precision", "torch.backends.cudnn.fp32_precision",
+             "torch.backends.cuda.matmul.fp32_precision", "torch.backends.cudnn.conv.fp32_precision")
+
+
+def _read_all() -> tuple:
+    return tuple(eval(name, {"torch": torch}) for name in _SWITCHES)
+
+
+@new_api
+@pytest.mark.parametrize("start", [
+    {},  # torch's defaults: matmul "none" (inherit), conv "tf32"
+    {"torch.backends.cuda.matmul.fp32_precision": "tf32", "torch.backends.cudnn.conv.fp32_precision": "none"},
+    {"torch.backends.cudnn.fp32_precision": "tf32"},  # the cuda-wide level a user may have set
+])
+@pytest.mark.parametrize("precision", ["tf32", "float32"])
+def test_every_switch_is_restored_exactly_and_legacy_reads_work_after(start, precision, monkeypatch):
+    from suite.cases.precision import precision_mode, tf32_state
+
+    before = _read_all()
+    try:
+        for name, value in start.items():
+            target, attr = name.rsplit(".", 1)
+            setattr(eval(target, {"torch": torch}), attr, value)
+        saved = _read_all()
+        with precision_mode(precision):
+            inside = tf32_state()
+        assert _read_all() == saved, "precision_mode did not restore every fp32_precision switch exactly"
+        assert inside == {"matmul_tf32": precision == "tf32", "conv_tf32": precision == "tf32"}
+        if not start:
+            # Torch's own consistency check of new vs legacy state passes again, as it did before the case.
+            torch.get_float32_matmul_precision()
+            assert isinstance(torch.backends.cuda.matmul.allow_tf32, bool)
+            assert isinstance(torch.backends.cudnn.allow_tf32, bool)
+    finally:
+        for name, value in zip(_SWITCHES, before):
+            target, attr = name.rsplit(".", 1)
+            setattr(eval(target, {"torch": torch}), attr, value)
+
+
+@new_api
+def test_the_record_follows_inheritance_from_the_cuda_level():
+    from suite.cases.precision import tf32_state
+
+    old = (torch.backends.cudnn.fp32_precision, torch.backends.cuda.matmul.fp32_precision)
+    try:
+        torch.backends.cuda.matmul.fp32_precision = "none"
+        torch.backends.cudnn.fp32_precision = "tf32"
+        assert tf32_state()["matmul_tf32"] is True
+    finally:
+        torch.backends.cudnn.fp32_precision, torch.backends.cuda.matmul.fp32_precision = old

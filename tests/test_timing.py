@@ -82,3 +82,14 @@ def test_warm_up_calls_at_least_twice_and_stops_after_the_time():
     assert warm_up(fn, timer, seconds=0.0) == MIN_WARMUP_CALLS
     calls.clear()
     assert warm_up(fn, timer, seconds=1.0) == 4
+
+
+def test_the_dry_run_reference_times_each_call_after_synchronising():
+    from suite.timing import MIN_REFERENCE_CALLS, host_times
+
+    clock = FakeClock()
+    gpu = FakeAsyncDevice(clock, launch_s=1e-6, work_s=1e-3)
+    times = host_times(gpu.launch, "cuda:0", seconds=0.05, clock=clock, synchronize=gpu.synchronize)
+    assert len(times) >= MIN_REFERENCE_CALLS and sum(times) >= 0.05 - 1e-3
+    assert times[0] == pytest.approx(1e-3 + 1e-6), "each call's time must include its device work"
+    assert len(host_times(gpu.launch, "cuda:0", calls=7, clock=clock, synchronize=gpu.synchronize)) == 7

@@ -73,4 +73,19 @@ def on_streams(streams: list) -> Iterator[None]:
         yield
 
 
-__all__ = ["POISON", "buffer", "on_streams", "pattern_bytes", "verify_copy"]
+def tie_to_streams(tensors, streams: list) -> None:
+    """Tell the caching allocator that each device tensor is used on its device's stream among `streams`.
+
+    The tensors were allocated on the default stream; without record_stream the allocator could hand their
+    memory to a new tensor as soon as they are freed, while a copy queued on a side stream still reads or
+    writes it. Pinned host buffers need nothing: torch records an event for each asynchronous copy of them.
+    """
+    for tensor in tensors:
+        if tensor.device.type != "cuda":
+            continue
+        for stream in streams:
+            if stream.device == tensor.device:
+                tensor.record_stream(stream)
+
+
+__all__ = ["POISON", "buffer", "on_streams", "pattern_bytes", "tie_to_streams", "verify_copy"]

@@ -49,14 +49,29 @@ def unsupported_reason(precision: str, device: str) -> str | None:
 
 
 # --- the process-global switches -------------------------------------------------------------------------
-# torch >= 2.9 has `fp32_precision` per backend and raises if the legacy `allow_tf32` flags are read after the
-# new API was used, so the suite uses the new API where it exists and the legacy flags only on older torch.
+# torch >= 2.9 has `fp32_precision` per backend and operator. Reading a legacy flag (`allow_tf32`,
+# `get_float32_matmul_precision()`) while the new and legacy states disagree raises a RuntimeError there, and
+# the legacy setters warn; so the suite uses only the new API where it exists (the legacy flags only on older
+# torch), reads only the new getters, and restores exactly the values it found, "none" (inherit) included:
+# after a case the legacy getters agree with the new state again, as before it. Inside a float32 or tf32
+# case, a legacy getter may raise (torch's own consistency check); nothing in a case reads one.
+# An operator's "none" inherits its backend's "all" setting, and that the generic one (torch's
+# Context::float32Precision); "none" at every level means IEEE.
+_INHERIT = "none"
 
 
 def _new_api() -> bool:
     return hasattr(torch.backends.cuda.matmul, "fp32_precision") and hasattr(
         getattr(torch.backends.cudnn, "conv", None), "fp32_precision"
     )
+
+
+def effective_precision(op: str, backend_all: str, generic: str) -> str:
+    """The precision an operator runs with: its own setting, else its backend's, else the generic one."""
+    for value in (op, backend_all, generic):
+        if value != _INHERIT:
+            return value
+    return "ieee"
 
 
 def _save() -> tuple:
@@ -91,10 +106,10 @@ def _set_tf32(allowed: bool) -> None:
 def tf32_state() -> dict:
     """The switches as they are now: whether cuBLAS matmuls and cuDNN convolutions may use TF32."""
     if _new_api():
-        matmul = torch.backends.cuda.matmul.fp32_precision
-        conv = torch.backends.cudnn.conv.fp32_precision
-        if matmul == "none":  # 'none' inherits the global setting, whose default is IEEE
-            matmul = torch.backends.fp32_precision
+        # torch.backends.cudnn.fp32_precision is the ("cuda", "all") level, parent of cuBLAS and cuDNN alike.
+        parents = (torch.backends.cudnn.fp32_precision, torch.backends.fp32_precision)
+        matmul = effective_precision(torch.backends.cuda.matmul.fp32_precision, *parents)
+        conv = effective_precision(torch.backends.cudnn.conv.fp32_precision, *parents)
         return {"matmul_tf32": matmul == "tf32", "conv_tf32": conv == "tf32"}
     return {"matmul_tf32": torch.get_float32_matmul_precision() != "highest",
             "conv_tf32": bool(torch.backends.cudnn.allow_tf32)}

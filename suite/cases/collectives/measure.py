@@ -226,6 +226,11 @@ def _mismatch(result: torch.Tensor, expected: torch.Tensor, exact: bool, toleran
     return f"relative error {worst:.3g} > {tolerance:.3g} (at {i}: {got[i].item()} vs {expected[i].item()})"
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def build(case: Case, config) -> Work:
     p = case.info
     state = distributed.current()
@@ -252,10 +257,10 @@ def build(case: Case, config) -> Work:
     else:
         try:
             bufs = _buffers(op, inplace, count, dtype, state.device, rank, n)
-        except (RuntimeError, MemoryError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            problem = f"could not allocate on {state.device}: {first}"
-    # Every rank skips together (a rank that skipped alone would leave the others waiting in the collective).
+        except Exception as exc:  # noqa: BLE001 - any failure here must reach the agreement below
+            problem = f"could not allocate on {state.device}: {_first_line(exc)}"
+    # Every rank skips together (a rank that skipped alone would leave the others waiting in the collective,
+    # and its count of agreements would fall behind theirs, so every later agreement would wait in vain).
     skipped = state.agree(f"{case.id} build", problem)
     if skipped:
         raise SkipCase("; ".join(f"rank {r}: {text}" for r, text in sorted(skipped.items())))
@@ -263,15 +268,19 @@ def build(case: Case, config) -> Work:
     tolerance = reduce_tolerance(dtype, n)
 
     def check() -> None:
-        bufs.reset()
-        bufs.fn()
         from suite.devices import synchronize
 
-        synchronize(state.device)
         problem = None
-        if not (bufs.only_root and rank != ROOT):
-            found = _mismatch(bufs.result(), bufs.expected(), bufs.exact, tolerance)
-            problem = found and f"{op} {case.id}: {found}"
+        try:
+            bufs.reset()
+            bufs.fn()
+            synchronize(state.device)
+            if not (bufs.only_root and rank != ROOT):
+                found = _mismatch(bufs.result(), bufs.expected(), bufs.exact, tolerance)
+                problem = found and f"{op} {case.id}: {found}"
+        except Exception as exc:  # noqa: BLE001 - e.g. out of memory for the float64 reference on this rank only
+            problem = f"{op} {case.id}: the check raised {type(exc).__name__}: {_first_line(exc)}"
+        # Every rank reaches this agreement, whatever failed above, and fails the case with the same message.
         wrong = state.agree(f"{case.id} check", problem)
         bufs.reset()
         assert not wrong, "wrong result on " + "; ".join(f"rank {r}: {text}" for r, text in sorted(wrong.items()))
@@ -290,10 +299,14 @@ def build(case: Case, config) -> Work:
 
 # --- GPU check -------------------------------------------------------------------------------------------
 
+# Seconds the GPU check gives each of its collective runs (start-up included) before it stops them.
+CHECK_TIMEOUT_S = 60
+
 
 def gpu_checks(ctx) -> list:
-    """NCCL initialises on the GPU (world size 1: the only size one GPU allows), and 2 Gloo ranks run the
-    collective file end to end through torchrun on the same machine."""
+    """NCCL starts on the GPU with one rank (the only size one GPU allows) through the suite's own start-up and
+    timer, and 2 Gloo ranks run the collectives file end to end through torchrun on the same machine. The dry
+    run starts Gloo in place of NCCL."""
     import json
     import os
     import subprocess
@@ -303,46 +316,51 @@ def gpu_checks(ctx) -> list:
 
     import yaml
 
-    from suite.gpu_check import ROOT, CheckRow
+    from suite.gpu_check import ROOT, CheckRow, run_command
 
     rows = []
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    # The suite's own start-up (store, NCCL with eager init on cuda:0) and timer, with one rank.
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    backend = ctx.pick("nccl", "gloo")
+    expected_device = ctx.pick("cuda:0", "cpu")
     probe = (
         "import torch, torch.distributed as dist\n"
         "from suite import distributed as d\n"
-        "st = d.init(d.LaunchEnv(0, 1, 0, 1, '127.0.0.1', 0, False, 'gpu-check'), 'nccl', 60, 'gpu-check')\n"
+        f"st = d.init(d.LaunchEnv(0, 1, 0, 1, '127.0.0.1', 0, False, 'gpu-check'), {backend!r}, 60, 'gpu-check')\n"
         "x = torch.ones(1 << 20, device=st.device)\n"
         "timer = d.SlowestRankTimer(); t0 = timer(); dist.all_reduce(x); t1 = timer()\n"
-        "assert st.device == 'cuda:0' and t1 > t0, (st.device, t0, t1)\n"
-        "print('NCCL', torch.cuda.nccl.version(), st.device, float(x.sum()))\n"
+        f"assert st.device == {expected_device!r} and t1 > t0, (st.device, t0, t1)\n"
+        "print('started', dist.get_backend(), st.device, float(x.sum()),\n"
+        "      torch.cuda.nccl.version() if st.device.startswith('cuda') else '')\n"
         "d.shutdown()\n"
     )
-    proc = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                          env=env)
-    ok = proc.returncode == 0 and f"{float(1 << 20)}" in proc.stdout
-    tail = (proc.stdout + proc.stderr).strip().splitlines()
-    rows.append(CheckRow("collectives: NCCL init + all_reduce (1 rank)", None, None, "", ok,
-                         tail[-1][:80] if tail else ""))
+    code, text = run_command([sys.executable, "-c", probe], CHECK_TIMEOUT_S, env=env)
+    ok = code == 0 and f"{float(1 << 20)}" in text
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    rows.append(CheckRow(f"collectives: {backend} starts, all_reduce with 1 rank", None, None, "", ok,
+                         lines[-1][:90] if lines else "timed out" if code is None else f"exit {code}"))
     work = Path(tempfile.mkdtemp(prefix="gpu-check-coll-", dir=ctx.workdir))
     cfg = work / "gloo.yaml"
     cfg.write_text(yaml.safe_dump({"devices": "cpu", "cases": {"collectives": {
         "backend": "gloo", "ops": ["all_reduce", "all_gather"], "sizes": ["1MiB"], "in_place": False,
-        "rounds": 5, "iterations": 3, "warmup_rounds": 1, "timeout_s": 60}}}))
+        "rounds": 5, "iterations": 3, "warmup_rounds": 1, "timeout_s": CHECK_TIMEOUT_S}}}))
     out = work / "gloo.json"
     cmd = distributed.torchrun_command(2, ["benchmarks/test_collectives.py", "-q", "-p", "no:cacheprovider",
                                            f"--suite-config={cfg}", f"--benchmark-json={out}"])
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180, env=env)
+    try:
+        code, text = run_command(cmd, 2 * CHECK_TIMEOUT_S, env=env)
+    except subprocess.SubprocessError as exc:
+        code, text = None, str(exc)
     benches = json.loads(out.read_text())["benchmarks"] if out.exists() else []
     for bench in benches:
         info = bench["extra_info"]
-        good = proc.returncode == 0 and info["world_size"] == 2 and info["busbw"] > 0
+        good = code == 0 and info["world_size"] == 2 and info["busbw"] > 0
         rows.append(CheckRow(f"collectives: gloo x2 {info['op']} 1MiB busbw", info["busbw"], None, "GB/s", good,
                              "2 ranks via torchrun"))
     if not benches:
-        tail = (proc.stdout + proc.stderr).strip().splitlines()
+        lines = [line for line in text.strip().splitlines() if line.strip()]
         rows.append(CheckRow("collectives: gloo x2 via torchrun", None, None, "", False,
-                             tail[-1][:80] if tail else f"exit {proc.returncode}"))
+                             lines[-1][:90] if lines else f"exit {code}"))
     return rows
 
 

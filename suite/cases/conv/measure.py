@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from suite.cases import Case, SkipCase, Work, make_case
 from suite.cases.common import randn, relative_error, skip_if_unsupported, torch_dtype
 from suite.cases.matmul.measure import tolerance
-from suite.cases.precision import mode_record, precision_mode, storage_dtype, unsupported_reason
+from suite.cases.precision import mode_record, storage_dtype, unsupported_reason
 
 NAME = "conv"
 
@@ -174,39 +174,15 @@ CHECK_BATCH = 64
 
 
 def gpu_checks(ctx) -> list:
-    """The suite's conv2d median, forward and forward+backward, against CUDA events around the same op."""
-    from suite.gpu_check import RATIO_TOLERANCE, CheckRow, median
-    from suite.timing import cuda_event_times
-
-    layer = {"name": "resnet50-conv4-3x3", "in_channels": 256, "out_channels": 256, "size": 14, "kernel": 3,
-             "padding": 1}
+    """The suite's conv2d median, forward and forward+backward, against CUDA events (alternating, same
+    process, the same case built anew)."""
+    layer = {"name": "resnet50-conv4-3x3", "in_channels": 256, "out_channels": 256, "size": ctx.pick(14, 8),
+             "kernel": 3, "padding": 1}
     config = {"devices": [ctx.device], "cases": {"conv": {
-        "dtypes": ["bfloat16"], "layouts": ["channels_last"], "steps": ["fwd", "fwd+bwd"], "batch": CHECK_BATCH,
-        "shapes": [layer], "cudnn_benchmark": True}}}
-    benches = {b["extra_info"]["step"]: b for b in ctx.run_suite(config, tests="benchmarks/test_conv.py")}
-    rows = []
-    for step in ("fwd", "fwd+bwd"):
-        if step not in benches:
-            rows.append(CheckRow(f"conv bf16 {step}", None, None, "", False, "no result (skipped or failed)"))
-            continue
-        bench = benches[step]
-        p = dict(bench["extra_info"], device=ctx.device)
-        with precision_mode("bfloat16", cudnn_benchmark=True):
-            x, weight, grad = make_operands(p, ctx.device)
-            if step == "fwd":
-                def op():
-                    return F.conv2d(x, weight, None, 1, 1)
-            else:
-                x.requires_grad_(True)
-                weight.requires_grad_(True)
-
-                def op():
-                    return torch.autograd.grad(F.conv2d(x, weight, None, 1, 1), (x, weight), grad)
-            events = median(cuda_event_times(op, ctx.device, iterations=50, warmup=20))
-        suite_median = bench["stats"]["median"]
-        ok = abs(suite_median / events - 1) <= RATIO_TOLERANCE
-        rows.append(CheckRow(f"conv bf16 cl {step} b{CHECK_BATCH} median", suite_median * 1e3, events * 1e3, "ms", ok,
-                             f"vs CUDA events; suite {bench['extra_info']['tflops']:.0f} TFLOP/s"))
+        "dtypes": [ctx.pick("bfloat16", "float32")], "layouts": [ctx.pick("channels_last", "nchw")],
+        "steps": ["fwd", "fwd+bwd"], "batch": ctx.pick(CHECK_BATCH, 1), "shapes": [layer],
+        "cudnn_benchmark": True}}}
+    rows, _ = ctx.timing_truth(NAME, config, "benchmarks/test_conv.py")
     return rows
 
 

@@ -10,7 +10,7 @@ import torch
 
 from suite.cases import Case, SkipCase, Work, make_case
 from suite.cases.common import randn
-from suite.cases.buffers import buffer, on_streams, verify_copy
+from suite.cases.buffers import buffer, on_streams, tie_to_streams, verify_copy
 from suite.devices import current_platform, synchronize
 from suite.units import format_size
 
@@ -240,6 +240,7 @@ def _overlap(case: Case) -> Work:
     out = torch.empty(n, n, device=dev)
     side = torch.cuda.Stream(device=dev)
     main = torch.cuda.current_stream(dev)
+    tie_to_streams((dst,), [side])  # dst is written on the side stream
 
     if p["variant"] == "overlapped":
 
@@ -281,27 +282,33 @@ OVERLAP_MAX_RATIO = 0.9
 
 
 def gpu_checks(ctx) -> list:
-    """The suite's overlap pair on the GPU: overlapped must beat serialised."""
-    from suite.gpu_check import CheckRow
+    """Each habit's slow/fast ratio on the GPU: the slow habit must cost time, and overlapped must beat
+    serialised by OVERLAP_MAX_RATIO."""
+    from suite.gpu_check import CheckRow, judged
 
-    config = {"devices": [ctx.device], "cases": {"habits": {"habits": ["overlap"]}}}
-    bench = {
-        b["extra_info"]["variant"]: b["stats"]["median"]
-        for b in ctx.run_suite(config, tests="benchmarks/test_habits.py")
-    }
-    if set(bench) != {"serialised", "overlapped"}:
-        return [CheckRow("habits overlap", None, None, "ms", False, f"missing results: got {sorted(bench)}")]
-    fast, slow = bench["overlapped"], bench["serialised"]
-    return [
-        CheckRow(
-            "habits overlap: overlapped vs serialised",
-            fast * 1e3,
-            slow * 1e3,
-            "ms",
-            fast <= OVERLAP_MAX_RATIO * slow,
-            f"ratio must be <= {OVERLAP_MAX_RATIO}",
-        )
-    ]
+    section = {"habits": list(VARIANTS), "readers": ["item"]}
+    if ctx.dry_run:
+        section.update(chunk="1KiB", chunks=8, steps=4, step_matmul=32, overlap_bytes="1MiB", overlap_matmul=64)
+    benches = ctx.run_suite({"devices": [ctx.device], "cases": {"habits": section}}, "benchmarks/test_habits.py")
+    medians: dict[str, dict[str, float]] = {}
+    for bench in benches:
+        info = bench["extra_info"]
+        medians.setdefault(info["habit"], {})[info["variant"]] = bench["stats"]["median"]
+    rows = []
+    for habit, (slow_name, fast_name) in VARIANTS.items():
+        got = medians.get(habit, {})
+        title = f"habits {habit}: {slow_name} / {fast_name}"
+        if set(got) != {slow_name, fast_name}:
+            rows.append(CheckRow(title, None, None, "ms", judged(ctx, False),
+                                 f"results for {sorted(got)} only (skipped: see the log)"))
+            continue
+        slow, fast = got[slow_name], got[fast_name]
+        if habit == "overlap":
+            ok, rule = fast <= OVERLAP_MAX_RATIO * slow, f"{fast_name} <= {OVERLAP_MAX_RATIO} x {slow_name}"
+        else:
+            ok, rule = slow > fast, f"{slow_name} must be slower"
+        rows.append(CheckRow(title, slow * 1e3, fast * 1e3, "ms", judged(ctx, ok), rule))
+    return rows
 
 
 __all__ = ["NAME", "VARIANTS", "build", "enumerate_cases", "gpu_checks", "skip_reason"]
