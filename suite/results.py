@@ -635,3 +635,18 @@ def export_table(table: pd.DataFrame, csv: str | None = None, parquet: str | Non
         flat.to_parquet(parquet, index=False)
         written.append(parquet)
     return written
+
+
+def latest_runs(machines: Mapping[str, Machine], by: str = "identity") -> list[str]:
+    """Labels of each machine's latest run per tool: the newest `datetime`, ties broken by file path.
+
+    `by` is "identity" (host, accelerators, driver: one history) or "node" (host and accelerators: what
+    health judges, so a driver upgrade does not leave the old driver's runs beside the new ones).
+    """
+    newest: dict[tuple[str, str], Machine] = {}
+    for m in machines.values():
+        key = (getattr(m, by), m.tool)
+        best = newest.get(key)
+        if best is None or (m.datetime, m.file) > (best.datetime, best.file):
+            newest[key] = m
+    return sorted(m.label for m in newest.values())
