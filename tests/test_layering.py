@@ -19,7 +19,8 @@ def imported_by(module: str) -> set[str]:
     return set(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
-ANALYSIS = ["suite.results", "suite.report", "suite.report.command", "suite.compare", "suite.cli", "suite.config"]
+ANALYSIS = ["suite.results", "suite.report", "suite.report.command", "suite.compare", "suite.cli", "suite.config",
+            "suite.health.command", "suite.importers.nccl_tests", "suite.importers.nvbandwidth"]
 MEASUREMENT = ["suite.plugin", "suite.devices", "suite.timing", "suite.cases.matmul"]
 
 
