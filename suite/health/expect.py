@@ -85,7 +85,14 @@ class Expectations:
         return max(found, key=lambda m: len(m["match"]), default=None)
 
     def figure(self, device_name: str, measure: str, pcie_gen: object = None, gpus: int | None = None):
-        """The Expected figure for this device and measure, or None."""
+        """The Expected figure for this device and measure, or None (memoised: a fleet asks the same often)."""
+        key = (device_name, measure, pcie_gen if isinstance(pcie_gen, int) else None, gpus)
+        memo = self.__dict__.setdefault("_memo", {})
+        if key not in memo:
+            memo[key] = self._figure(*key)
+        return memo[key]
+
+    def _figure(self, device_name: str, measure: str, pcie_gen: object, gpus: int | None):
         model = self.model_of(device_name)
         if model is None:
             return None
