@@ -1,4 +1,4 @@
-"""How long `python -m suite health` and `report` take on a big fleet: prints wall time, CPU time and peak RSS.
+"""How long `python -m suite health` and `report` take on a big fleet: wall time, CPU time, peak RSS.
 
 Fabricates N results files of 300 benchmarks each (SYNTHETIC: tests/data/make_fixtures.py machines, sampled
 to 300), runs `health` on 1,000 files and `report` on 500 in child processes, and prints the figures beside
@@ -14,7 +14,6 @@ import argparse
 import importlib.util
 import json
 import random
-import resource
 import subprocess
 import sys
 import tempfile
@@ -31,7 +30,9 @@ KINDS = (("NVIDIA H200", 8, 1.0), ("NVIDIA H100 80GB HBM3", 8, 0.8), ("NVIDIA A1
 
 
 def _fixtures():
-    spec = importlib.util.spec_from_file_location("make_fixtures", ROOT / "tests" / "data" / "make_fixtures.py")
+    spec = importlib.util.spec_from_file_location(
+        "make_fixtures", ROOT / "tests" / "data" / "make_fixtures.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -60,12 +61,15 @@ def write_files(folder: Path, n: int) -> None:
 
 def timed(argv: list[str]) -> tuple[float, float, float, int]:
     """(wall s, CPU s, peak RSS bytes, exit code) of `python -m suite ARGV` in a child process."""
-    code = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
-            "p = subprocess.run([sys.executable, '-m', 'suite', *sys.argv[1:]], stdout=subprocess.DEVNULL, "
-            "stderr=subprocess.DEVNULL); u = resource.getrusage(resource.RUSAGE_CHILDREN); "
-            "print(time.perf_counter() - t, u.ru_utime + u.ru_stime, u.ru_maxrss * 1024, p.returncode)")
-    out = subprocess.run([sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True,
-                         timeout=900, check=True).stdout.split()
+    code = (
+        "import resource, subprocess, sys, time; t = time.perf_counter(); "
+        "p = subprocess.run([sys.executable, '-m', 'suite', *sys.argv[1:]], stdout=subprocess.DEVNULL, "
+        "stderr=subprocess.DEVNULL); u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+        "print(time.perf_counter() - t, u.ru_utime + u.ru_stime, u.ru_maxrss * 1024, p.returncode)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *argv], cwd=ROOT, capture_output=True, text=True, timeout=900, check=True
+    ).stdout.split()
     return float(out[0]), float(out[1]), float(out[2]), int(out[3])
 
 
@@ -80,21 +84,29 @@ def main() -> int:
         folder.mkdir()
         start = time.perf_counter()
         write_files(folder, max(args.health_files, args.report_files))
-        print(f"wrote {max(args.health_files, args.report_files)} SYNTHETIC files of {BENCHMARKS_PER_FILE} "
-              f"benchmarks in {time.perf_counter() - start:.1f} s")
+        print(
+            f"wrote {max(args.health_files, args.report_files)} SYNTHETIC files of {BENCHMARKS_PER_FILE} "
+            f"benchmarks in {time.perf_counter() - start:.1f} s"
+        )
         files = sorted(folder.glob("*.json"))
         print(f"{'command':<8} {'files':>6} {'wall s':>7} {'CPU s':>6} {'peak RSS':>9} {'exit':>4}  target")
         wall, cpu, rss, code = timed(["health", *map(str, files[: args.health_files])])
         good = wall < TARGET_HEALTH_S and rss < TARGET_RSS_BYTES and code in (0, 1)
         ok &= good
-        print(f"{'health':<8} {args.health_files:>6} {wall:>7.2f} {cpu:>6.2f} {rss / 2**20:>6.0f}MiB {code:>4}  "
-              f"< {TARGET_HEALTH_S:g} s, < 2 GiB: {'met' if good else 'MISSED'}")
+        print(
+            f"{'health':<8} {args.health_files:>6} {wall:>7.2f} {cpu:>6.2f} {rss / 2**20:>6.0f}MiB"
+            f" {code:>4}  "
+            f"< {TARGET_HEALTH_S:g} s, < 2 GiB: {'met' if good else 'MISSED'}"
+        )
         out = Path(tmp) / "report.html"
         wall, cpu, rss, code = timed(["report", *map(str, files[: args.report_files]), "-o", str(out)])
         good = wall < TARGET_REPORT_S and code == 0
         ok &= good
-        print(f"{'report':<8} {args.report_files:>6} {wall:>7.2f} {cpu:>6.2f} {rss / 2**20:>6.0f}MiB {code:>4}  "
-              f"< {TARGET_REPORT_S:g} s: {'met' if good else 'MISSED'}")
+        print(
+            f"{'report':<8} {args.report_files:>6} {wall:>7.2f} {cpu:>6.2f} {rss / 2**20:>6.0f}MiB"
+            f" {code:>4}  "
+            f"< {TARGET_REPORT_S:g} s: {'met' if good else 'MISSED'}"
+        )
     print("targets met" if ok else "TARGETS MISSED")
     return 0 if ok else 1
 

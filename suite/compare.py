@@ -1,5 +1,5 @@
 """`python -m suite compare BASELINE CANDIDATE`: per-benchmark time ratios; exit 1 on a regression (a CI gate)."""
-# BASELINE and CANDIDATE may be folders: each machine's latest run is taken, and machines are paired by identity.
+# BASELINE and CANDIDATE may be folders: each machine's latest run, machines paired by identity.
 
 from __future__ import annotations
 
@@ -28,7 +28,9 @@ NOISE_IQR_SHARE = 0.5
 MIN_ROUNDS_TO_JUDGE = 5
 METRICS = ("median", "min", "mean")
 FORMATS = ("text", "markdown", "csv", "json")
-STATUS_ORDER = ("regression", "improvement", "unchanged", "not judged", "only in baseline", "only in candidate")
+STATUS_ORDER = (
+    "regression", "improvement", "unchanged", "not judged", "only in baseline", "only in candidate"
+)
 _THRESHOLD_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*%?\s*$")
 _FAMILY_RE = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*=(.*)$")
 
@@ -54,7 +56,9 @@ def parse_thresholds(values: list[str] | str | None) -> tuple[float, dict[str, f
         elif default is None:
             default = parse_threshold(value)
         else:
-            raise UserError(f"--threshold {value!r}: a second default; write FAMILY=PCT for one family, e.g. copy=10%")
+            raise UserError(
+                f"--threshold {value!r}: a second default; write FAMILY=PCT for one family, e.g. copy=10%"
+            )
     return (parse_threshold(DEFAULT_THRESHOLD) if default is None else default), per_family
 
 
@@ -121,7 +125,8 @@ def pair_sides(base: dict, cand: dict, base_path: str, cand_path: str) -> list[t
     common = sorted(base.keys() & cand.keys())
     if not common:
         raise UserError(
-            f"no machine of {base_path} ({len(base)} machine(s)) is in {cand_path} ({len(cand)}): machines are "
+            f"no machine of {base_path} ({len(base)} machine(s)) is in {cand_path} ({len(cand)}): "
+            "machines are "
             "paired by host, GPUs and driver; pass two files to compare different machines"
         )
     return [(base[k], cand[k]) for k in common]
@@ -287,7 +292,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="[FAMILY=]PCT",
         help=f"slowdown that counts as a regression, in percent (5%% and 5 both mean 5 percent; default "
-        f"{DEFAULT_THRESHOLD.replace('%', '%%')}); FAMILY=PCT for one family, e.g. --threshold copy=10%% (repeatable)",
+        f"{DEFAULT_THRESHOLD.replace('%', '%%')}); FAMILY=PCT for one family, e.g. --threshold copy=10%% "
+        "(repeatable)",
     )
     parser.add_argument("--metric", choices=METRICS, default="median", help="which time statistic to compare")
     parser.add_argument("--format", choices=FORMATS, default="text", dest="fmt")

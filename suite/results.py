@@ -32,7 +32,7 @@ RATE_UNITS: dict[str, str] = {
 }
 
 # The rate that says how fast a family is, where it has several (a model reports TFLOP/s and samples/s; what
-# users compare is samples/s). The one definition used by the table's `metric`, the report, compare and health.
+# users compare is samples/s). The one definition used by the table's `metric`, report, compare and health.
 FAMILY_RATE: dict[str, str] = {
     "matmul": "tflops",
     "ceiling": "tflops",
@@ -154,7 +154,8 @@ class Machine:
     @property
     def accelerators(self) -> Counter:
         """GPU (or other accelerator) model -> count, from machine_info.devices."""
-        return Counter(str(d.get("name") or d.get("id") or "?") for d in self.devices if d.get("kind") != "cpu")
+        names = (str(d.get("name") or d.get("id") or "?") for d in self.devices if d.get("kind") != "cpu")
+        return Counter(names)
 
     @property
     def gpu_model(self) -> str:
@@ -374,7 +375,7 @@ def route_kind(src: object, dst: object) -> str:
 
 
 def peer_keys(table: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    """(peer key, subject) per row: benchmarks equal but for the device share a peer key; subject is the device.
+    """(peer key, subject) per row: benchmarks equal but for the device share a peer key; subject: the device.
 
     A copy's subject is its GPU end (`cuda:0` for cpu->cuda:0) or its route between GPUs. Rows of a foreign
     file, or with no device, get an empty subject: they have no peers within the run.
@@ -408,14 +409,20 @@ def _params_text(params: dict) -> tuple[str, str]:
         pass
     except TypeError:  # an unhashable value slipped through: serialise without the cache
         key = None
-    texts = (",".join(f"{k}={v}" for k, v in sorted(params.items())), json.dumps(params, sort_keys=True, default=str))
+    text = ",".join(f"{k}={v}" for k, v in sorted(params.items()))
+    texts = (text, json.dumps(params, sort_keys=True, default=str))
     if key is not None and len(_PARAM_TEXT) < 100_000:
         _PARAM_TEXT[key] = texts
     return texts
 
 
 def _rows(
-    data: dict, machine: Machine, foreign: bool, warnings: list[str], path: Path, extra_keys: dict | None = None
+    data: dict,
+    machine: Machine,
+    foreign: bool,
+    warnings: list[str],
+    path: Path,
+    extra_keys: dict | None = None,
 ) -> list[dict]:
     """One row per benchmark; parameter columns beyond COLUMNS are recorded, in order, in `extra_keys`."""
     extra_keys = {} if extra_keys is None else extra_keys

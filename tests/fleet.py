@@ -42,8 +42,16 @@ def _scaled(bench: dict, device: str, factor: float) -> dict:
     return out
 
 
-def machine(host: str, n_gpus: int = 4, seed: int = 0, slow: float = 1.0, slow_device: int | None = None,
-            noise: float = NOISE, driver: str = "550.54.15", when: str = "2026-11-29T18:00:00+00:00") -> dict:
+def machine(
+    host: str,
+    n_gpus: int = 4,
+    seed: int = 0,
+    slow: float = 1.0,
+    slow_device: int | None = None,
+    noise: float = NOISE,
+    driver: str = "550.54.15",
+    when: str = "2026-11-29T18:00:00+00:00",
+) -> dict:
     """One SYNTHETIC results file: `slow` scales the whole machine, or only cuda:`slow_device` if given."""
     real = json.loads(REAL.read_text(encoding="utf-8"))
     rng = random.Random(f"{host}-{seed}")
@@ -58,8 +66,13 @@ def machine(host: str, n_gpus: int = 4, seed: int = 0, slow: float = 1.0, slow_d
     info = copy.deepcopy(real["machine_info"])
     info["node"] = host
     info["devices"] = info["devices"][:1] + [
-        {"id": f"cuda:{i}", "kind": "cuda", "name": GPU_NAME, "memory_bytes": 80 * 10**9,
-         "driver_version": driver}
+        {
+            "id": f"cuda:{i}",
+            "kind": "cuda",
+            "name": GPU_NAME,
+            "memory_bytes": 80 * 10**9,
+            "driver_version": driver,
+        }
         for i in range(n_gpus)
     ]
     return {**real, "machine_info": info, "benchmarks": benches, "datetime": when}

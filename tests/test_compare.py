@@ -114,7 +114,8 @@ def test_threshold_is_honoured(pair):
         ["compare", str(DATA / "h200x2.json"), str(DATA / "a100x2.json"), "--threshold", "abc"],
         ["compare", str(DATA / "h200x2.json"), str(DATA / "a100x2.json"), "--map", "cuda:0"],
         ["compare", str(DATA / "imported"), str(DATA / "a100x2.json")],  # a folder without that machine
-        ["compare", str(DATA / "h200x2.json"), str(DATA / "a100x2.json"), "--threshold", "5", "--threshold", "6"],
+        ["compare", str(DATA / "h200x2.json"), str(DATA / "a100x2.json"), "--threshold", "5",
+         "--threshold", "6"],
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, capsys):

@@ -1,4 +1,4 @@
-"""suite.health: expected figures, stragglers and the fleet verdict, on SYNTHETIC fleets made from a real run."""
+"""suite.health: expected figures, stragglers and the fleet verdict, on SYNTHETIC fleets from a real run."""
 
 from __future__ import annotations
 
@@ -59,8 +59,10 @@ def test_undegraded_fleet_with_ordinary_noise_is_healthy(tmp_path, capsys):
 
 
 def test_same_files_give_the_same_verdict_whatever_their_order(tmp_path, capsys):
-    paths = [fleet.write(tmp_path, f"n{i}", fleet.machine(f"node-{i}", seed=i, slow=0.8 if i == 1 else 1.0))
-             for i in range(4)]
+    paths = [
+        fleet.write(tmp_path, f"n{i}", fleet.machine(f"node-{i}", seed=i, slow=0.8 if i == 1 else 1.0))
+        for i in range(4)
+    ]
     main(["health", *map(str, paths)])
     first = capsys.readouterr().out
     main(["health", *map(str, reversed(paths))])
@@ -68,7 +70,9 @@ def test_same_files_give_the_same_verdict_whatever_their_order(tmp_path, capsys)
 
 
 def test_only_the_latest_run_of_a_machine_is_judged(tmp_path, capsys):
-    fleet.write(tmp_path, "old", fleet.machine("box", slow=0.8, slow_device=1, when="2026-01-01T00:00:00+00:00"))
+    fleet.write(
+        tmp_path, "old", fleet.machine("box", slow=0.8, slow_device=1, when="2026-01-01T00:00:00+00:00")
+    )
     fleet.write(tmp_path, "new", fleet.machine("box", when="2026-02-01T00:00:00+00:00"))
     code, result = health_json(capsys, str(tmp_path))
     assert code == 0 and len(node(result, "box")["runs"]) == 1  # the old run's straggler would exit 1
@@ -105,8 +109,10 @@ def test_text_and_markdown_name_the_device(capsys):
 
 def test_user_expectations_replace_shipped_ones(tmp_path, capsys):
     extra = tmp_path / "mine.yaml"
-    extra.write_text("expect:\n  - {link: pcie5, measure: h2d, value: 10, source: our own acceptance figure}\n",
-                     encoding="utf-8")
+    extra.write_text(
+        "expect:\n  - {link: pcie5, measure: h2d, value: 10, source: our own acceptance figure}\n",
+        encoding="utf-8",
+    )
     path = str(IMPORTED / "nvbandwidth" / "constructed_issue6_h100x4.json")
     code, result = health_json(capsys, path, "--expect", str(extra), "--fail-on", "low")
     assert code == 0

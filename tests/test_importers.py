@@ -22,7 +22,7 @@ def test_nccl_tests_rows_have_our_keys_and_units():
     assert machine.host == "ztan-mig-235z,ztan-mig-gq73" and len(machine.devices) == 16
     t = loaded.table
     assert len(t) == 31 * 2 and set(t["case"]) == {"collectives"} and set(t["op"]) == {"all_reduce"}
-    big = t[(t["bytes"] == 8589934592) & (t["in_place"] == False)].iloc[0]  # noqa: E712
+    big = t[(t["bytes"] == 8589934592) & (t["in_place"] == False)].iloc[0]
     assert big["busbw"] == pytest.approx(338.82) and big["algbw"] == pytest.approx(180.71)
     assert big["median"] == pytest.approx(47535e-6) and big["metric_name"] == "busbw"
     assert big["world_size"] == 16 and big["nnodes"] == 2 and big["dtype"] == "float32"

@@ -132,19 +132,28 @@ def _prepare(loaded: LoadedResults) -> pd.DataFrame:
     return rows
 
 
-def _expected(rows: pd.DataFrame, loaded: LoadedResults, expectations: Expectations,
-              findings: list[Finding], tables: dict[str, list[dict]]) -> pd.Series:
+def _expected(
+    rows: pd.DataFrame,
+    loaded: LoadedResults,
+    expectations: Expectations,
+    findings: list[Finding],
+    tables: dict[str, list[dict]],
+) -> pd.Series:
     """pct_of_expected per qualifying row; low/missing findings; per-node tables of the judged figures."""
     pct = pd.Series(np.nan, index=rows.index)
     kinds = None
     measured_families = rows.groupby("label")["case"].agg(set).to_dict()
     for measure_name, measure in MEASURES.items():
-        mask = rows["case"].isin(measure.families) & (rows[measure.rate] > 0 if measure.rate in rows else False)
+        mask = rows["case"].isin(measure.families) & (
+            rows[measure.rate] > 0 if measure.rate in rows else False
+        )
         if not mask.any():
             continue
         if measure.route:
             if kinds is None:
-                kinds = pd.Series([route_kind(s, d) for s, d in zip(rows["src"], rows["dst"])], index=rows.index)
+                kinds = pd.Series(
+                    [route_kind(s, d) for s, d in zip(rows["src"], rows["dst"])], index=rows.index
+                )
             mask &= kinds == measure.route
         for key, wanted in measure.where:
             column = "precision_" if key == "precision" else key
@@ -157,14 +166,20 @@ def _expected(rows: pd.DataFrame, loaded: LoadedResults, expectations: Expectati
         if measure.per_machine:
             if "world_size" not in sub:
                 continue
-            sub = sub.assign(model=sub["label"].map({k: m.gpu_model for k, m in loaded.machines.items()}),
-                             subject=sub["world_size"].map(lambda w: f"{w:.0f} GPUs" if w == w else ""))
+            sub = sub.assign(
+                model=sub["label"].map({k: m.gpu_model for k, m in loaded.machines.items()}),
+                subject=sub["world_size"].map(lambda w: "" if pd.isna(w) else f"{w:.0f} GPUs"),
+            )
         # One lookup per distinct (model, PCIe generation, world size), not per row.
         sizes = sub["world_size"] if measure.per_machine else pd.Series(None, index=sub.index, dtype=object)
         lookup_keys = list(zip(sub["model"], sub["pcie_gen"], sizes))
         figures = {
-            k: expectations.figure(k[0], measure_name, k[1] if isinstance(k[1], int) else None,
-                                   int(k[2]) if measure.per_machine and k[2] == k[2] else None)
+            k: expectations.figure(
+                k[0],
+                measure_name,
+                k[1] if isinstance(k[1], int) else None,
+                int(k[2]) if measure.per_machine and not pd.isna(k[2]) else None,
+            )
             for k in set(lookup_keys)
         }
         fig_of = pd.Series([figures[k] for k in lookup_keys], index=sub.index, dtype=object)
@@ -178,25 +193,45 @@ def _expected(rows: pd.DataFrame, loaded: LoadedResults, expectations: Expectati
         for r in best.itertuples(index=False):
             fig, rate = r.fig_, getattr(r, measure.rate)
             verdict = "ok" if r.pct_ >= OK_AT_PCT else "low"
-            tables.setdefault(r.node, []).append({
-                "device": r.subject, "measure": measure_name, "measured": rate, "expected": fig.value,
-                "unit": measure.unit, "pct_of_expected": r.pct_, "verdict": verdict, "source": fig.source,
-                "benchmark": r.name,
-            })
+            tables.setdefault(r.node, []).append(
+                {
+                    "device": r.subject,
+                    "measure": measure_name,
+                    "measured": rate,
+                    "expected": fig.value,
+                    "unit": measure.unit,
+                    "pct_of_expected": r.pct_,
+                    "verdict": verdict,
+                    "source": fig.source,
+                    "benchmark": r.name,
+                }
+            )
             if verdict == "low":
-                findings.append(Finding(
-                    "low", r.node, r.subject, r.case,
-                    f"{measure_name} {_fmt(rate, measure.unit)} = {r.pct_:.0f}% of the expected "
-                    f"{_fmt(fig.value, measure.unit)} (best: {r.name}; {fig.source})",
-                    rate, fig.value, r.pct_, fig.source))
+                findings.append(
+                    Finding(
+                        "low",
+                        r.node,
+                        r.subject,
+                        r.case,
+                        f"{measure_name} {_fmt(rate, measure.unit)} = {r.pct_:.0f}% of the expected "
+                        f"{_fmt(fig.value, measure.unit)} (best: {r.name}; {fig.source})",
+                        rate,
+                        fig.value,
+                        r.pct_,
+                        fig.source,
+                    )
+                )
         # Missing: an accelerator with a figure, in a run that measured the family, but not this setting.
         if not measure.per_machine:
             seen = set(zip(judged["label"], judged["subject"].str.split("->").str[0]))
             for label, machine in sorted(loaded.machines.items()):
                 if label not in measured_families or not measured_families[label] & set(measure.families):
                     continue
-                if measure.route == "peer" and len(machine.accelerators) == 1 and \
-                        sum(machine.accelerators.values()) < 2:
+                if (
+                    measure.route == "peer"
+                    and len(machine.accelerators) == 1
+                    and sum(machine.accelerators.values()) < 2
+                ):
                     continue  # one GPU has no peer to copy to
                 for d in machine.devices:
                     if d.get("kind") == "cpu" or (label, str(d.get("id"))) in seen:
@@ -204,10 +239,17 @@ def _expected(rows: pd.DataFrame, loaded: LoadedResults, expectations: Expectati
                     fig = expectations.figure(str(d.get("name") or ""), measure_name, d.get("pcie_gen_max"))
                     if fig is None:
                         continue
-                    findings.append(Finding(
-                        "missing", machine.node, str(d.get("id")), measure.families[0],
-                        f"{measure_name}: no result to judge (expected {_fmt(fig.value, measure.unit)}; "
-                        f"the run has no {measure_name} at the size the figure needs)", source=fig.source))
+                    findings.append(
+                        Finding(
+                            "missing",
+                            machine.node,
+                            str(d.get("id")),
+                            measure.families[0],
+                            f"{measure_name}: no result to judge (expected {_fmt(fig.value, measure.unit)}; "
+                            f"the run has no {measure_name} at the size the figure needs)",
+                            source=fig.source,
+                        )
+                    )
     return pct
 
 
@@ -246,20 +288,35 @@ def _stragglers(rows: pd.DataFrame, findings: list[Finding]) -> None:
     noise_peers = peers.groupby(group)["noise"].transform("median").to_numpy()
     shortfall = (others - speed) / others
     flagged = (speed < others * (1 - STRAGGLER_MARGIN)) & (
-        shortfall > NOISE_IQR_SHARE * (peers["noise"].to_numpy() + noise_peers))
+        shortfall > NOISE_IQR_SHARE * (peers["noise"].to_numpy() + noise_peers)
+    )
     hits = peers[flagged].assign(group_=group[flagged], others_=others[flagged], short_=shortfall[flagged])
     by_group = pd.Series(range(len(peers)), index=peers.index).groupby(group).agg(list)
     values = peers["value"].to_numpy()
-    for r in hits.sort_values(["node", "subject", "case", "short_"], ascending=[True, True, True, False]) \
-            .itertuples(index=False):
+    for r in hits.sort_values(
+        ["node", "subject", "case", "short_"], ascending=[True, True, True, False]
+    ).itertuples(index=False):
         own = r.value
         rest = [values[i] for i in by_group[r.group_]]
         rest.remove(own) if own in rest else None
         lo, hi = min(rest), max(rest)
-        text = (f"{r.name} {_fmt(own, r.unit)}, peers {_fmt(lo, r.unit)}–{_fmt(hi, r.unit)}"
-                if r.unit != "s" else f"{r.name} {_fmt(own, 's')}, peers {_fmt(lo, 's')}–{_fmt(hi, 's')}")
-        findings.append(Finding("straggler", r.node, r.subject, r.case, text, own,
-                                float(np.median(rest)), 100 * (1 - r.short_)))
+        text = (
+            f"{r.name} {_fmt(own, r.unit)}, peers {_fmt(lo, r.unit)}–{_fmt(hi, r.unit)}"
+            if r.unit != "s"
+            else f"{r.name} {_fmt(own, 's')}, peers {_fmt(lo, 's')}–{_fmt(hi, 's')}"
+        )
+        findings.append(
+            Finding(
+                "straggler",
+                r.node,
+                r.subject,
+                r.case,
+                text,
+                own,
+                float(np.median(rest)),
+                100 * (1 - r.short_),
+            )
+        )
 
 
 def _fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) -> None:
@@ -272,19 +329,28 @@ def _fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) -
         return
     median = per.groupby(["fleet_", "match_key"])["speed"].transform("median")
     per = per.assign(log_=np.log(per["speed"] / median))
-    gm = per.groupby(["fleet_", "case", "label"], sort=True).agg(
-        log=("log_", "mean"), n=("log_", "size"), node=("node", "first")).reset_index()
+    gm = (
+        per.groupby(["fleet_", "case", "label"], sort=True)
+        .agg(log=("log_", "mean"), n=("log_", "size"), node=("node", "first"))
+        .reset_index()
+    )
     gm["speed"] = np.exp(gm["log"])
     spread = gm.groupby(["fleet_", "case"])["speed"].describe()[["count", "min", "25%", "50%", "75%", "max"]]
     gm = gm.join(spread, on=["fleet_", "case"])
     fence = gm["25%"] - TUKEY_K * (gm["75%"] - gm["25%"])
-    low = (gm["count"] >= FLEET_MIN_MACHINES) & (gm["speed"] < gm["50%"] * (1 - FLEET_MARGIN)) & (
-        gm["speed"] < fence)
+    low = (
+        (gm["count"] >= FLEET_MIN_MACHINES)
+        & (gm["speed"] < gm["50%"] * (1 - FLEET_MARGIN))
+        & (gm["speed"] < fence)
+    )
     for r in gm[low].to_dict("records"):
-        text = (f"{r['case']}: {r['speed']:.2f}× the median {r['fleet_']} machine (geometric mean over "
-                f"{int(r['n'])} benchmarks; {int(r['count'])} machines span {r['min']:.2f}–{r['max']:.2f}×)")
-        findings.append(Finding("fleet", r["node"], "", r["case"], text, float(r["speed"]), 1.0,
-                                100 * float(r["speed"])))
+        text = (
+            f"{r['case']}: {r['speed']:.2f}× the median {r['fleet_']} machine (geometric mean over "
+            f"{int(r['n'])} benchmarks; {int(r['count'])} machines span {r['min']:.2f}–{r['max']:.2f}×)"
+        )
+        findings.append(
+            Finding("fleet", r["node"], "", r["case"], text, float(r["speed"]), 1.0, 100 * float(r["speed"]))
+        )
 
 
 def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
@@ -309,4 +375,6 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
         nodes[node].expectations = sorted(table, key=lambda e: (e["device"], e["measure"]))
     full = pd.Series(np.nan, index=loaded.table.index)
     full.loc[pct.index] = pct
-    return Health([nodes[k] for k in sorted(nodes)], full, sorted(l for n in nodes.values() for l in n.labels))
+    return Health(
+        [nodes[k] for k in sorted(nodes)], full, sorted(l for n in nodes.values() for l in n.labels)
+    )

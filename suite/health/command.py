@@ -19,7 +19,9 @@ def parse_fail_on(values: list[str] | None) -> tuple[str, ...]:
     kinds = [k.strip() for v in values or [] for k in v.split(",") if k.strip()]
     bad = [k for k in kinds if k not in KINDS]
     if bad:
-        raise UserError(f"--fail-on {bad[0]!r} is not one of {', '.join(KINDS)}; write e.g. --fail-on low,straggler")
+        raise UserError(
+            f"--fail-on {bad[0]!r} is not one of {', '.join(KINDS)}; write e.g. --fail-on low,straggler"
+        )
     return tuple(dict.fromkeys(kinds)) or DEFAULT_FAIL_ON
 
 
@@ -45,8 +47,10 @@ def node_lines(health: Health, fail_on: tuple[str, ...]) -> list[tuple[str, str,
             if len(items) > MAX_EXAMPLES:
                 lines.append(f"{where}{kind}: … and {len(items) - MAX_EXAMPLES} more {family} result(s)")
         for measure, devices in missing.items():
-            lines.append(f"missing: {measure} on {', '.join(devices)} (no result at the size its expected "
-                         "figure needs)")
+            lines.append(
+                f"missing: {measure} on {', '.join(devices)} (no result at the size its expected "
+                "figure needs)"
+            )
         out.append((node.status(fail_on), node.node, lines))
     return out
 
@@ -56,9 +60,11 @@ def render(health: Health, fmt: str, fail_on: tuple[str, ...]) -> str:
     if fmt == "json":
         return json.dumps(data, indent=1, sort_keys=False)
     c = data["counts"]
-    summary = (f"health: {c['nodes']} node(s), {c['flagged']} flagged (failing on {', '.join(fail_on)}); "
-               f"findings: {c['low']} low, {c['straggler']} straggler, {c['fleet']} fleet, {c['missing']} missing;"
-               f" ok at >= {OK_AT_PCT:g}% of expected")
+    summary = (
+        f"health: {c['nodes']} node(s), {c['flagged']} flagged (failing on {', '.join(fail_on)}); "
+        f"findings: {c['low']} low, {c['straggler']} straggler, {c['fleet']} fleet, {c['missing']} missing;"
+        f" ok at >= {OK_AT_PCT:g}% of expected"
+    )
     rows = node_lines(health, fail_on)
     if fmt == "markdown":
         lines = [f"**{summary}**", "", "| status | node | what is wrong |", "|---|---|---|"]
@@ -74,16 +80,35 @@ def render(health: Health, fmt: str, fail_on: tuple[str, ...]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("results", nargs="+", metavar="RESULTS",
-                        help="results files or folders: ours, nccl-tests text, nvbandwidth -j JSON")
-    parser.add_argument("--fail-on", action="append", default=[], metavar="KINDS",
-                        help=f"which findings exit 1: any of {', '.join(KINDS)}, comma-separated or repeated "
-                             f"(default: {','.join(DEFAULT_FAIL_ON)})")
+    parser.add_argument(
+        "results",
+        nargs="+",
+        metavar="RESULTS",
+        help="results files or folders: ours, nccl-tests text, nvbandwidth -j JSON",
+    )
+    parser.add_argument(
+        "--fail-on",
+        action="append",
+        default=[],
+        metavar="KINDS",
+        help=f"which findings exit 1: any of {', '.join(KINDS)}, comma-separated or repeated "
+        f"(default: {','.join(DEFAULT_FAIL_ON)})",
+    )
     parser.add_argument("--format", choices=FORMATS, default="text", dest="fmt")
-    parser.add_argument("--expect", action="append", default=[], metavar="FILE",
-                        help="YAML of expected figures added to the shipped table (repeatable)")
-    parser.add_argument("--label", action="append", default=[], metavar="FILE=NAME",
-                        help="name a results file's machine (repeatable)")
+    parser.add_argument(
+        "--expect",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="YAML of expected figures added to the shipped table (repeatable)",
+    )
+    parser.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="FILE=NAME",
+        help="name a results file's machine (repeatable)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,4 +1,4 @@
-"""Expected figures per GPU model (suite/expectations.yaml plus --expect FILE) and which results they judge."""
+"""Expected figures per GPU model (expectations.yaml, --expect FILE) and which results they judge."""
 
 from __future__ import annotations
 
@@ -40,21 +40,43 @@ class Measure:
 
 
 MEASURES: dict[str, Measure] = {
-    "matmul_bf16": Measure(("matmul", "ceiling"), "tflops", "TFLOP/s", (("precision", "bfloat16"),),
-                           min_flops=MIN_MATMUL_FLOPS),
-    "matmul_fp16": Measure(("matmul", "ceiling"), "tflops", "TFLOP/s", (("precision", "float16"),),
-                           min_flops=MIN_MATMUL_FLOPS),
-    "matmul_tf32": Measure(("matmul", "ceiling"), "tflops", "TFLOP/s", (("precision", "tf32"),),
-                           min_flops=MIN_MATMUL_FLOPS),
-    "h2d": Measure(("copy",), "gbps", "GB/s", (("memory", "pinned"), ("direction", "uni")), "h2d",
-                   min_bytes=MIN_COPY_BYTES),
-    "d2h": Measure(("copy",), "gbps", "GB/s", (("memory", "pinned"), ("direction", "uni")), "d2h",
-                   min_bytes=MIN_COPY_BYTES),
-    "same_device": Measure(("copy",), "gbps", "GB/s", (("direction", "uni"),), "local",
-                           min_bytes=MIN_COPY_BYTES),
+    "matmul_bf16": Measure(
+        ("matmul", "ceiling"), "tflops", "TFLOP/s", (("precision", "bfloat16"),), min_flops=MIN_MATMUL_FLOPS
+    ),
+    "matmul_fp16": Measure(
+        ("matmul", "ceiling"), "tflops", "TFLOP/s", (("precision", "float16"),), min_flops=MIN_MATMUL_FLOPS
+    ),
+    "matmul_tf32": Measure(
+        ("matmul", "ceiling"), "tflops", "TFLOP/s", (("precision", "tf32"),), min_flops=MIN_MATMUL_FLOPS
+    ),
+    "h2d": Measure(
+        ("copy",),
+        "gbps",
+        "GB/s",
+        (("memory", "pinned"), ("direction", "uni")),
+        "h2d",
+        min_bytes=MIN_COPY_BYTES,
+    ),
+    "d2h": Measure(
+        ("copy",),
+        "gbps",
+        "GB/s",
+        (("memory", "pinned"), ("direction", "uni")),
+        "d2h",
+        min_bytes=MIN_COPY_BYTES,
+    ),
+    "same_device": Measure(
+        ("copy",), "gbps", "GB/s", (("direction", "uni"),), "local", min_bytes=MIN_COPY_BYTES
+    ),
     "peer": Measure(("copy",), "gbps", "GB/s", (("direction", "uni"),), "peer", min_bytes=MIN_COPY_BYTES),
-    "all_reduce_busbw": Measure(("collectives",), "busbw", "GB/s", (("op", "all_reduce"),),
-                                min_bytes=MIN_COLLECTIVE_BYTES, per_machine=True),
+    "all_reduce_busbw": Measure(
+        ("collectives",),
+        "busbw",
+        "GB/s",
+        (("op", "all_reduce"),),
+        min_bytes=MIN_COLLECTIVE_BYTES,
+        per_machine=True,
+    ),
 }
 HOST_LINKS = ("h2d", "d2h")
 
@@ -85,7 +107,7 @@ class Expectations:
         return max(found, key=lambda m: len(m["match"]), default=None)
 
     def figure(self, device_name: str, measure: str, pcie_gen: object = None, gpus: int | None = None):
-        """The Expected figure for this device and measure, or None (memoised: a fleet asks the same often)."""
+        """The Expected figure for this device and measure, or None (memoised: a fleet asks often)."""
         key = (device_name, measure, pcie_gen if isinstance(pcie_gen, int) else None, gpus)
         memo = self.__dict__.setdefault("_memo", {})
         if key not in memo:
@@ -115,8 +137,9 @@ def _merge(into: Expectations, data: object, where: str) -> None:
     if unknown:
         raise _fail(where, f"unknown key(s) {', '.join(sorted(unknown))}; allowed: version, models, expect")
     for i, model in enumerate(data.get("models") or []):
-        if not isinstance(model, dict) or not all(isinstance(model.get(k), str) and model[k] for k in ("name",
-                                                                                                          "match")):
+        if not isinstance(model, dict) or not all(
+            isinstance(model.get(k), str) and model[k] for k in ("name", "match")
+        ):
             raise _fail(where, f"models[{i}] needs a `name` and a `match` string")
         into.models = [m for m in into.models if m["name"] != model["name"]] + [dict(model)]
     for i, entry in enumerate(data.get("expect") or []):
@@ -137,11 +160,16 @@ def _merge(into: Expectations, data: object, where: str) -> None:
             raise _fail(where, f"expect[{i}]: `link` figures are for {' and '.join(HOST_LINKS)} only")
         gpus = entry.get("gpus")
         if MEASURES[measure].per_machine != (gpus is not None):
-            raise _fail(where, f"expect[{i}]: `gpus` is required for {measure}" if MEASURES[measure].per_machine
-                        else f"expect[{i}]: `gpus` only applies to all_reduce_busbw")
+            raise _fail(
+                where,
+                f"expect[{i}]: `gpus` is required for {measure}"
+                if MEASURES[measure].per_machine
+                else f"expect[{i}]: `gpus` only applies to all_reduce_busbw",
+            )
         key = ("model:" + model if model else "link:" + link, measure, gpus)
-        into.figures[key] = Expected(measure, float(value), entry["source"].strip(), model or "", link or "",
-                                     gpus)
+        into.figures[key] = Expected(
+            measure, float(value), entry["source"].strip(), model or "", link or "", gpus
+        )
 
 
 def load_expectations(extra: list[str] | None = None) -> Expectations:
@@ -160,6 +188,8 @@ def load_expectations(extra: list[str] | None = None) -> Expectations:
     known = {m["name"] for m in expectations.models}
     for (key, measure, _), fig in expectations.figures.items():
         if fig.model and fig.model not in known:
-            raise UserError(f"expectations: {measure} figure for model {fig.model!r}, which no `models` entry "
-                            "names; add it under models with a `match`")
+            raise UserError(
+                f"expectations: {measure} figure for model {fig.model!r}, which no `models` entry "
+                "names; add it under models with a `match`"
+            )
     return expectations

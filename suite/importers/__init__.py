@@ -23,8 +23,14 @@ def imported(tool: str, path: Path, machine_info: dict, benchmarks: list[dict], 
 
 def stats_from_time(seconds: float, rounds: int, iterations: int) -> dict:
     """pytest-benchmark stats from one reported time: no spread is known, so none is invented."""
-    return {"median": seconds, "mean": seconds, "min": seconds, "max": seconds, "rounds": rounds,
-            "iterations": iterations}
+    return {
+        "median": seconds,
+        "mean": seconds,
+        "min": seconds,
+        "max": seconds,
+        "rounds": rounds,
+        "iterations": iterations,
+    }
 
 
 # nccl-tests' first line or its column header: what no JSON file of ours contains.

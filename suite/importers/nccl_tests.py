@@ -30,12 +30,25 @@ OPS = {
     "hypercube": "hypercube",
 }
 # nccl-tests' type names -> torch's dtype names, which our results use.
-DTYPES = {"float": "float32", "half": "float16", "double": "float64", "bfloat16": "bfloat16",
-          "int8": "int8", "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64",
-          "uint64": "uint64", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+DTYPES = {
+    "float": "float32",
+    "half": "float16",
+    "double": "float64",
+    "bfloat16": "bfloat16",
+    "int8": "int8",
+    "uint8": "uint8",
+    "int32": "int32",
+    "uint32": "uint32",
+    "int64": "int64",
+    "uint64": "uint64",
+    "f8e4m3": "float8_e4m3fn",
+    "f8e5m2": "float8_e5m2",
+}
 DEFAULT_ITERS = 20  # nccl-tests' default -n, used when the `iters:` header line is missing
 _PREFIX = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")  # Open MPI's --tag-output prefix
-_RANK = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s+(.+?)\s*$")
+_RANK = re.compile(
+    r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s+(.+?)\s*$"
+)
 _ITERS = re.compile(r"\biters:\s*(\d+)")
 _OP_NAME = re.compile(r"\b(" + "|".join(sorted(OPS, key=len, reverse=True)) + r")_perf\b")
 
@@ -79,8 +92,10 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
     if columns is None or not rows:
         return None, "no nccl-tests result lines (not nccl-tests output, or cut before the first size)"
     if op is None:
-        return None, ("cannot tell which collective this nccl-tests output measured; name the file after the "
-                      "binary, e.g. all_reduce_perf.txt")
+        return None, (
+            "cannot tell which collective this nccl-tests output measured; name the file after the "
+            "binary, e.g. all_reduce_perf.txt"
+        )
     first_time = columns.index("time") if "time" in columns else None
     if first_time is None:
         return None, "nccl-tests header without a time column (unknown format)"
@@ -89,14 +104,14 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
     world = len(ranks) or None
     benchmarks, bad = [], 0
     for tokens in rows:
-        head, body = tokens[: len(prefix)], tokens[len(prefix):]
+        head, body = tokens[: len(prefix)], tokens[len(prefix) :]
         fields = dict(zip(prefix, head))
         size = _number(fields.get("size", ""))
-        groups = [body[i: i + 4] for i in range(0, len(body), 4)]
+        groups = [body[i : i + 4] for i in range(0, len(body), 4)]
         if size is None or len(head) < len(prefix) or not groups or any(len(g) < 3 for g in groups):
             bad += 1
             continue
-        # Two groups: out-of-place then in-place; one: in-place only (nccl-tests' trace replay prints no other).
+        # Two groups: out-of-place, in-place; one: in-place only (nccl-tests' trace replay).
         modes = ["outofplace", "inplace"] if len(groups) >= 2 else ["inplace"]
         for mode, group in zip(modes, groups):
             time_us, algbw, busbw = (_number(t) for t in group[:3])
@@ -123,19 +138,23 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
             if fields.get("redop") not in (None, "none"):
                 extra["redop"] = fields["redop"]
             name = f"{op}_perf[{dtype}-{int(size)}B-{mode}]"
-            benchmarks.append({
-                "name": name,
-                "fullname": f"nccl-tests::{name}",
-                "extra_info": extra,
-                # One timed loop of `iters` calls averaged: a single round, no spread known.
-                "stats": stats_from_time(time_us * 1e-6, rounds=1, iterations=iters),
-            })
+            benchmarks.append(
+                {
+                    "name": name,
+                    "fullname": f"nccl-tests::{name}",
+                    "extra_info": extra,
+                    # One timed loop of `iters` calls averaged: a single round, no spread known.
+                    "stats": stats_from_time(time_us * 1e-6, rounds=1, iterations=iters),
+                }
+            )
     if not benchmarks:
         return None, "nccl-tests output without a readable result line"
     if bad:
         warnings.append(f"{path}: ignored {bad} unreadable nccl-tests result line(s)")
     if not any("Avg bus bandwidth" in line for line in lines):
-        warnings.append(f"{path}: nccl-tests output ends before its summary (cut short?); kept the sizes it has")
+        warnings.append(
+            f"{path}: nccl-tests output ends before its summary (cut short?); kept the sizes it has"
+        )
     names = Counter()
     devices = []
     for rank in sorted(ranks):

@@ -32,7 +32,7 @@ def _load(text: str) -> object:
         start, end = text.find("{"), text.rfind("}")
         if start < 0 or end <= start:
             raise
-        return json.loads(text[start: end + 1])
+        return json.loads(text[start : end + 1])
 
 
 def _value(cell: object) -> float | None:
@@ -107,28 +107,45 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
         engine = "sm" if name.endswith("_sm") else "ce"
         for src, dst, direction, gbps in routes:
             gpus.update(int(d.split(":")[1]) for d in (src, dst) if d != "cpu")
-            path_kind = "h2d" if src == "cpu" else "d2h" if dst == "cpu" else "local" if src == dst else "peer"
+            path_kind = (
+                "h2d" if src == "cpu" else "d2h" if dst == "cpu" else "local" if src == dst else "peer"
+            )
             extra = {
-                "case": "copy", "src": src, "dst": dst, "path": path_kind, "memory": "pinned" if "cpu" in
-                (src, dst) else "device", "direction": direction, "engine": engine, "size": size, "bytes": size,
-                "gbps": gbps, "tool": TOOL, "test": name,
+                "case": "copy",
+                "src": src,
+                "dst": dst,
+                "path": path_kind,
+                "memory": "pinned" if "cpu" in (src, dst) else "device",
+                "direction": direction,
+                "engine": engine,
+                "size": size,
+                "bytes": size,
+                "gbps": gbps,
+                "tool": TOOL,
+                "test": name,
             }
             arrow = "<->" if direction == "bi" else "->"
             bench_name = f"{name}[{src}{arrow}{dst}]"
-            benchmarks.append({
-                "name": bench_name,
-                "fullname": f"nvbandwidth::{bench_name}",
-                "extra_info": extra,
-                # nvbandwidth reports the median of its samples as a rate; the time is derived from it.
-                "stats": stats_from_time(size / (gbps * 1e9), rounds=samples, iterations=1),
-            })
+            benchmarks.append(
+                {
+                    "name": bench_name,
+                    "fullname": f"nvbandwidth::{bench_name}",
+                    "extra_info": extra,
+                    # nvbandwidth reports the median of its samples as a rate; the time is derived from it.
+                    "stats": stats_from_time(size / (gbps * 1e9), rounds=samples, iterations=1),
+                }
+            )
     if failed:
         warnings.append(f"{path}: nvbandwidth tests that did not pass: {', '.join(failed)}")
     if not benchmarks:
         return None, "nvbandwidth output without a passed one-route test"
     devices = [
-        {"id": f"cuda:{i}", "kind": "cuda", "name": names.get(i, UNKNOWN_GPU),
-         **({"driver_version": driver} if driver else {})}
+        {
+            "id": f"cuda:{i}",
+            "kind": "cuda",
+            "name": names.get(i, UNKNOWN_GPU),
+            **({"driver_version": driver} if driver else {}),
+        }
         for i in sorted(gpus | set(names))
     ]
     info = {"node": host, "devices": devices, "software": {"nvbandwidth": str(root.get("version") or "")}}

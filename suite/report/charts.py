@@ -475,7 +475,8 @@ def history_charts(loaded) -> list[Chart]:
     for i, case in enumerate(families):
         ax = fig.add_subplot(nrows, ncols, i + 1)
         for identity, ms, speed in shown:
-            by_label = dict(zip(speed.loc[speed["case"] == case, "label"], speed.loc[speed["case"] == case, "speed"]))
+            mine = speed[speed["case"] == case]
+            by_label = dict(zip(mine["label"], mine["speed"]))
             points = [(j, 1.0 if j == 0 else by_label.get(m.label, math.nan)) for j, m in enumerate(ms)]
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
                     color=colors[identity])
@@ -487,7 +488,7 @@ def history_charts(loaded) -> list[Chart]:
         ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
     _figure_legend(fig, colors, [])
-    caption = "Geometric mean over the benchmarks each run shares with the machine's first run; above 1 is faster."
+    caption = "Geometric mean over the benchmarks each run shares with the machine's first run; above 1: faster."
     if len(series) > len(shown):
         caption += f" First {len(shown)} of {len(series)} machines with history."
     return [Chart("History: speed per family against each machine's first run", _png(fig), caption)]
