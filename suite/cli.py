@@ -1,4 +1,4 @@
-"""`python -m suite COMMAND` / `benchsuite COMMAND`: devices, report, compare, schema, accuracy, collectives.
+"""`python -m suite COMMAND` / `benchsuite COMMAND`: devices, report, compare, health, schema, accuracy, ...
 
 Each command lives in its own module with `add_arguments(parser)` and `run(args) -> int`; only the module of
 the command being run is imported, so `report` and `compare` never import torch.
@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "devices": ("suite.devices", "show what try_gpu()/try_all_gpus() return and the device inventory"),
     "report": ("suite.report.command", "build one self-contained HTML report from results files or folders"),
     "compare": ("suite.compare", "compare two results files; exit 1 on a regression beyond the threshold"),
+    "health": ("suite.health.command", "is each node as fast as it should be? exit 1 if one is flagged"),
     "schema": ("suite.config", "print the JSON Schema of the YAML config (for editors)"),
     "accuracy": ("suite.accuracy", "the suite's figures against torch.utils.benchmark.Timer (and a plain "
                  "torch.distributed loop), paired in one run: one table of ratios"),

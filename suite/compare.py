@@ -1,4 +1,5 @@
 """`python -m suite compare BASELINE CANDIDATE`: per-benchmark time ratios; exit 1 on a regression (a CI gate)."""
+# BASELINE and CANDIDATE may be folders: each machine's latest run, machines paired by identity.
 
 from __future__ import annotations
 
@@ -15,17 +16,23 @@ import pandas as pd
 
 from suite.errors import UserError
 from suite.report.tables import format_time
-from suite.results import load_results, match_key, parse_label_args
+from suite.results import benchmark_keys, latest_runs, load_results, parse_label_args
 
 DEFAULT_THRESHOLD = "5%"
 # A change counts only if the medians differ by more than this share of the two IQRs added together:
 # with 0.5, the middle halves (q1..q3) of the two runs' rounds must not overlap (for symmetric spreads),
 # so run-to-run noise of a busy machine is not reported as a regression.
 NOISE_IQR_SHARE = 0.5
+# Fewer rounds than this on either side and the quartiles are no estimate of the noise (pytest-benchmark's own
+# default min_rounds is 5): such a benchmark is "not judged" rather than called a regression.
+MIN_ROUNDS_TO_JUDGE = 5
 METRICS = ("median", "min", "mean")
 FORMATS = ("text", "markdown", "csv", "json")
-STATUS_ORDER = ("regression", "improvement", "unchanged", "only in baseline", "only in candidate")
+STATUS_ORDER = (
+    "regression", "improvement", "unchanged", "not judged", "only in baseline", "only in candidate"
+)
 _THRESHOLD_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*%?\s*$")
+_FAMILY_RE = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*=(.*)$")
 
 
 def parse_threshold(value: str) -> float:
@@ -36,6 +43,23 @@ def parse_threshold(value: str) -> float:
             f"--threshold {value!r} is not a percentage; write e.g. 5% or 5 (both mean 5 percent)"
         )
     return float(match.group(1)) / 100.0
+
+
+def parse_thresholds(values: list[str] | str | None) -> tuple[float, dict[str, float]]:
+    """`["copy=10%", "5%"]` -> (0.05, {"copy": 0.10}): a default and per-family thresholds."""
+    values = [values] if isinstance(values, str) else list(values or [])
+    default, per_family = None, {}
+    for value in values:
+        family = _FAMILY_RE.match(str(value))
+        if family:
+            per_family[family.group(1)] = parse_threshold(family.group(2))
+        elif default is None:
+            default = parse_threshold(value)
+        else:
+            raise UserError(
+                f"--threshold {value!r}: a second default; write FAMILY=PCT for one family, e.g. copy=10%"
+            )
+    return (parse_threshold(DEFAULT_THRESHOLD) if default is None else default), per_family
 
 
 def parse_device_map(values: list[str] | None) -> dict[str, str]:
@@ -81,15 +105,31 @@ def _zero(value: float) -> float:
     return 0.0 if value is None or math.isnan(value) else value
 
 
-def _side(path: str, labels: dict[str, str], what: str) -> tuple[str, pd.DataFrame]:
+def _side(path: str, labels: dict[str, str], what: str) -> dict[str, tuple[str, pd.DataFrame]]:
+    """identity -> (label, table) of each machine's latest run; a file is its one machine."""
     loaded = load_results([path], labels=labels)
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    if len(loaded.machines) > 1:
-        raise UserError(f"{what} {path} holds results of {len(loaded.machines)} files; pass one results file")
-    label = next(iter(loaded.machines))
-    table = loaded.table.drop_duplicates("match_key")
-    return label, table
+    latest = latest_runs(loaded.machines)
+    sides = {}
+    for label in latest:
+        key = (loaded.machines[label].identity, loaded.machines[label].tool)
+        sides[key] = (label, loaded.table[loaded.table["label"] == label].drop_duplicates("match_key"))
+    return sides
+
+
+def pair_sides(base: dict, cand: dict, base_path: str, cand_path: str) -> list[tuple[tuple, tuple]]:
+    """Pairs of (label, table): one file against one file as given; folders by machine identity."""
+    if len(base) == 1 and len(cand) == 1:
+        return [(next(iter(base.values())), next(iter(cand.values())))]
+    common = sorted(base.keys() & cand.keys())
+    if not common:
+        raise UserError(
+            f"no machine of {base_path} ({len(base)} machine(s)) is in {cand_path} ({len(cand)}): "
+            "machines are "
+            "paired by host, GPUs and driver; pass two files to compare different machines"
+        )
+    return [(base[k], cand[k]) for k in common]
 
 
 def compare_tables(
@@ -98,14 +138,16 @@ def compare_tables(
     metric: str = "median",
     threshold: float = 0.05,
     device_map: dict[str, str] | None = None,
+    thresholds: dict[str, float] | None = None,
 ) -> list[Row]:
-    """Match benchmarks by (case, parameters with devices mapped), or fullname for foreign files, and judge."""
-    keys = [
-        match_key(c, p, f, m.startswith("fullname:"), device_map)
-        for c, p, f, m in zip(base["case"], base["params_json"], base["fullname"], base["match_key"])
-    ]
-    base = base.assign(_key=keys).drop_duplicates("_key").set_index("_key")
-    cand = cand.assign(_key=cand["match_key"]).drop_duplicates("_key").set_index("_key")
+    """Match benchmarks by (case, parameters with devices mapped), or fullname for foreign files, and judge.
+
+    `thresholds` overrides `threshold` per family; a benchmark with fewer than MIN_ROUNDS_TO_JUDGE rounds on
+    either side is "not judged".
+    """
+    thresholds = thresholds or {}
+    base = base.assign(_key=benchmark_keys(base, device_map)).drop_duplicates("_key").set_index("_key")
+    cand = cand.assign(_key=benchmark_keys(cand)).drop_duplicates("_key").set_index("_key")
     rows = []
     for key, b in base.iterrows():
         if key not in cand.index:
@@ -124,11 +166,14 @@ def compare_tables(
             continue
         c = cand.loc[key]
         noise = NOISE_IQR_SHARE * (_zero(b["iqr"]) + _zero(c["iqr"]))
-        if not (b[metric] > 0 and c[metric] > 0):
-            status, ratio = "unchanged", math.nan
+        few = min(_zero(b["rounds"]), _zero(c["rounds"])) < MIN_ROUNDS_TO_JUDGE
+        ratio = c[metric] / b[metric] if b[metric] > 0 and c[metric] > 0 else math.nan
+        if math.isnan(ratio):
+            status = "unchanged"
+        elif few:
+            status = "not judged"
         else:
-            status = classify(b[metric], c[metric], b["iqr"], c["iqr"], threshold)
-            ratio = c[metric] / b[metric]
+            status = classify(b[metric], c[metric], b["iqr"], c["iqr"], thresholds.get(b["case"], threshold))
         rows.append(Row(status, b["case"], c["name"], b[metric], c[metric], ratio, (ratio - 1) * 100, noise))
     for key, c in cand.iterrows():
         if key not in base.index:
@@ -168,28 +213,35 @@ def _cells(r: Row) -> list[str]:
 HEADERS = ["status", "case", "benchmark", "baseline", "candidate", "ratio", "change", "noise"]
 
 
-def render(rows: list[Row], fmt: str, base_label: str, cand_label: str, metric: str, threshold: float) -> str:
+def _as_json(rows: list[Row], base_label: str, cand_label: str, metric: str, threshold: float,
+             thresholds: dict[str, float]) -> dict:
+    return {
+        "baseline": base_label,
+        "candidate": cand_label,
+        "metric": metric,
+        "threshold": threshold,
+        "thresholds": dict(sorted(thresholds.items())),
+        "min_rounds": MIN_ROUNDS_TO_JUDGE,
+        "counts": {s: sum(r.status == s for r in rows) for s in STATUS_ORDER},
+        "results": [
+            {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(r).items()}
+            for r in rows
+        ],
+    }
+
+
+def render(rows: list[Row], fmt: str, base_label: str, cand_label: str, metric: str, threshold: float,
+           thresholds: dict[str, float] | None = None) -> str:
+    thresholds = thresholds or {}
     counts = {s: sum(r.status == s for r in rows) for s in STATUS_ORDER}
+    per_family = "".join(f", {k} {v * 100:g}%" for k, v in sorted(thresholds.items()))
     summary = (
-        f"{base_label} -> {cand_label}: {metric} time, threshold {threshold * 100:g}%, noise "
+        f"{base_label} -> {cand_label}: {metric} time, threshold {threshold * 100:g}%{per_family}, noise "
         f"{NOISE_IQR_SHARE:g} x (IQR baseline + IQR candidate): "
         + ", ".join(f"{n} {s}" for s, n in counts.items())
     )
     if fmt == "json":
-        return json.dumps(
-            {
-                "baseline": base_label,
-                "candidate": cand_label,
-                "metric": metric,
-                "threshold": threshold,
-                "counts": counts,
-                "results": [
-                    {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(r).items()}
-                    for r in rows
-                ],
-            },
-            indent=1,
-        )
+        return json.dumps(_as_json(rows, base_label, cand_label, metric, threshold, thresholds), indent=1)
     if fmt == "csv":
         buf = io.StringIO()
         writer = csv.writer(buf, lineterminator="\n")
@@ -230,12 +282,18 @@ def render(rows: list[Row], fmt: str, base_label: str, cand_label: str, metric: 
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("baseline", metavar="BASELINE", help="results file of the reference run")
-    parser.add_argument("candidate", metavar="CANDIDATE", help="results file of the run to judge")
+    parser.add_argument("baseline", metavar="BASELINE",
+                        help="results file of the reference run, or a folder (each machine's latest run)")
+    parser.add_argument("candidate", metavar="CANDIDATE",
+                        help="results file of the run to judge, or a folder (each machine's latest run)")
     parser.add_argument(
         "--threshold",
-        default=DEFAULT_THRESHOLD,
-        help="slowdown that counts as a regression, in percent: 5%% and 5 both mean 5 percent",
+        action="append",
+        default=[],
+        metavar="[FAMILY=]PCT",
+        help=f"slowdown that counts as a regression, in percent (5%% and 5 both mean 5 percent; default "
+        f"{DEFAULT_THRESHOLD.replace('%', '%%')}); FAMILY=PCT for one family, e.g. --threshold copy=10%% "
+        "(repeatable)",
     )
     parser.add_argument("--metric", choices=METRICS, default="median", help="which time statistic to compare")
     parser.add_argument("--format", choices=FORMATS, default="text", dest="fmt")
@@ -256,11 +314,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    threshold = parse_threshold(args.threshold)
+    threshold, thresholds = parse_thresholds(args.threshold)
     device_map = parse_device_map(args.map)
     labels = parse_label_args(args.label)
-    base_label, base = _side(args.baseline, labels, "BASELINE")
-    cand_label, cand = _side(args.candidate, labels, "CANDIDATE")
-    rows = compare_tables(base, cand, metric=args.metric, threshold=threshold, device_map=device_map)
-    print(render(rows, args.fmt, base_label, cand_label, args.metric, threshold))
-    return 1 if any(r.status == "regression" for r in rows) else 0
+    pairs = pair_sides(_side(args.baseline, labels, "BASELINE"), _side(args.candidate, labels, "CANDIDATE"),
+                       args.baseline, args.candidate)
+    regression, outputs = False, []
+    for (base_label, base), (cand_label, cand) in pairs:
+        rows = compare_tables(base, cand, metric=args.metric, threshold=threshold, device_map=device_map,
+                              thresholds=thresholds)
+        regression |= any(r.status == "regression" for r in rows)
+        if args.fmt == "json" and len(pairs) > 1:
+            outputs.append(_as_json(rows, base_label, cand_label, args.metric, threshold, thresholds))
+        else:
+            outputs.append(render(rows, args.fmt, base_label, cand_label, args.metric, threshold, thresholds))
+    if args.fmt == "json" and len(pairs) > 1:
+        print(json.dumps({"comparisons": outputs}, indent=1))
+    else:
+        print("\n\n".join(outputs))
+    return 1 if regression else 0

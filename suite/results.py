@@ -18,7 +18,10 @@ from suite.errors import UserError
 from suite.units import GB, TFLOP
 
 PARTIAL_SUFFIX = ".partial.jsonl"
+# Other tools' text output (nccl-tests) found in a folder; a file of another kind is a one-line warning.
+TEXT_SUFFIXES = (".txt", ".log", ".out")
 FOREIGN_CASE = "other"  # family given to rows of a pytest-benchmark file that is not ours
+OUR_TOOL = "gpubench-suite"
 
 # Higher-is-better rates, in the order a row's headline metric is picked; the first one present wins.
 RATE_UNITS: dict[str, str] = {
@@ -27,6 +30,22 @@ RATE_UNITS: dict[str, str] = {
     "busbw": "GB/s",
     "samples_per_s": "samples/s",
 }
+
+# The rate that says how fast a family is, where it has several (a model reports TFLOP/s and samples/s; what
+# users compare is samples/s). The one definition used by the table's `metric`, report, compare and health.
+FAMILY_RATE: dict[str, str] = {
+    "matmul": "tflops",
+    "ceiling": "tflops",
+    "conv": "tflops",
+    "model": "samples_per_s",
+    "copy": "gbps",
+    "placement": "gbps",
+    "habits": "gbps",
+    "collectives": "busbw",
+}
+# Keys that name the device(s) a benchmark ran on: two benchmarks equal but for these measured the same thing
+# on different devices (the peers a straggler is judged against).
+DEVICE_KEYS = ("device", "src", "dst", "gpus")
 
 # extra_info keys the table keeps as float columns.
 NUMERIC_KEYS = (
@@ -60,6 +79,9 @@ MEASURED_KEYS = frozenset(
         "peer_access",
         "copy_engines",
         "timeout_s",
+        # Where an imported result came from and how often it ran: provenance, not a parameter.
+        "iters",
+        "tool_version",
     }
 )
 STAT_KEYS = ("median", "iqr", "q1", "q3", "min", "max", "mean", "stddev", "rounds", "iterations")
@@ -127,6 +149,35 @@ class Machine:
     commit: dict = field(default_factory=dict)
     config_path: str = ""
     n_benchmarks: int = 0
+    tool: str = OUR_TOOL  # which program measured: gpubench-suite, nccl-tests, nvbandwidth, pytest-benchmark
+
+    @property
+    def accelerators(self) -> Counter:
+        """GPU (or other accelerator) model -> count, from machine_info.devices."""
+        names = (str(d.get("name") or d.get("id") or "?") for d in self.devices if d.get("kind") != "cpu")
+        return Counter(names)
+
+    @property
+    def gpu_model(self) -> str:
+        """The accelerator model machines are grouped by ("NVIDIA H100 80GB HBM3"), or the CPU's name."""
+        counts = self.accelerators
+        return counts.most_common(1)[0][0] if counts else (f"CPU ({self.cpu_name})" if self.cpu_name else "")
+
+    @property
+    def node(self) -> str:
+        """Host and accelerators (`node-7 · 8×NVIDIA H100`): the node one health verdict is about."""
+        gpus = " + ".join(f"{n}×{name}" for name, n in sorted(self.accelerators.items())) or self.gpu_model
+        return " · ".join(part for part in (self.host or (self.label if not gpus else ""), gpus) if part)
+
+    @property
+    def identity(self) -> str:
+        """The same machine across runs: host, accelerator models and count, driver; never volatile figures.
+
+        The CPU's current clock, temperatures or the idle PCIe link state change from run to run of one
+        machine; a driver upgrade starts a new history, since it changes the numbers on purpose.
+        """
+        drivers = sorted({str(d["driver_version"]) for d in self.devices if d.get("driver_version")})
+        return self.node + (f" · driver {','.join(drivers)}" if drivers else "")
 
 
 @dataclass
@@ -157,7 +208,8 @@ def expand_paths(paths: Iterable[str | Path], warnings: list[str]) -> list[Path]
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = sorted({*path.rglob("*.json"), *path.rglob("*" + PARTIAL_SUFFIX)})
+            patterns = ("*.json", "*" + PARTIAL_SUFFIX, *("*" + suffix for suffix in TEXT_SUFFIXES))
+            found = sorted({p for pattern in patterns for p in path.rglob(pattern)})
             found = [p for p in found if p.is_file()]
             if not found:
                 warnings.append(
@@ -283,8 +335,99 @@ def match_key(
     return case + "|" + json.dumps(params, sort_keys=True, default=str)
 
 
-def _rows(data: dict, machine: Machine, foreign: bool, warnings: list[str], path: Path) -> list[dict]:
+def rate_name(case: str, values: Mapping[str, float]) -> str | None:
+    """Which rate column says how fast a benchmark of `case` is: FAMILY_RATE's, else the first one present."""
+    preferred = FAMILY_RATE.get(case)
+    if preferred and not _missing(values.get(preferred)):
+        return preferred
+    return next((k for k in RATE_UNITS if not _missing(values.get(k))), None)
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def benchmark_keys(table: pd.DataFrame, device_map: Mapping[str, str] | None = None) -> pd.Series:
+    """Which benchmarks are the same, one key per row: the table's match_key, with device ids mapped if asked.
+
+    The one definition compare, the report's relative speed, history and health use.
+    """
+    if not device_map:
+        return table["match_key"]
+    keys = [
+        match_key(c, p, f, m.startswith("fullname:"), device_map)
+        for c, p, f, m in zip(table["case"], table["params_json"], table["fullname"], table["match_key"])
+    ]
+    return pd.Series(keys, index=table.index, dtype=object)
+
+
+def route_kind(src: object, dst: object) -> str:
+    """h2d, d2h, local (one device), peer, or host (cpu to cpu): what a copy's bandwidth is limited by."""
+    if not isinstance(src, str) or not isinstance(dst, str):
+        return ""
+    if src == "cpu" and dst == "cpu":
+        return "host"
+    if src == "cpu":
+        return "h2d"
+    if dst == "cpu":
+        return "d2h"
+    return "local" if src == dst else "peer"
+
+
+def peer_keys(table: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """(peer key, subject) per row: benchmarks equal but for the device share a peer key; subject: the device.
+
+    A copy's subject is its GPU end (`cuda:0` for cpu->cuda:0) or its route between GPUs. Rows of a foreign
+    file, or with no device, get an empty subject: they have no peers within the run.
+    """
+    src, dst, dev = table["src"], table["dst"], table["device"]
+    kinds = pd.Series([route_kind(s, d) for s, d in zip(src, dst)], index=table.index, dtype=object)
+    subject = dev.where(dev.notna(), None)
+    subject = subject.where(kinds != "h2d", dst).where(kinds != "d2h", src).where(kinds != "local", src)
+    subject = subject.where(kinds != "peer", src.astype(str) + "->" + dst.astype(str))
+    subject = subject.where(table["case"] != FOREIGN_CASE, None).fillna("").astype(str)
+    # Parameters without the device ids; `params_json` is sorted JSON, so one parse per distinct string.
+    stripped = {
+        p: json.dumps({k: v for k, v in json.loads(p).items() if k not in DEVICE_KEYS}, sort_keys=True)
+        for p in table["params_json"].unique()
+    }
+    key = table["case"] + "|" + kinds + "|" + table["params_json"].map(stripped)
+    return key, subject
+
+
+# Parameter sets -> (params text, params JSON): a fleet repeats a few hundred sets in every file, and
+# serialising each row's again was a third of the load time of 1,000 files.
+_PARAM_TEXT: dict[tuple, tuple[str, str]] = {}
+_NUMBER_TYPES = (int, float)
+
+
+def _params_text(params: dict) -> tuple[str, str]:
+    key = tuple(params.items())
+    try:
+        return _PARAM_TEXT[key]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable value slipped through: serialise without the cache
+        key = None
+    text = ",".join(f"{k}={v}" for k, v in sorted(params.items()))
+    texts = (text, json.dumps(params, sort_keys=True, default=str))
+    if key is not None and len(_PARAM_TEXT) < 100_000:
+        _PARAM_TEXT[key] = texts
+    return texts
+
+
+def _rows(
+    data: dict,
+    machine: Machine,
+    foreign: bool,
+    warnings: list[str],
+    path: Path,
+    extra_keys: dict | None = None,
+) -> list[dict]:
+    """One row per benchmark; parameter columns beyond COLUMNS are recorded, in order, in `extra_keys`."""
+    extra_keys = {} if extra_keys is None else extra_keys
     rows, skipped = [], 0
+    nan = math.nan
     for bench in data["benchmarks"]:
         stats = bench.get("stats") if isinstance(bench, dict) else None
         if not isinstance(stats, dict) or not isinstance(stats.get("median"), (int, float)):
@@ -300,7 +443,7 @@ def _rows(data: dict, machine: Machine, foreign: bool, warnings: list[str], path
         else:
             raw = bench.get("params") if isinstance(bench.get("params"), dict) else {}
             params = {k: _scalar(v) for k, v in raw.items()}
-        params_json = json.dumps(params, sort_keys=True, default=str)
+        params_text, params_json = _params_text(params)
         row = {
             "label": machine.label,
             "file": machine.file,
@@ -313,15 +456,18 @@ def _rows(data: dict, machine: Machine, foreign: bool, warnings: list[str], path
             "device": _scalar(extra.get("device")),
             "src": _scalar(extra.get("src")),
             "dst": _scalar(extra.get("dst")),
-            "params": ",".join(f"{k}={v}" for k, v in sorted(params.items())),
+            "params": params_text,
             "params_json": params_json,
-            "match_key": match_key(case, params_json, fullname, not ours),
+            # match_key() without a device map, written out: params_json is already the sorted JSON it makes.
+            "match_key": case + "|" + params_json if ours else "fullname:" + fullname,
         }
         for key in STAT_KEYS:
-            row[key] = _number(stats.get(key))
+            v = stats.get(key)
+            row[key] = float(v) if v.__class__ in _NUMBER_TYPES else nan  # bool is not a number here
         for key in NUMERIC_KEYS:
-            row[key] = _number(extra.get(key))
-        metric_name = next((k for k in RATE_UNITS if not math.isnan(row[k])), None)
+            v = extra.get(key)
+            row[key] = float(v) if v.__class__ in _NUMBER_TYPES else nan
+        metric_name = rate_name(case, row)
         row["metric"] = row[metric_name] if metric_name else math.nan
         row["metric_name"] = metric_name
         row["metric_unit"] = RATE_UNITS[metric_name] if metric_name else None
@@ -329,10 +475,25 @@ def _rows(data: dict, machine: Machine, foreign: bool, warnings: list[str], path
             for key, value in params.items():
                 if key not in row:
                     row[key] = value
+                    extra_keys.setdefault(key)
         rows.append(row)
     if skipped:
         warnings.append(f"{path}: ignored {skipped} benchmark(s) without stats.median")
     return rows
+
+
+def _read_other_tool(path: Path, warnings: list[str]) -> tuple[dict | None, str | None]:
+    """nccl-tests text or nvbandwidth JSON, recognised by content; None, None when it is neither."""
+    from suite.importers import nccl_tests, nvbandwidth, sniff
+
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return None, f"cannot read ({exc.__class__.__name__})"
+    tool = sniff(path, text)
+    if tool is None:
+        return None, None
+    return (nvbandwidth if tool == "nvbandwidth" else nccl_tests).parse(path, text, warnings)
 
 
 def _load_one(path: Path, warnings: list[str]) -> tuple[dict, int | None] | None:
@@ -340,6 +501,12 @@ def _load_one(path: Path, warnings: list[str]) -> tuple[dict, int | None] | None
         data, problem = _read_partial(path, warnings)
     else:
         data, problem = _read_json(path)
+        if problem is not None or (isinstance(data, dict) and "nvbandwidth" in data):
+            imported, other_problem = _read_other_tool(path, warnings)
+            if imported is not None or other_problem is not None:
+                data, problem = imported, other_problem
+            elif path.suffix in TEXT_SUFFIXES:
+                problem = "neither pytest-benchmark JSON nor nccl-tests or nvbandwidth output"
     if problem is None and not isinstance(data, dict):
         problem = f"not a pytest-benchmark results object (top level is a JSON {type(data).__name__})"
     if problem is None and not isinstance(data.get("benchmarks"), list):
@@ -378,6 +545,7 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
     used_labels: set[str] = set()
     machines: dict[str, Machine] = {}
     all_rows: list[dict] = []
+    extra_keys: dict[str, None] = {}  # parameter columns, in first-seen order
     for path in expand_paths(paths, warnings):
         loaded = _load_one(path, warnings)
         if loaded is None:
@@ -388,6 +556,8 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
         foreign = version is None
         stem = path.name[: -len(PARTIAL_SUFFIX)] if path.name.endswith(PARTIAL_SUFFIX) else path.stem
         label, cpu_name = _machine_label(info, foreign, stem)
+        if block.get("tool"):  # another tool's output: say which, so it never passes for a run of ours
+            label = f"{label if info.get('node') else stem} ({block['tool']})"
         label = _label_override(path, labels, used_labels) or label
         if label in machines:  # two boxes of the same kind: tell them apart by file
             label = f"{label} [{stem}]"
@@ -409,8 +579,9 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
             datetime=str(data.get("datetime") or ""),
             commit=data.get("commit_info") if isinstance(data.get("commit_info"), dict) else {},
             config_path=str(block.get("config_path") or ""),
+            tool=str(block.get("tool") or (OUR_TOOL if not foreign else "pytest-benchmark")),
         )
-        rows = _rows(data, machine, foreign, warnings, path)
+        rows = _rows(data, machine, foreign, warnings, path, extra_keys)
         machine.n_benchmarks = len(rows)
         machines[label] = machine
         all_rows.extend(rows)
@@ -419,12 +590,13 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
     if not machines:
         detail = "; ".join(warnings[:3]) or "no paths given"
         raise UserError(f"no results could be read ({detail}); pass pytest-benchmark JSON files or folders")
-    return LoadedResults(table=_frame(all_rows), machines=machines, warnings=warnings)
+    return LoadedResults(table=_frame(all_rows, list(extra_keys)), machines=machines, warnings=warnings)
 
 
-def _frame(rows: list[dict]) -> pd.DataFrame:
+def _frame(rows: list[dict], extra: list[str] | None = None) -> pd.DataFrame:
     # One construction and one astype: column-by-column assignment cost ~50 ms per load, whatever its size.
-    extra = list(dict.fromkeys(k for row in rows for k in row if k not in COLUMNS))
+    if extra is None:
+        extra = list(dict.fromkeys(k for row in rows for k in row if k not in COLUMNS))
     table = pd.DataFrame.from_records(rows, columns=[*COLUMNS, *extra]) if rows else pd.DataFrame(columns=[*COLUMNS])
     types = {key: "float64" for key in (*STAT_KEYS, *NUMERIC_KEYS, "metric")}
     types["schema_version"] = "Int64"
@@ -501,3 +673,18 @@ def export_table(table: pd.DataFrame, csv: str | None = None, parquet: str | Non
         flat.to_parquet(parquet, index=False)
         written.append(parquet)
     return written
+
+
+def latest_runs(machines: Mapping[str, Machine], by: str = "identity") -> list[str]:
+    """Labels of each machine's latest run per tool: the newest `datetime`, ties broken by file path.
+
+    `by` is "identity" (host, accelerators, driver: one history) or "node" (host and accelerators: what
+    health judges, so a driver upgrade does not leave the old driver's runs beside the new ones).
+    """
+    newest: dict[tuple[str, str], Machine] = {}
+    for m in machines.values():
+        key = (getattr(m, by), m.tool)
+        best = newest.get(key)
+        if best is None or (m.datetime, m.file) > (best.datetime, best.file):
+            newest[key] = m
+    return sorted(m.label for m in newest.values())

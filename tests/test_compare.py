@@ -113,7 +113,9 @@ def test_threshold_is_honoured(pair):
         ["compare", str(DATA / "h200x2.json"), str(DATA / "empty.json")],
         ["compare", str(DATA / "h200x2.json"), str(DATA / "a100x2.json"), "--threshold", "abc"],
         ["compare", str(DATA / "h200x2.json"), str(DATA / "a100x2.json"), "--map", "cuda:0"],
-        ["compare", str(DATA), str(DATA / "a100x2.json")],
+        ["compare", str(DATA / "imported"), str(DATA / "a100x2.json")],  # a folder without that machine
+        ["compare", str(DATA / "h200x2.json"), str(DATA / "a100x2.json"), "--threshold", "5",
+         "--threshold", "6"],
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, capsys):
@@ -199,3 +201,38 @@ def test_two_real_runs_of_one_machine_line_up(capsys):
     rows = json.loads(capsys.readouterr().out)["results"]
     matched = [r for r in rows if r["status"] in ("unchanged", "regression", "improvement")]
     assert len(matched) >= 4, "the matmul, copy and ceiling cases both runs share"
+
+
+def test_per_family_thresholds(pair, capsys):
+    base_path, base, candidate = pair
+    family = base["benchmarks"][0]["extra_info"]["case"]
+    cand = candidate(scaled(base, 0, 1.2))
+    assert main(["compare", base_path, cand, "--threshold", f"{family}=30%", "--threshold", "5%"]) == 0
+    assert main(["compare", base_path, cand, "--threshold", "other=30%", "--threshold", "10"]) == 1
+    capsys.readouterr()
+    assert main(["compare", base_path, cand, "--threshold", f"{family}=10%", "--format", "json"]) == 1
+    assert json.loads(capsys.readouterr().out)["thresholds"] == {family: 0.1}
+
+
+def test_too_few_rounds_is_not_judged_not_a_regression(pair, capsys):
+    base_path, base, candidate = pair
+    slow = scaled(base, 0, 2.0)
+    slow["benchmarks"][0]["stats"]["rounds"] = 3
+    assert main(["compare", base_path, candidate(slow), "--format", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["counts"]["not judged"] == 1 and result["counts"]["regression"] == 0
+
+
+def test_folders_compare_each_machines_latest_run(tmp_path, capsys):
+    data = fixtures().synthetic_results("box", n_gpus=1, seed=3, limit=20)
+    old_dir, new_dir = tmp_path / "old", tmp_path / "new"
+    old_dir.mkdir()
+    new_dir.mkdir()
+    (old_dir / "a.json").write_text(json.dumps(data), encoding="utf-8")
+    early = {**scaled(data, 0, 3.0), "datetime": "2020-01-01T00:00:00"}  # older and slower: must be ignored
+    (new_dir / "early.json").write_text(json.dumps(early), encoding="utf-8")
+    late = {**scaled(data, 1, 2.0), "datetime": "2030-01-01T00:00:00"}
+    (new_dir / "late.json").write_text(json.dumps(late), encoding="utf-8")
+    assert main(["compare", str(old_dir), str(new_dir), "--format", "json"]) == 1
+    rows = json.loads(capsys.readouterr().out)["results"]
+    assert [r["benchmark"] for r in rows if r["status"] == "regression"] == [data["benchmarks"][1]["name"]]

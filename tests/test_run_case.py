@@ -92,7 +92,7 @@ def test_a_case_that_runs_out_of_memory_while_timing_is_drained_then_skipped(fam
 
 
 def test_all_gpus_per_device_rates_are_measured_after_the_timed_rounds(monkeypatch):
-    from suite.cases import matmul
+    from suite.cases.matmul import measure as matmul
 
     events: list[str] = []
     monkeypatch.setattr(matmul, "_inputs", lambda dev_, precision, m, n, k, what: (

@@ -441,3 +441,54 @@ def charts_for(case: str, rows: pd.DataFrame, machines: list[str]) -> list[Chart
     for draw in CHARTS.get(case, [generic_bars]):
         charts.extend(draw(rows, shown))
     return charts
+
+
+MAX_HISTORY_MACHINES = 8  # lines per family panel, as for the other charts
+
+
+def history_charts(loaded) -> list[Chart]:
+    """Per family, each machine's geometric-mean speed over its runs, relative to its first run.
+
+    Only machines (same identity: host, GPUs, driver) with two or more runs of one tool are drawn.
+    """
+    from suite.results import relative_speed
+
+    runs: dict[tuple[str, str], list] = {}
+    for m in loaded.machines.values():
+        runs.setdefault((m.identity, m.tool), []).append(m)
+    series = []
+    for (identity, _), ms in sorted(runs.items()):
+        if len(ms) < 2:
+            continue
+        ms = sorted(ms, key=lambda m: (m.datetime, m.file))
+        sub = loaded.table[loaded.table["label"].isin([m.label for m in ms])]
+        speed = relative_speed(sub, ms[0].label)
+        series.append((identity, ms, speed))
+    if not series:
+        return []
+    shown = series[:MAX_HISTORY_MACHINES]
+    families = sorted({c for _, _, speed in shown for c in speed["case"]})
+    if not families:
+        return []
+    fig, nrows, ncols = _panels(len(families), 3.0)
+    colors = dict(zip([s[0] for s in shown], _colors(len(shown))))
+    for i, case in enumerate(families):
+        ax = fig.add_subplot(nrows, ncols, i + 1)
+        for identity, ms, speed in shown:
+            mine = speed[speed["case"] == case]
+            by_label = dict(zip(mine["label"], mine["speed"]))
+            points = [(j, 1.0 if j == 0 else by_label.get(m.label, math.nan)) for j, m in enumerate(ms)]
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
+                    color=colors[identity])
+        ax.axhline(1.0, color="#999", linewidth=0.8)
+        ax.set_title(_text(case), fontsize=10, loc="left")
+        ax.set_xlabel("run (oldest first)")
+        ax.set_ylabel("× first run")
+        ax.grid(alpha=0.3)
+        ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    _figure_legend(fig, colors, [])
+    caption = "Geometric mean over the benchmarks each run shares with the machine's first run; above 1: faster."
+    if len(series) > len(shown):
+        caption += f" First {len(shown)} of {len(series)} machines with history."
+    return [Chart("History: speed per family against each machine's first run", _png(fig), caption)]

@@ -11,12 +11,17 @@ import jinja2
 
 from suite import __version__
 from suite.errors import UserError
-from suite.report.charts import MAX_CHART_MACHINES, charts_for, habit_pairs
+from suite.health.checks import DEFAULT_FAIL_ON, judge
+from suite.health.command import node_lines
+from suite.health.expect import load_expectations
+from suite.report.charts import MAX_CHART_MACHINES, charts_for, habit_pairs, history_charts
 from suite.report.tables import habit_rows, machine_views, result_rows, speed_table
 from suite.results import FOREIGN_CASE, LoadedResults, export_table, load_results, parse_label_args
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 OPEN_ROWS = 60  # tables up to this long start unfolded; longer ones would bury the next family's charts
+# Beyond this many machines one card each fills screens: a compact sortable table takes their place.
+MAX_MACHINE_CARDS = 12
 
 # Section order and titles of the families we know; others follow alphabetically, foreign rows last.
 FAMILIES: dict[str, str] = {
@@ -62,6 +67,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--parquet", metavar="PATH", help="also write the tidy table as Parquet (needs pyarrow)"
     )
     parser.add_argument("--title", default="GPU benchmark report", help="page title")
+    parser.add_argument("--expect", action="append", default=[], metavar="FILE",
+                        help="YAML of expected figures for the health verdict, added to the shipped table")
 
 
 def _family_order(cases: list[str]) -> list[str]:
@@ -77,7 +84,8 @@ def _metric_header(rows) -> str:
 
 
 def render_report(
-    loaded: LoadedResults, baseline: str | None = None, title: str = "GPU benchmark report"
+    loaded: LoadedResults, baseline: str | None = None, title: str = "GPU benchmark report",
+    expect: list[str] | None = None,
 ) -> str:
     """The report's HTML for already-loaded results; `baseline` is a machine label (default: the first)."""
     labels = list(loaded.machines)
@@ -111,6 +119,9 @@ def render_report(
             )
         families.append(fam)
     speed_cases, speed_rows = speed_table(table, chart_order, baseline)
+    health = judge(loaded, load_expectations(expect))
+    status_of = {label: n.status(DEFAULT_FAIL_ON) for n in health.nodes for label in n.labels}
+    health_rows = node_lines(health, DEFAULT_FAIL_ON)
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES)),
         autoescape=True,
@@ -123,6 +134,11 @@ def render_report(
         suite_version=__version__,
         built=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         machines=machine_views(loaded.machines),
+        machine_cards=len(loaded.machines) <= MAX_MACHINE_CARDS,
+        status_of=status_of,
+        health_rows=health_rows,
+        health_flagged=sum(status == "flagged" for status, _, _ in health_rows),
+        history=history_charts(loaded),
         baseline=baseline,
         n_results=len(table),
         families=families,
@@ -137,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_results(args.results, labels=parse_label_args(args.label))
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    html = render_report(loaded, baseline=args.baseline, title=args.title)
+    html = render_report(loaded, baseline=args.baseline, title=args.title, expect=args.expect)
     out = Path(args.output)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,380 @@
+"""The health checks over the tidy table: expected figures, stragglers within a run, the fleet's spread."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from suite.compare import NOISE_IQR_SHARE
+from suite.health.expect import MEASURES, OK_AT_PCT, Expectations
+from suite.results import FOREIGN_CASE, LoadedResults, latest_runs, peer_keys, route_kind
+
+# A device is a straggler when it is more than this far below the median of its peers (same model, same
+# benchmark, same run), and further than their noise. MAMF's author saw a 5%+ matmul spread between healthy
+# GPUs of one node; twice that is beyond it, while faults seen in the field are far larger (a PCIe link at
+# a quarter of its peers', nvbandwidth issue 6).
+STRAGGLER_MARGIN = 0.10
+# A machine whose geometric-mean speed in a family lies more than this below the fleet's median machine of
+# its GPU model, and below the fleet's own spread (Tukey's lower fence), is flagged: the same margin as for
+# devices, since identical machines differ by what identical GPUs do.
+FLEET_MARGIN = 0.10
+TUKEY_K = 1.5  # lower fence = q1 - 1.5 x IQR: the usual outlier rule, robust to the outlier itself
+# With fewer machines of one model there is no fleet to speak of: two machines cannot say which is slow.
+FLEET_MIN_MACHINES = 3
+MAX_EXAMPLES = 3  # findings shown per device and family; the JSON keeps every one
+KINDS = ("low", "straggler", "fleet", "missing")
+DEFAULT_FAIL_ON = ("low", "straggler", "fleet")  # missing is reported, not failed: a run may skip a case
+
+
+@dataclass
+class Finding:
+    """One thing wrong (or absent), with the numbers that show it."""
+
+    kind: str
+    node: str
+    device: str
+    family: str
+    text: str
+    measured: float = math.nan
+    reference: float = math.nan  # expected figure, peers' median, or fleet median (1.0 for fleet ratios)
+    pct: float = math.nan
+    source: str = ""
+
+
+@dataclass
+class NodeVerdict:
+    """One node: its runs, findings, and expected-figure table."""
+
+    node: str
+    gpu_model: str
+    labels: list[str]
+    tools: list[str]
+    findings: list[Finding] = field(default_factory=list)
+    expectations: list[dict] = field(default_factory=list)
+
+    def status(self, fail_on: tuple[str, ...]) -> str:
+        return "flagged" if any(f.kind in fail_on for f in self.findings) else "healthy"
+
+
+@dataclass
+class Health:
+    """The fleet verdict: nodes in a stable order, and the pct_of_expected of every judged result row."""
+
+    nodes: list[NodeVerdict]
+    pct_of_expected: pd.Series
+    judged_labels: list[str]
+
+    def flagged(self, fail_on: tuple[str, ...]) -> list[NodeVerdict]:
+        return [n for n in self.nodes if n.status(fail_on) == "flagged"]
+
+    def as_dict(self, fail_on: tuple[str, ...]) -> dict:
+        counts = {k: sum(f.kind == k for n in self.nodes for f in n.findings) for k in KINDS}
+        return {
+            "verdict": "flagged" if self.flagged(fail_on) else "healthy",
+            "fail_on": list(fail_on),
+            "counts": {"nodes": len(self.nodes), "flagged": len(self.flagged(fail_on)), **counts},
+            "tolerances": {
+                "ok_at_pct_of_expected": OK_AT_PCT,
+                "straggler_margin": STRAGGLER_MARGIN,
+                "fleet_margin": FLEET_MARGIN,
+                "fleet_min_machines": FLEET_MIN_MACHINES,
+                "noise_iqr_share": NOISE_IQR_SHARE,
+            },
+            "nodes": [
+                {
+                    "node": n.node,
+                    "gpu_model": n.gpu_model,
+                    "status": n.status(fail_on),
+                    "runs": n.labels,
+                    "tools": n.tools,
+                    "findings": [_clean(asdict(f)) for f in n.findings],
+                    "expectations": [_clean(e) for e in n.expectations],
+                }
+                for n in self.nodes
+            ],
+        }
+
+
+def _clean(d: dict) -> dict:
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
+
+
+def _fmt(value: float, unit: str) -> str:
+    return f"{value:.3g} {unit}" if unit != "s" else f"{value * 1e6:.3g} µs"
+
+
+def _prepare(loaded: LoadedResults) -> pd.DataFrame:
+    """The latest run of each node and tool, with node, subject device, its model, speed and noise."""
+    labels = latest_runs(loaded.machines, by="node")
+    rows = loaded.table[loaded.table["label"].isin(labels) & (loaded.table["case"] != FOREIGN_CASE)].copy()
+    machines = loaded.machines
+    rows["node"] = rows["label"].map({k: m.node for k, m in machines.items()})
+    rows["peer_key"], rows["subject"] = peer_keys(rows)
+    names, gens = {}, {}
+    for label in labels:
+        for d in machines[label].devices:
+            names[(label, str(d.get("id")))] = str(d.get("name") or "")
+            gens[(label, str(d.get("id")))] = d.get("pcie_gen_max")
+    first = rows["subject"].str.split("->").str[0]
+    keys = list(zip(rows["label"], first))
+    rows["model"] = [names.get(k, "") for k in keys]
+    rows["pcie_gen"] = [gens.get(k) for k in keys]
+    rate = rows["metric"]
+    # Higher is better everywhere: the family's rate, or calls per second where a benchmark has no rate.
+    rows["speed"] = rate.where(rate > 0, 1.0 / rows["median"].where(rows["median"] > 0))
+    rows["unit"] = rows["metric_unit"].where(rate > 0, "s")
+    rows["value"] = rate.where(rate > 0, rows["median"])
+    rows["noise"] = (rows["iqr"] / rows["median"]).where(rows["median"] > 0).fillna(0.0)
+    rows["precision_"] = rows["precision"].fillna(rows["dtype"]) if "precision" in rows else rows.get("dtype")
+    return rows
+
+
+def _expected(
+    rows: pd.DataFrame,
+    loaded: LoadedResults,
+    expectations: Expectations,
+    findings: list[Finding],
+    tables: dict[str, list[dict]],
+) -> pd.Series:
+    """pct_of_expected per qualifying row; low/missing findings; per-node tables of the judged figures."""
+    pct = pd.Series(np.nan, index=rows.index)
+    kinds = None
+    measured_families = rows.groupby("label")["case"].agg(set).to_dict()
+    for measure_name, measure in MEASURES.items():
+        mask = rows["case"].isin(measure.families) & (
+            rows[measure.rate] > 0 if measure.rate in rows else False
+        )
+        if not mask.any():
+            continue
+        if measure.route:
+            if kinds is None:
+                kinds = pd.Series(
+                    [route_kind(s, d) for s, d in zip(rows["src"], rows["dst"])], index=rows.index
+                )
+            mask &= kinds == measure.route
+        for key, wanted in measure.where:
+            column = "precision_" if key == "precision" else key
+            mask &= rows[column] == wanted if column in rows else False
+        if measure.min_flops:
+            mask &= rows["flops"] >= measure.min_flops
+        if measure.min_bytes:
+            mask &= rows["bytes"] >= measure.min_bytes
+        sub = rows[mask]
+        if measure.per_machine:
+            if "world_size" not in sub:
+                continue
+            sub = sub.assign(
+                model=sub["label"].map({k: m.gpu_model for k, m in loaded.machines.items()}),
+                subject=sub["world_size"].map(lambda w: "" if pd.isna(w) else f"{w:.0f} GPUs"),
+            )
+        # One lookup per distinct (model, PCIe generation, world size), not per row.
+        sizes = sub["world_size"] if measure.per_machine else pd.Series(None, index=sub.index, dtype=object)
+        lookup_keys = list(zip(sub["model"], sub["pcie_gen"], sizes))
+        figures = {
+            k: expectations.figure(
+                k[0],
+                measure_name,
+                k[1] if isinstance(k[1], int) else None,
+                int(k[2]) if measure.per_machine and not pd.isna(k[2]) else None,
+            )
+            for k in set(lookup_keys)
+        }
+        fig_of = pd.Series([figures[k] for k in lookup_keys], index=sub.index, dtype=object)
+        expected = fig_of.map(lambda f: f.value if f else np.nan).astype(float)
+        share = sub[measure.rate] / expected * 100
+        pct.loc[sub.index] = share.to_numpy()
+        judged = sub.assign(expected_=expected, pct_=share, fig_=fig_of).dropna(subset=["expected_"])
+        if judged.empty:
+            continue
+        best = judged.loc[judged.groupby(["label", "subject"], sort=True)["pct_"].idxmax()]
+        for r in best.itertuples(index=False):
+            fig, rate = r.fig_, getattr(r, measure.rate)
+            verdict = "ok" if r.pct_ >= OK_AT_PCT else "low"
+            tables.setdefault(r.node, []).append(
+                {
+                    "device": r.subject,
+                    "measure": measure_name,
+                    "measured": rate,
+                    "expected": fig.value,
+                    "unit": measure.unit,
+                    "pct_of_expected": r.pct_,
+                    "verdict": verdict,
+                    "source": fig.source,
+                    "benchmark": r.name,
+                }
+            )
+            if verdict == "low":
+                findings.append(
+                    Finding(
+                        "low",
+                        r.node,
+                        r.subject,
+                        r.case,
+                        f"{measure_name} {_fmt(rate, measure.unit)} = {r.pct_:.0f}% of the expected "
+                        f"{_fmt(fig.value, measure.unit)} (best: {r.name}; {fig.source})",
+                        rate,
+                        fig.value,
+                        r.pct_,
+                        fig.source,
+                    )
+                )
+        # Missing: an accelerator with a figure, in a run that measured the family, but not this setting.
+        if not measure.per_machine:
+            seen = set(zip(judged["label"], judged["subject"].str.split("->").str[0]))
+            for label, machine in sorted(loaded.machines.items()):
+                if label not in measured_families or not measured_families[label] & set(measure.families):
+                    continue
+                if (
+                    measure.route == "peer"
+                    and len(machine.accelerators) == 1
+                    and sum(machine.accelerators.values()) < 2
+                ):
+                    continue  # one GPU has no peer to copy to
+                for d in machine.devices:
+                    if d.get("kind") == "cpu" or (label, str(d.get("id"))) in seen:
+                        continue
+                    fig = expectations.figure(str(d.get("name") or ""), measure_name, d.get("pcie_gen_max"))
+                    if fig is None:
+                        continue
+                    findings.append(
+                        Finding(
+                            "missing",
+                            machine.node,
+                            str(d.get("id")),
+                            measure.families[0],
+                            f"{measure_name}: no result to judge (expected {_fmt(fig.value, measure.unit)}; "
+                            f"the run has no {measure_name} at the size the figure needs)",
+                            source=fig.source,
+                        )
+                    )
+    return pct
+
+
+def _median_of_others(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """For each element, the median of the other elements of its group (NaN for a group of one)."""
+    order = np.lexsort((values, groups))
+    v, g = values[order], groups[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    sizes = np.diff(np.r_[starts, len(g)])
+    start = np.repeat(starts, sizes)
+    n = np.repeat(sizes, sizes)
+    rank = np.arange(len(v)) - start
+    m = n - 1  # the others
+
+    def other(k: np.ndarray) -> np.ndarray:
+        # k-th smallest of the others: skip this element's own position
+        pos = start + k + (k >= rank)
+        return v[np.clip(pos, 0, len(v) - 1)]
+
+    lo_k, hi_k = (m - 1) // 2, m // 2
+    med = (other(lo_k) + other(hi_k)) / 2
+    med = np.where(m >= 1, med, np.nan)
+    out = np.empty_like(med)
+    out[order] = med
+    return out
+
+
+def _stragglers(rows: pd.DataFrame, findings: list[Finding]) -> None:
+    peers = rows[(rows["subject"] != "") & rows["speed"].notna() & (rows["model"] != "")]
+    peers = peers.drop_duplicates(["label", "peer_key", "subject"])
+    if peers.empty:
+        return
+    group = pd.factorize(peers["label"] + "\x00" + peers["model"] + "\x00" + peers["peer_key"])[0]
+    speed = peers["speed"].to_numpy(dtype=float)
+    others = _median_of_others(speed, group)
+    noise_peers = peers.groupby(group)["noise"].transform("median").to_numpy()
+    shortfall = (others - speed) / others
+    flagged = (speed < others * (1 - STRAGGLER_MARGIN)) & (
+        shortfall > NOISE_IQR_SHARE * (peers["noise"].to_numpy() + noise_peers)
+    )
+    hits = peers[flagged].assign(group_=group[flagged], others_=others[flagged], short_=shortfall[flagged])
+    by_group = pd.Series(range(len(peers)), index=peers.index).groupby(group).agg(list)
+    values = peers["value"].to_numpy()
+    for r in hits.sort_values(
+        ["node", "subject", "case", "short_"], ascending=[True, True, True, False]
+    ).itertuples(index=False):
+        own = r.value
+        rest = [values[i] for i in by_group[r.group_]]
+        rest.remove(own) if own in rest else None
+        lo, hi = min(rest), max(rest)
+        text = (
+            f"{r.name} {_fmt(own, r.unit)}, peers {_fmt(lo, r.unit)}–{_fmt(hi, r.unit)}"
+            if r.unit != "s"
+            else f"{r.name} {_fmt(own, 's')}, peers {_fmt(lo, 's')}–{_fmt(hi, 's')}"
+        )
+        findings.append(
+            Finding(
+                "straggler",
+                r.node,
+                r.subject,
+                r.case,
+                text,
+                own,
+                float(np.median(rest)),
+                100 * (1 - r.short_),
+            )
+        )
+
+
+def _fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) -> None:
+    rows = rows[rows["speed"].notna() & (rows["speed"] > 0)]
+    rows = rows.assign(fleet_=rows["label"].map({k: m.gpu_model for k, m in loaded.machines.items()}))
+    per = rows.drop_duplicates(["label", "match_key"])
+    counts = per.groupby(["fleet_", "match_key"])["label"].transform("nunique")
+    per = per[counts >= FLEET_MIN_MACHINES]
+    if per.empty:
+        return
+    median = per.groupby(["fleet_", "match_key"])["speed"].transform("median")
+    per = per.assign(log_=np.log(per["speed"] / median))
+    gm = (
+        per.groupby(["fleet_", "case", "label"], sort=True)
+        .agg(log=("log_", "mean"), n=("log_", "size"), node=("node", "first"))
+        .reset_index()
+    )
+    gm["speed"] = np.exp(gm["log"])
+    spread = gm.groupby(["fleet_", "case"])["speed"].describe()[["count", "min", "25%", "50%", "75%", "max"]]
+    gm = gm.join(spread, on=["fleet_", "case"])
+    fence = gm["25%"] - TUKEY_K * (gm["75%"] - gm["25%"])
+    low = (
+        (gm["count"] >= FLEET_MIN_MACHINES)
+        & (gm["speed"] < gm["50%"] * (1 - FLEET_MARGIN))
+        & (gm["speed"] < fence)
+    )
+    for r in gm[low].to_dict("records"):
+        text = (
+            f"{r['case']}: {r['speed']:.2f}× the median {r['fleet_']} machine (geometric mean over "
+            f"{int(r['n'])} benchmarks; {int(r['count'])} machines span {r['min']:.2f}–{r['max']:.2f}×)"
+        )
+        findings.append(
+            Finding("fleet", r["node"], "", r["case"], text, float(r["speed"]), 1.0, 100 * float(r["speed"]))
+        )
+
+
+def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
+    """Every check over the latest run of each node and tool; deterministic for the same files."""
+    rows = _prepare(loaded)
+    findings: list[Finding] = []
+    tables: dict[str, list[dict]] = {}
+    pct = _expected(rows, loaded, expectations, findings, tables)
+    _stragglers(rows, findings)
+    _fleet(rows, loaded, findings)
+    nodes: dict[str, NodeVerdict] = {}
+    for label in latest_runs(loaded.machines, by="node"):
+        m = loaded.machines[label]
+        node = nodes.setdefault(m.node, NodeVerdict(m.node, m.gpu_model, [], []))
+        node.labels.append(label)
+        node.tools.append(m.tool)
+    order = {k: i for i, k in enumerate(KINDS)}
+    for f in sorted(findings, key=lambda f: (f.node, order[f.kind], f.device, f.family, f.text)):
+        if f.node in nodes:
+            nodes[f.node].findings.append(f)
+    for node, table in tables.items():
+        nodes[node].expectations = sorted(table, key=lambda e: (e["device"], e["measure"]))
+    full = pd.Series(np.nan, index=loaded.table.index)
+    full.loc[pct.index] = pct
+    return Health(
+        [nodes[k] for k in sorted(nodes)], full, sorted(l for n in nodes.values() for l in n.labels)
+    )

@@ -1,0 +1,122 @@
+"""`python -m suite health RESULTS...`: healthy or what is wrong, per node and device; exit 1 when flagged."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from suite.errors import UserError
+from suite.health.checks import DEFAULT_FAIL_ON, KINDS, MAX_EXAMPLES, Health, judge
+from suite.health.expect import OK_AT_PCT, load_expectations
+from suite.results import load_results, parse_label_args
+
+FORMATS = ("text", "markdown", "json")
+
+
+def parse_fail_on(values: list[str] | None) -> tuple[str, ...]:
+    """`["low,straggler"]` -> ("low", "straggler"); unknown kinds are a UserError; none given: the default."""
+    kinds = [k.strip() for v in values or [] for k in v.split(",") if k.strip()]
+    bad = [k for k in kinds if k not in KINDS]
+    if bad:
+        raise UserError(
+            f"--fail-on {bad[0]!r} is not one of {', '.join(KINDS)}; write e.g. --fail-on low,straggler"
+        )
+    return tuple(dict.fromkeys(kinds)) or DEFAULT_FAIL_ON
+
+
+def node_lines(health: Health, fail_on: tuple[str, ...]) -> list[tuple[str, str, list[str]]]:
+    """(status, node, problem lines) per node: per device and kind, the worst few examples and a count."""
+    out = []
+    for node in health.nodes:
+        lines: list[str] = []
+        groups: dict[tuple[str, str, str], list] = {}
+        for f in node.findings:
+            groups.setdefault((f.device, f.kind, f.family), []).append(f)
+        missing: dict[str, list[str]] = {}
+        for (device, kind, family), items in list(groups.items()):
+            if kind == "missing":  # one line per measure, devices listed: absence is a note, not a fault
+                for f in items:
+                    missing.setdefault(f.text.split(":")[0], []).append(device)
+                del groups[(device, kind, family)]
+        for (device, kind, family), items in groups.items():
+            where = f"{device} " if device else ""
+            shown = items if kind != "straggler" else sorted(items, key=lambda f: f.pct)[:MAX_EXAMPLES]
+            for f in shown[:MAX_EXAMPLES]:
+                lines.append(f"{where}{kind}: {f.text}")
+            if len(items) > MAX_EXAMPLES:
+                lines.append(f"{where}{kind}: … and {len(items) - MAX_EXAMPLES} more {family} result(s)")
+        for measure, devices in missing.items():
+            lines.append(
+                f"missing: {measure} on {', '.join(devices)} (no result at the size its expected "
+                "figure needs)"
+            )
+        out.append((node.status(fail_on), node.node, lines))
+    return out
+
+
+def render(health: Health, fmt: str, fail_on: tuple[str, ...]) -> str:
+    data = health.as_dict(fail_on)
+    if fmt == "json":
+        return json.dumps(data, indent=1, sort_keys=False)
+    c = data["counts"]
+    summary = (
+        f"health: {c['nodes']} node(s), {c['flagged']} flagged (failing on {', '.join(fail_on)}); "
+        f"findings: {c['low']} low, {c['straggler']} straggler, {c['fleet']} fleet, {c['missing']} missing;"
+        f" ok at >= {OK_AT_PCT:g}% of expected"
+    )
+    rows = node_lines(health, fail_on)
+    if fmt == "markdown":
+        lines = [f"**{summary}**", "", "| status | node | what is wrong |", "|---|---|---|"]
+        for status, node, problems in rows:
+            text = "<br>".join(p.replace("|", "\\|") for p in problems) or "—"
+            lines.append(f"| {status} | {node.replace('|', '/')} | {text} |")
+        return "\n".join(lines)
+    lines = [summary, ""]
+    for status, node, problems in rows:
+        lines.append(f"{status.upper():8} {node}")
+        lines += [f"         {p}" for p in problems]
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "results",
+        nargs="+",
+        metavar="RESULTS",
+        help="results files or folders: ours, nccl-tests text, nvbandwidth -j JSON",
+    )
+    parser.add_argument(
+        "--fail-on",
+        action="append",
+        default=[],
+        metavar="KINDS",
+        help=f"which findings exit 1: any of {', '.join(KINDS)}, comma-separated or repeated "
+        f"(default: {','.join(DEFAULT_FAIL_ON)})",
+    )
+    parser.add_argument("--format", choices=FORMATS, default="text", dest="fmt")
+    parser.add_argument(
+        "--expect",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="YAML of expected figures added to the shipped table (repeatable)",
+    )
+    parser.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="FILE=NAME",
+        help="name a results file's machine (repeatable)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    fail_on = parse_fail_on(args.fail_on)
+    expectations = load_expectations(args.expect)
+    loaded = load_results(args.results, labels=parse_label_args(args.label))
+    for warning in loaded.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    health = judge(loaded, expectations)
+    print(render(health, args.fmt, fail_on))
+    return 1 if health.flagged(fail_on) else 0

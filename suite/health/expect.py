@@ -1,0 +1,195 @@
+"""Expected figures per GPU model (expectations.yaml, --expect FILE) and which results they judge."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from suite.errors import UserError
+
+SHIPPED = Path(__file__).resolve().parent.parent / "expectations.yaml"
+# A measurement at or above this share of its expected figure is ok. The figures are achievable
+# measurements, and healthy systems of one kind published them up to ~10% apart (PCIe gen5 H2D: 51, 52 and
+# 55.4 GB/s; MAMF varies 5%+ between GPUs of one node); PyTorch's copy and matmul paths may cost up to ~10%
+# more than a dedicated tool. Below 80% is beyond both: a link at lower width, a throttled clock.
+OK_AT_PCT = 80.0
+# Matmul counts only at 2*4096^3 FLOP or more: MAMF's best shapes are large; smaller ones do not fill the GPU.
+MIN_MATMUL_FLOPS = 2 * 4096**3
+# Copies count only from 64 MiB: host links reach their plateau by 32-64 MB (bandwidthTest uses 32 MB,
+# nvbandwidth 512 MiB buffers).
+MIN_COPY_BYTES = 64 * 2**20
+# All-reduce counts only from 256 MiB: NCCL's busbw climbs to 1-8 GB (nccl-tests issue 212); at 256 MB an
+# 8xH100 still reaches ~90% of its peak (419 of 470 GB/s), within the tolerance above.
+MIN_COLLECTIVE_BYTES = 256 * 2**20
+
+
+@dataclass(frozen=True)
+class Measure:
+    """Which results a named measurement is taken from: family, rate, filters, smallest size."""
+
+    families: tuple[str, ...]
+    rate: str
+    unit: str
+    where: tuple[tuple[str, object], ...] = ()
+    route: str = ""  # copy route kind (h2d, d2h, local, peer); empty for compute and collectives
+    min_flops: float = 0.0
+    min_bytes: float = 0.0
+    per_machine: bool = False  # judged per machine and world size (collectives), not per device
+
+
+MEASURES: dict[str, Measure] = {
+    "matmul_bf16": Measure(
+        ("matmul", "ceiling"), "tflops", "TFLOP/s", (("precision", "bfloat16"),), min_flops=MIN_MATMUL_FLOPS
+    ),
+    "matmul_fp16": Measure(
+        ("matmul", "ceiling"), "tflops", "TFLOP/s", (("precision", "float16"),), min_flops=MIN_MATMUL_FLOPS
+    ),
+    "matmul_tf32": Measure(
+        ("matmul", "ceiling"), "tflops", "TFLOP/s", (("precision", "tf32"),), min_flops=MIN_MATMUL_FLOPS
+    ),
+    "h2d": Measure(
+        ("copy",),
+        "gbps",
+        "GB/s",
+        (("memory", "pinned"), ("direction", "uni")),
+        "h2d",
+        min_bytes=MIN_COPY_BYTES,
+    ),
+    "d2h": Measure(
+        ("copy",),
+        "gbps",
+        "GB/s",
+        (("memory", "pinned"), ("direction", "uni")),
+        "d2h",
+        min_bytes=MIN_COPY_BYTES,
+    ),
+    "same_device": Measure(
+        ("copy",), "gbps", "GB/s", (("direction", "uni"),), "local", min_bytes=MIN_COPY_BYTES
+    ),
+    "peer": Measure(("copy",), "gbps", "GB/s", (("direction", "uni"),), "peer", min_bytes=MIN_COPY_BYTES),
+    "all_reduce_busbw": Measure(
+        ("collectives",),
+        "busbw",
+        "GB/s",
+        (("op", "all_reduce"),),
+        min_bytes=MIN_COLLECTIVE_BYTES,
+        per_machine=True,
+    ),
+}
+HOST_LINKS = ("h2d", "d2h")
+
+
+@dataclass(frozen=True)
+class Expected:
+    """One expected figure and where it comes from."""
+
+    measure: str
+    value: float
+    source: str
+    model: str = ""
+    link: str = ""
+    gpus: int | None = None
+
+
+@dataclass
+class Expectations:
+    """Models (name, match, host link) and expected figures, looked up by device name."""
+
+    models: list[dict] = field(default_factory=list)
+    figures: dict[tuple[str, str, int | None], Expected] = field(default_factory=dict)
+
+    def model_of(self, device_name: str) -> dict | None:
+        """The model whose `match` is the longest one found in the device name (case-insensitive)."""
+        name = device_name.lower()
+        found = [m for m in self.models if m["match"].lower() in name]
+        return max(found, key=lambda m: len(m["match"]), default=None)
+
+    def figure(self, device_name: str, measure: str, pcie_gen: object = None, gpus: int | None = None):
+        """The Expected figure for this device and measure, or None (memoised: a fleet asks often)."""
+        key = (device_name, measure, pcie_gen if isinstance(pcie_gen, int) else None, gpus)
+        memo = self.__dict__.setdefault("_memo", {})
+        if key not in memo:
+            memo[key] = self._figure(*key)
+        return memo[key]
+
+    def _figure(self, device_name: str, measure: str, pcie_gen: object, gpus: int | None):
+        model = self.model_of(device_name)
+        if model is None:
+            return None
+        if measure in HOST_LINKS:
+            link = model.get("host_link", "")
+            if link.startswith("pcie") and isinstance(pcie_gen, int) and not isinstance(pcie_gen, bool):
+                link = f"pcie{pcie_gen}"  # the slot's generation, where recorded, beats the model's usual one
+            return self.figures.get(("link:" + link, measure, None))
+        return self.figures.get(("model:" + model["name"], measure, gpus))
+
+
+def _fail(where: str, problem: str) -> UserError:
+    return UserError(f"{where}: {problem}; see suite/expectations.yaml for the layout")
+
+
+def _merge(into: Expectations, data: object, where: str) -> None:
+    if not isinstance(data, dict):
+        raise _fail(where, "top level must be a mapping with `models` and/or `expect`")
+    unknown = set(data) - {"version", "models", "expect"}
+    if unknown:
+        raise _fail(where, f"unknown key(s) {', '.join(sorted(unknown))}; allowed: version, models, expect")
+    for i, model in enumerate(data.get("models") or []):
+        if not isinstance(model, dict) or not all(
+            isinstance(model.get(k), str) and model[k] for k in ("name", "match")
+        ):
+            raise _fail(where, f"models[{i}] needs a `name` and a `match` string")
+        into.models = [m for m in into.models if m["name"] != model["name"]] + [dict(model)]
+    for i, entry in enumerate(data.get("expect") or []):
+        if not isinstance(entry, dict):
+            raise _fail(where, f"expect[{i}] is not a mapping")
+        measure = entry.get("measure")
+        if measure not in MEASURES:
+            raise _fail(where, f"expect[{i}].measure {measure!r} is not one of {', '.join(MEASURES)}")
+        value = entry.get("value")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise _fail(where, f"expect[{i}].value {value!r} is not a positive number")
+        if not isinstance(entry.get("source"), str) or not entry["source"].strip():
+            raise _fail(where, f"expect[{i}] has no `source`: every expected figure says where it comes from")
+        model, link = entry.get("model"), entry.get("link")
+        if bool(model) == bool(link):
+            raise _fail(where, f"expect[{i}] needs exactly one of `model` or `link`")
+        if link and measure not in HOST_LINKS:
+            raise _fail(where, f"expect[{i}]: `link` figures are for {' and '.join(HOST_LINKS)} only")
+        gpus = entry.get("gpus")
+        if MEASURES[measure].per_machine != (gpus is not None):
+            raise _fail(
+                where,
+                f"expect[{i}]: `gpus` is required for {measure}"
+                if MEASURES[measure].per_machine
+                else f"expect[{i}]: `gpus` only applies to all_reduce_busbw",
+            )
+        key = ("model:" + model if model else "link:" + link, measure, gpus)
+        into.figures[key] = Expected(
+            measure, float(value), entry["source"].strip(), model or "", link or "", gpus
+        )
+
+
+def load_expectations(extra: list[str] | None = None) -> Expectations:
+    """The shipped table, then each --expect FILE on top; a bad file is a one-line UserError."""
+    expectations = Expectations()
+    for path in [str(SHIPPED), *(extra or [])]:
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise UserError(f"--expect {path}: cannot read ({exc.strerror}); pass a YAML file") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            at = f" at line {mark.line + 1}" if mark else ""
+            raise UserError(f"--expect {path}: not valid YAML{at}; fix the file") from None
+        _merge(expectations, data, path)
+    known = {m["name"] for m in expectations.models}
+    for (key, measure, _), fig in expectations.figures.items():
+        if fig.model and fig.model not in known:
+            raise UserError(
+                f"expectations: {measure} figure for model {fig.model!r}, which no `models` entry "
+                "names; add it under models with a `match`"
+            )
+    return expectations
