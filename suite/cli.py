@@ -1,4 +1,4 @@
-"""`python -m suite COMMAND` / `benchsuite COMMAND`: devices, report, compare, schema, collectives.
+"""`python -m suite COMMAND` / `benchsuite COMMAND`: devices, report, compare, schema, plan, collectives.
 
 Each command lives in its own module with `add_arguments(parser)` and `run(args) -> int`; only the module of
 the command being run is imported, so `report` and `compare` never import torch.
@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("suite.report.command", "build one self-contained HTML report from results files or folders"),
     "compare": ("suite.compare", "compare two results files; exit 1 on a regression beyond the threshold"),
     "schema": ("suite.config", "print the JSON Schema of the YAML config (for editors)"),
+    "plan": ("suite.plan", "how many benchmarks a config selects per family and how long they take (--gpus N)"),
 }
 # Commands that hand their remaining arguments to another program (pytest under torchrun): name -> module
 # with main(argv) -> int.

@@ -19,11 +19,18 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    create_model,
     field_validator,
     model_validator,
 )
 
 from suite.errors import UserError
+from suite.timing import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_PRECISION,
+    SUSTAINED_WARMUP_S,
+    parse_duration,
+)
 from suite.units import SIZE_HELP, parse_size
 
 DEFAULT_CONFIG = Path("configs/default.yaml")
@@ -100,15 +107,49 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
 
 
+def _duration(value: Any) -> float:
+    return parse_duration(value)
+
+
+def _precision_target(value: Any) -> float | None:
+    """A fraction strictly between 0 and 1 (0.01 = +-1%), or off: null, false, 0, 'off'."""
+    if value is None or value is False or (isinstance(value, str) and value.strip().lower() in ("off", "none")):
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value == 0:
+            return None
+        if 0 < value < 1:
+            return float(value)
+    raise ValueError(f"{value!r} is not a precision; expected a fraction such as 0.01 (+-1%), or off")
+
+
+Duration = Annotated[float, BeforeValidator(_duration, json_schema_input_type=Union[float, str])]
+PrecisionTarget = Annotated[Union[float, None], BeforeValidator(
+    _precision_target, json_schema_input_type=Union[float, str, bool, None])]
+
+
 class TimingConfig(Section):
     """How rounds are timed; pytest-benchmark's own command-line options override these."""
 
     warmup_s: float = Field(0.05, ge=0, description="seconds of calls before timing (autotuning, handles)")
+    compute_warmup_s: float = Field(
+        SUSTAINED_WARMUP_S, ge=0,
+        description="warm-up of compute cases (matmul, ceiling, conv, model) on an accelerator: a cold GPU boosts "
+        "above the clock it can sustain, so these run this long before timing (docs/timing.md)",
+    )
     min_time: float = Field(
         0.0001, gt=0, description="shortest round in seconds (pytest-benchmark --benchmark-min-time)"
     )
-    max_time: float = Field(1.0, gt=0, description="seconds to spend per benchmark (--benchmark-max-time)")
+    max_time: float = Field(1.0, gt=0, description="most seconds of timed rounds per benchmark "
+                            "(--benchmark-max-time); precision stopping usually ends sooner")
     min_rounds: int = Field(5, ge=1, description="fewest rounds per benchmark (--benchmark-min-rounds)")
+    precision: PrecisionTarget = Field(
+        DEFAULT_PRECISION,
+        description="stop once the mean's relative margin of error is within this fraction (0.01 = +-1%) at "
+        "`confidence` (--benchmark-precision); off: always run max_time",
+    )
+    confidence: float = Field(DEFAULT_CONFIDENCE, gt=0, lt=1,
+                              description="confidence level of `precision` (--benchmark-confidence)")
     calibration_precision: int = Field(
         100,
         ge=1,
@@ -121,6 +162,34 @@ class TimingConfig(Section):
         description="a case running longer fails with this limit in the message and the run goes on "
         "(pytest-timeout; 0 = no limit; --timeout on the command line wins)",
     )
+    budget: Duration | None = Field(
+        None,
+        description="the whole run, overhead included, in this time (600, 90s, 10m, 1h); time is shared out over "
+        "the selected benchmarks, and a budget too small is refused before anything runs (--suite-budget)",
+    )
+
+
+# Keys a case family may override under its own `timing:` (the run's budget and time limit stay global).
+_RUN_WIDE_TIMING = ("budget", "time_limit_s")
+
+
+def _optional_fields(model: type[BaseModel], skip: tuple[str, ...]) -> dict:
+    """Every field of `model` but `skip`, optional (None = not set here), with its constraints kept."""
+    fields: dict = {}
+    for name, info in model.model_fields.items():
+        if name in skip:
+            continue
+        annotation = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+        fields[name] = (Union[annotation, None], Field(None, description=info.description))
+    return fields
+
+
+TimingOverride = create_model(
+    "TimingOverride",
+    __base__=Section,
+    __doc__="A case family's own timing: any key of the top-level `timing` but budget and time_limit_s.",
+    **_optional_fields(TimingConfig, _RUN_WIDE_TIMING),
+)
 
 
 class CaseSection(Section):
@@ -128,6 +197,8 @@ class CaseSection(Section):
     100-1000x slower than an accelerator and needs smaller sizes (or fewer dtypes) to finish in time."""
 
     enabled: bool = True
+    timing: TimingOverride | None = Field(
+        None, description="this family's own timing keys (precision, max_time, warmup_s, ...), over `timing`")
 
     def for_device(self, device: str):
         override = getattr(self, "cpu", None)
@@ -489,6 +560,14 @@ class SuiteConfig(Section):
     devices: DeviceSpec = Field("all", description="'all', 'cpu', 'gpus', 'cuda:1', or a list of these")
     timing: TimingConfig = Field(default_factory=TimingConfig)
     cases: CasesConfig = Field(default_factory=CasesConfig)
+
+    def timing_for(self, family: str) -> TimingConfig:
+        """The top-level timing with the family's own `timing:` keys over it."""
+        section = getattr(self.cases, family, None)
+        override = getattr(section, "timing", None)
+        if override is None:
+            return self.timing
+        return self.timing.model_copy(update={k: getattr(override, k) for k in override.model_fields_set})
 
     @field_validator("devices")
     @classmethod
