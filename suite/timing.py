@@ -93,9 +93,9 @@ def cuda_event_times(fn: Callable[[], object], device, iterations: int = 50, war
 # --- precision-based stopping, sustained warm-up, durations ---------------------------------------------
 
 # Stop once the mean's relative margin of error is within +-1% at 99% confidence (pytest-benchmark's
-# --benchmark-precision / --benchmark-confidence). Chosen from runs of the default config (docs/timing.md):
-# GPU kernels with ~0.5% jitter reach it after min_rounds; at +-0.5% a shared CPU rarely reaches it before
-# max_time; at +-2% medians moved by more than the compare gate's 5% on the 2-core CPU.
+# --benchmark-precision / --benchmark-confidence): a GPU kernel with ~0.5% round-to-round jitter gets there in
+# min_rounds (a fake device with that jitter: within 0.2 s, median within 1% of a 5 s run; bench_timing.py),
+# while the noisy cases of a shared CPU still run to max_time and record how precise they got.
 DEFAULT_PRECISION = 0.01
 # pytest-benchmark's own default confidence for --benchmark-precision.
 DEFAULT_CONFIDENCE = 0.99
