@@ -35,7 +35,7 @@ FAKE_PRECISE_LIMIT_S = 0.2
 FAKE_MEDIAN_TOLERANCE = 0.01
 
 # Records each test's setup + call + teardown seconds into $SUITE_DURATIONS (a pytest plugin, loaded with -p).
-RECORDER = '''
+RECORDER = """
 import json, os
 _D = {}
 def pytest_runtest_logreport(report):
@@ -43,7 +43,7 @@ def pytest_runtest_logreport(report):
 def pytest_unconfigure(config):
     with open(os.environ["SUITE_DURATIONS"], "w") as fh:
         json.dump(_D, fh)
-'''
+"""
 
 
 def run_pytest(workdir: Path, *args: str) -> tuple[float, dict, dict]:
@@ -51,12 +51,28 @@ def run_pytest(workdir: Path, *args: str) -> tuple[float, dict, dict]:
     out, durations = workdir / "r.json", workdir / "d.json"
     out.unlink(missing_ok=True)
     (workdir / "suite_recorder.py").write_text(RECORDER)
-    env = {**__import__("os").environ, "SUITE_DURATIONS": str(durations),
-           "PYTHONPATH": f"{workdir}:{ROOT}"}
+    env = {**__import__("os").environ, "SUITE_DURATIONS": str(durations), "PYTHONPATH": f"{workdir}:{ROOT}"}
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "benchmarks"), f"--rootdir={ROOT}", "-q",
-                           "-p", "no:cacheprovider", "-p", "suite_recorder", f"--benchmark-json={out}", *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(ROOT / "benchmarks"),
+            f"--rootdir={ROOT}",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "suite_recorder",
+            f"--benchmark-json={out}",
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     wall = time.monotonic() - start
     if proc.returncode != 0:
         sys.exit(f"pytest failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}")
@@ -75,9 +91,11 @@ def plan_rows() -> list[str]:
         with dev.use_platform(NodePlatform(gpus)):
             plan = make_plan(config, dev.resolve_spec(config.devices), gpus=gpus)
         ok = plan.estimated_s <= limit
-        rows.append(f"plan --gpus {gpus} (default config)   {plan.benchmarks:5d} benchmarks  at most "
-                    f"{format_duration(plan.estimated_s):>7}  target <= {format_duration(limit):>6}  "
-                    f"{'PASS' if ok else 'FAIL'}")
+        rows.append(
+            f"plan --gpus {gpus} (default config)   {plan.benchmarks:5d} benchmarks  at most "
+            f"{format_duration(plan.estimated_s):>7}  target <= {format_duration(limit):>6}  "
+            f"{'PASS' if ok else 'FAIL'}"
+        )
     return rows
 
 
@@ -120,11 +138,26 @@ def fake_device_rows() -> list[str]:
         gpu = JitteryAsyncDevice(clock, launch_s=1e-6, work_s=2e-3, jitter=0.005, seed=7)
         timer = SyncTimer(["cuda:0"], clock=clock, synchronize=gpu.synchronize)
         wrapped = type("T", (), {"target": timer})()
-        fixture = BenchmarkFixture(Node(), disable_gc=False, timer=wrapped, min_rounds=5, min_time=1e-4,
-                                   max_time=max_time, precision=precision, confidence=0.99, warmup=False,
-                                   warmup_iterations=0, calibration_precision=10, add_stats=lambda s: None,
-                                   logger=Logger(), warner=None, disabled=False, cprofile=False,
-                                   cprofile_loops=None, cprofile_dump=None)
+        fixture = BenchmarkFixture(
+            Node(),
+            disable_gc=False,
+            timer=wrapped,
+            min_rounds=5,
+            min_time=1e-4,
+            max_time=max_time,
+            precision=precision,
+            confidence=0.99,
+            warmup=False,
+            warmup_iterations=0,
+            calibration_precision=10,
+            add_stats=lambda s: None,
+            logger=Logger(),
+            warner=None,
+            disabled=False,
+            cprofile=False,
+            cprofile_loops=None,
+            cprofile_dump=None,
+        )
         start = clock.now
         fixture(gpu.launch)
         return fixture.stats.stats.median, clock.now - start, stopping_info(fixture.stats)
@@ -147,8 +180,9 @@ def accuracy_rows(rounds: int) -> list[str]:
     from suite.config import load_config
 
     timing = load_config(ROOT / "configs/default.yaml").timing
-    accuracy_cpu.TIMING = {k: getattr(timing, k) for k in
-                           ("warmup_s", "max_time", "min_rounds", "precision", "confidence")}
+    accuracy_cpu.TIMING = {
+        k: getattr(timing, k) for k in ("warmup_s", "max_time", "min_rounds", "precision", "confidence")
+    }
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-timing-acc-") as tmp:
         for name, (title, test_file, tolerance, cases) in accuracy_cpu.TARGETS.items():
@@ -158,8 +192,10 @@ def accuracy_rows(rounds: int) -> list[str]:
                 ratios.append(bench["stats"]["median"] / accuracy_cpu.timer_median(name, bench["extra_info"]))
             ratio = statistics.median(ratios)
             ok = abs(ratio - 1) <= tolerance
-            rows.append(f"accuracy {title:<34} suite/Timer {ratio:.3f} (pairs {min(ratios):.2f}-{max(ratios):.2f})"
-                        f"  target within {tolerance:.0%}  {'PASS' if ok else 'FAIL'}")
+            rows.append(
+                f"accuracy {title:<34} suite/Timer {ratio:.3f} (pairs {min(ratios):.2f}-{max(ratios):.2f})"
+                f"  target within {tolerance:.0%}  {'PASS' if ok else 'FAIL'}"
+            )
     return rows
 
 
@@ -167,9 +203,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--accuracy-rounds", type=int, default=5)
     parser.add_argument("--skip-accuracy", action="store_true")
-    parser.add_argument("--accuracy-only", action="store_true",
-                        help="only the accuracy comparisons (run in a fresh process: pytest.main must import the "
-                        "suite itself)")
+    parser.add_argument(
+        "--accuracy-only",
+        action="store_true",
+        help="only the accuracy comparisons (run in a fresh process: pytest.main must import the "
+        "suite itself)",
+    )
     args = parser.parse_args()
     if args.accuracy_only:
         print("\n".join(accuracy_rows(args.accuracy_rounds)))
@@ -183,36 +222,54 @@ def main() -> int:
         work = Path(tmp)
         old_cfg = work / "old_default.yaml"
         full = yaml.safe_load((ROOT / "configs/full.yaml").read_text())
-        full["timing"]["precision"] = None  # the old default: the same cases, max_time 1 s, no precision stopping
+        full["timing"]["precision"] = (
+            None  # the old default: the same cases, max_time 1 s, no precision stopping
+        )
         old_cfg.write_text(yaml.safe_dump(full))
         old_wall, old_data, old_d = run_pytest(work, f"--suite-config={old_cfg}")
         new_wall, new_data, new_d = run_pytest(work)
         budget_wall, budget_data, _ = run_pytest(work, f"--suite-budget={BUDGET_S:g}s")
     old_t, new_t = sum(old_d.values()), sum(new_d.values())
-    rows.append(f"CPU, old default (full.yaml, no precision stopping): {len(old_data['benchmarks'])} benchmarks, "
-                f"pytest time {old_t:.1f} s, wall {old_wall:.1f} s")
-    rows.append(f"CPU, default config: {len(new_data['benchmarks'])} benchmarks, pytest time {new_t:.1f} s, wall "
-                f"{new_wall:.1f} s  target faster than the old default  {'PASS' if new_t < old_t else 'FAIL'}")
+    rows.append(
+        f"CPU, old default (full.yaml, no precision stopping): {len(old_data['benchmarks'])} benchmarks, "
+        f"pytest time {old_t:.1f} s, wall {old_wall:.1f} s"
+    )
+    rows.append(
+        f"CPU, default config: {len(new_data['benchmarks'])} benchmarks, pytest time {new_t:.1f} s, wall "
+        f"{new_wall:.1f} s  target faster than the old default  {'PASS' if new_t < old_t else 'FAIL'}"
+    )
     stopped = defaultdict(int)
     for bench in new_data["benchmarks"]:
         stopped[bench["extra_info"].get("stopped_on")] += 1
     rows.append(f"  stopped: {dict(stopped)}")
     within = abs(budget_wall - BUDGET_S) <= BUDGET_TOLERANCE * BUDGET_S
-    rows.append(f"CPU, --suite-budget {BUDGET_S:g}s: wall {budget_wall:.1f} s, {len(budget_data['benchmarks'])} "
-                f"benchmarks measured (default run: {len(new_data['benchmarks'])})  target {BUDGET_S:g} s +-10%  "
-                f"{'PASS' if within and len(budget_data['benchmarks']) == len(new_data['benchmarks']) else 'FAIL'}")
+    rows.append(
+        f"CPU, --suite-budget {BUDGET_S:g}s: wall {budget_wall:.1f} s, {len(budget_data['benchmarks'])} "
+        f"benchmarks measured (default run: {len(new_data['benchmarks'])})  target {BUDGET_S:g} s +-10%  "
+        f"{'PASS' if within and len(budget_data['benchmarks']) == len(new_data['benchmarks']) else 'FAIL'}"
+    )
     measured = overheads(new_data, new_d, ROOT / "configs/default.yaml")
-    rows.append("per-benchmark overhead (median s; test duration - timed rounds - warm-up), measured vs plan:")
+    rows.append(
+        "per-benchmark overhead (median s; test duration - timed rounds - warm-up), measured vs plan:"
+    )
     for family, values in sorted(measured.items()):
-        rows.append(f"  {family:<12} {statistics.median(values):.3f} (n={len(values)})  plan assumes "
-                    f"{OVERHEAD_S.get(family, float('nan')):.3f}")
-    rows.append(f"  session (wall - sum of test durations): {new_wall - new_t:.1f} s; plan assumes "
-                f"{SESSION_OVERHEAD_S:.1f} s")
+        rows.append(
+            f"  {family:<12} {statistics.median(values):.3f} (n={len(values)})  plan assumes "
+            f"{OVERHEAD_S.get(family, float('nan')):.3f}"
+        )
+    rows.append(
+        f"  session (wall - sum of test durations): {new_wall - new_t:.1f} s; plan assumes "
+        f"{SESSION_OVERHEAD_S:.1f} s"
+    )
     rows += fake_device_rows()
     print("\n".join(rows[shown:]), flush=True)
     if not args.skip_accuracy:
-        proc = subprocess.run([sys.executable, __file__, "--accuracy-only",
-                               f"--accuracy-rounds={args.accuracy_rounds}"], capture_output=True, text=True, cwd=ROOT)
+        proc = subprocess.run(
+            [sys.executable, __file__, "--accuracy-only", f"--accuracy-rounds={args.accuracy_rounds}"],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         accuracy = [line for line in proc.stdout.splitlines() if line.startswith("accuracy ")]
         print("\n".join(accuracy) or f"accuracy run failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
     return 0

@@ -90,7 +90,9 @@ def select(config: SuiteConfig, devices: list[str]) -> dict[str, list[Case]]:
             # The plan judges a node by its devices (NCCL for GPUs), not by what this process's torch sees.
             backend = _collectives_backend(config, devices)
             section = config.cases.collectives.model_copy(update={"backend": backend})
-            cfg = config.model_copy(update={"cases": config.cases.model_copy(update={"collectives": section})})
+            cfg = config.model_copy(
+                update={"cases": config.cases.model_copy(update={"collectives": section})}
+            )
         out[family] = family_module(family).enumerate_cases(cfg, devices)
     return out
 
@@ -131,7 +133,8 @@ def collective_seconds(case: Case, config: SuiteConfig) -> float:
     calls = (section.warmup_rounds + section.rounds) * section.iterations
     backend = p.get("backend", "gloo")
     per_call = ASSUMED_COLLECTIVE_LATENCY_S.get(backend, 1e-4) + p["size"] / (
-        ASSUMED_COLLECTIVE_GBPS.get(backend, 1.0) * 1e9)
+        ASSUMED_COLLECTIVE_GBPS.get(backend, 1.0) * 1e9
+    )
     return calls * per_call
 
 
@@ -149,8 +152,13 @@ class FamilyPlan:
     separate: bool = False  # runs in its own command (collectives under torchrun)
 
     def as_dict(self) -> dict:
-        return {"benchmarks": self.benchmarks, "measured": self.runs, "estimated_s": round(self.estimated_s, 1),
-                "minimum_s": round(self.minimum_s, 1), "separate_run": self.separate}
+        return {
+            "benchmarks": self.benchmarks,
+            "measured": self.runs,
+            "estimated_s": round(self.estimated_s, 1),
+            "minimum_s": round(self.minimum_s, 1),
+            "separate_run": self.separate,
+        }
 
 
 @dataclass
@@ -184,16 +192,23 @@ class Plan:
             "budget_s": self.budget_s,
             "max_time_per_benchmark_s": self.share_s,
             "assumptions": {
-                "overhead_s": OVERHEAD_S, "session_overhead_s": SESSION_OVERHEAD_S,
-                "torchrun_overhead_s": TORCHRUN_OVERHEAD_S, "collective_gbps": ASSUMED_COLLECTIVE_GBPS,
+                "overhead_s": OVERHEAD_S,
+                "session_overhead_s": SESSION_OVERHEAD_S,
+                "torchrun_overhead_s": TORCHRUN_OVERHEAD_S,
+                "collective_gbps": ASSUMED_COLLECTIVE_GBPS,
                 "every_benchmark_runs_to_max_time": True,
             },
             "families": {name: f.as_dict() for name, f in self.families.items()},
         }
 
 
-def make_plan(config: SuiteConfig, devices: list[str], gpus: int | None = None,
-              budget_s: float | None = None, measure_collectives: bool | None = None) -> Plan:
+def make_plan(
+    config: SuiteConfig,
+    devices: list[str],
+    gpus: int | None = None,
+    budget_s: float | None = None,
+    measure_collectives: bool | None = None,
+) -> Plan:
     """The plan of `config` on `devices`: an upper bound, every benchmark running its timed rounds to max_time.
 
     `measure_collectives`: count the collectives as measured (a torchrun run); default: on a GPU node plan.
@@ -263,8 +278,14 @@ class BudgetSchedule:
     to the ones after it, time one overruns comes out of theirs.
     """
 
-    def __init__(self, budget_s: float, items: dict[str, BudgetItem], started: float, clock=time.monotonic,
-                 overhead: dict[str, float] | None = None) -> None:
+    def __init__(
+        self,
+        budget_s: float,
+        items: dict[str, BudgetItem],
+        started: float,
+        clock=time.monotonic,
+        overhead: dict[str, float] | None = None,
+    ) -> None:
         self.budget_s = budget_s
         self.items = items
         self.pending = list(items)
@@ -274,13 +295,20 @@ class BudgetSchedule:
         self.observed: dict[str, list[float]] = {}
 
     @classmethod
-    def for_cases(cls, budget_s: float, cases: dict[str, Case], config: SuiteConfig, started: float,
-                  clock=time.monotonic) -> "BudgetSchedule":
+    def for_cases(
+        cls,
+        budget_s: float,
+        cases: dict[str, Case],
+        config: SuiteConfig,
+        started: float,
+        clock=time.monotonic,
+    ) -> "BudgetSchedule":
         items = {}
         for key, case in cases.items():
             timing = config.timing_for(case.family)
-            items[key] = BudgetItem(case.family, fixed_seconds(case, config), shareable(case),
-                                    timing.min_rounds * timing.min_time)
+            items[key] = BudgetItem(
+                case.family, fixed_seconds(case, config), shareable(case), timing.min_rounds * timing.min_time
+            )
         return cls(budget_s, items, started, clock)
 
     def elapsed(self) -> float:
@@ -288,8 +316,11 @@ class BudgetSchedule:
 
     def minimum_s(self) -> float:
         """The least the run can take: what already passed, every fixed cost, min_rounds of each, the reserve."""
-        return (self.elapsed() + END_RESERVE_S
-                + sum(i.fixed_s + (i.min_timed_s if i.shareable else 0.0) for i in self.items.values()))
+        return (
+            self.elapsed()
+            + END_RESERVE_S
+            + sum(i.fixed_s + (i.min_timed_s if i.shareable else 0.0) for i in self.items.values())
+        )
 
     def _fixed(self, item: BudgetItem) -> float:
         seen = self.observed.get(item.family)
@@ -334,16 +365,42 @@ def budget_error(budget_s: float, minimum_s: float, count: int, source: str) -> 
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--suite-config", "--config", dest="config", default=None, metavar="PATH",
-                        help=f"the YAML config (default: {DEFAULT_CONFIG})")
-    parser.add_argument("--gpus", type=int, default=None, metavar="N",
-                        help="plan for a node of N GPUs (cuda:0..N-1) instead of this machine")
-    parser.add_argument("--suite-devices", "--devices", dest="devices", default=None, metavar="LIST",
-                        help="override the config's devices, as pytest's --suite-devices")
-    parser.add_argument("--budget", "--suite-budget", dest="budget", default=None, metavar="DURATION",
-                        help="plan under this budget (90s, 10m, 1h); default: the config's timing.budget")
-    parser.add_argument("--json", action="store_true",
-                        help='print {"benchmarks": int, "estimated_s": float, "families": {...}, ...}')
+    parser.add_argument(
+        "--suite-config",
+        "--config",
+        dest="config",
+        default=None,
+        metavar="PATH",
+        help=f"the YAML config (default: {DEFAULT_CONFIG})",
+    )
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        metavar="N",
+        help="plan for a node of N GPUs (cuda:0..N-1) instead of this machine",
+    )
+    parser.add_argument(
+        "--suite-devices",
+        "--devices",
+        dest="devices",
+        default=None,
+        metavar="LIST",
+        help="override the config's devices, as pytest's --suite-devices",
+    )
+    parser.add_argument(
+        "--budget",
+        "--suite-budget",
+        dest="budget",
+        default=None,
+        metavar="DURATION",
+        help="plan under this budget (90s, 10m, 1h); default: the config's timing.budget",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"benchmarks": int, "estimated_s": float, "families": {...}, ...}',
+    )
 
 
 def _config_file(given: str | None) -> Path:
@@ -382,28 +439,39 @@ def run(args) -> int:
 
 
 def render(plan: Plan) -> str:
-    where = (f"a node of {plan.gpus} GPU(s)" if plan.gpus is not None else "this machine")
-    lines = [f"plan for {where}: devices {', '.join(plan.devices)}", "",
-             f"{'family':<12} {'benchmarks':>10} {'measured':>9} {'at most':>9}"]
+    where = f"a node of {plan.gpus} GPU(s)" if plan.gpus is not None else "this machine"
+    lines = [
+        f"plan for {where}: devices {', '.join(plan.devices)}",
+        "",
+        f"{'family':<12} {'benchmarks':>10} {'measured':>9} {'at most':>9}",
+    ]
     for name, fp in plan.families.items():
         note = "  (separate torchrun run: python -m suite collectives)" if fp.separate and fp.runs else ""
         if fp.separate and not fp.runs:
             note = "  (skipped here: collectives need torchrun)"
-        lines.append(f"{name:<12} {fp.benchmarks:>10} {fp.runs:>9} {format_duration(fp.estimated_s):>9}{note}")
+        lines.append(
+            f"{name:<12} {fp.benchmarks:>10} {fp.runs:>9} {format_duration(fp.estimated_s):>9}{note}"
+        )
     lines.append(f"{'session':<12} {'':>10} {'':>9} {format_duration(plan.session_s):>9}")
-    lines.append(f"{'total':<12} {plan.benchmarks:>10} {sum(f.runs for f in plan.families.values()):>9} "
-                 f"{format_duration(plan.estimated_s):>9}")
+    lines.append(
+        f"{'total':<12} {plan.benchmarks:>10} {sum(f.runs for f in plan.families.values()):>9} "
+        f"{format_duration(plan.estimated_s):>9}"
+    )
     lines.append("")
     if plan.budget_s is not None:
         share = f"{plan.share_s:.3g} s" if plan.share_s and plan.share_s > 0 else "none left"
-        lines.append(f"budget {format_duration(plan.budget_s)}: timed rounds per benchmark at most {share}; "
-                     f"the run needs at least {format_duration(plan.minimum_s)}")
+        lines.append(
+            f"budget {format_duration(plan.budget_s)}: timed rounds per benchmark at most {share}; "
+            f"the run needs at least {format_duration(plan.minimum_s)}"
+        )
     lines.append(
         "'at most' assumes every benchmark runs its timed rounds to max_time; precision stopping ends stable "
-        "ones sooner.")
+        "ones sooner."
+    )
     overheads = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in OVERHEAD_S.items())
     lines.append(
         f"Per-benchmark overhead assumed (pytest, build, check, calibration; measured on a 2-core CPU by "
         f"scripts/bench_timing.py as test duration - timed rounds - warm-up): {overheads}; session "
-        f"{SESSION_OVERHEAD_S:.0f} s.")
+        f"{SESSION_OVERHEAD_S:.0f} s."
+    )
     return "\n".join(lines)

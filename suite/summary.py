@@ -32,7 +32,7 @@ def format_time(seconds: float | None) -> str:
 def _cell(value: float | None, digits: int = 3) -> str:
     if value is None:
         return "-"
-    return f"{value:.{digits}g}" if value < 10 ** digits else f"{value:.0f}"
+    return f"{value:.{digits}g}" if value < 10**digits else f"{value:.0f}"
 
 
 def grid(title: str, rows: dict, columns: list, corner: str = "") -> list[str]:
@@ -44,7 +44,10 @@ def grid(title: str, rows: dict, columns: list, corner: str = "") -> list[str]:
     widths = [max(len(str(c)), *(len(rows[r].get(c, "-")) for r in rows)) for c in shown]
     lines = [title, f"  {corner:<{width0}}  " + "  ".join(f"{str(c):>{w}}" for c, w in zip(shown, widths))]
     for label, cells in rows.items():
-        lines.append(f"  {str(label):<{width0}}  " + "  ".join(f"{cells.get(c, '-'):>{w}}" for c, w in zip(shown, widths)))
+        lines.append(
+            f"  {str(label):<{width0}}  "
+            + "  ".join(f"{cells.get(c, '-'):>{w}}" for c, w in zip(shown, widths))
+        )
     if len(columns) > len(shown):
         lines.append(f"  ({len(columns) - len(shown)} more columns in the JSON / report)")
     return lines
@@ -92,7 +95,9 @@ def _shape(info: dict) -> str:
 
 
 def _copy(benches: list[dict]) -> list[str]:
-    uni = [b for b in benches if b["extra_info"].get("direction") == "uni" and _num(b["extra_info"].get("gbps"))]
+    uni = [
+        b for b in benches if b["extra_info"].get("direction") == "uni" and _num(b["extra_info"].get("gbps"))
+    ]
     if not uni:
         return []
     largest = max(b["extra_info"]["size"] for b in uni)
@@ -109,9 +114,17 @@ def _copy(benches: list[dict]) -> list[str]:
         if key not in best or order < best[key][0]:
             best[key] = (order, i)
     devices = list(dict.fromkeys([s for s, _ in best] + [d for _, d in best]))
-    rows = {src: {dst: _cell(best[(src, dst)][1]["gbps"]) for dst in devices if (src, dst) in best} for src in devices}
-    lines = grid(f"copy: GB/s at {format_size(largest)} (rows: source, columns: destination; pinned host memory "
-                 "where it ran)", {s: r for s, r in rows.items() if r}, devices, "src \\ dst")
+    rows = {
+        src: {dst: _cell(best[(src, dst)][1]["gbps"]) for dst in devices if (src, dst) in best}
+        for src in devices
+    }
+    lines = grid(
+        f"copy: GB/s at {format_size(largest)} (rows: source, columns: destination; pinned host memory "
+        "where it ran)",
+        {s: r for s, r in rows.items() if r},
+        devices,
+        "src \\ dst",
+    )
     # The size sweep of host<->device (or the host copy on a CPU-only machine), first accelerator.
     accel = next((d for d in devices if d != "cpu"), None)
     sweep: dict = defaultdict(dict)
@@ -138,8 +151,9 @@ def _placement(benches: list[dict]) -> list[str]:
         i = b["extra_info"]
         op = i.get("op")
         columns += [op] if op not in columns else []
-        rows[f"{i.get('device')} {format_size(i['size'])}" if i.get("size") else i.get("device")][op] = format_time(
-            _median(b))
+        rows[f"{i.get('device')} {format_size(i['size'])}" if i.get("size") else i.get("device")][op] = (
+            format_time(_median(b))
+        )
     return grid("placement: median time per call", dict(rows), columns, "device size")
 
 
@@ -153,8 +167,10 @@ def _habits(benches: list[dict]) -> list[str]:
         slow, fast = roles.get("slow"), roles.get("fast")
         if not slow or not fast or not slow[1] or not fast[1]:
             continue
-        lines.append(f"  {pair}: {slow[0]} {format_time(slow[1])} vs {fast[0]} {format_time(fast[1])}: "
-                     f"{slow[1] / fast[1]:.1f}x slower")
+        lines.append(
+            f"  {pair}: {slow[0]} {format_time(slow[1])} vs {fast[0]} {format_time(fast[1])}: "
+            f"{slow[1] / fast[1]:.1f}x slower"
+        )
     return ["habits: the slow way against the fast way, equal work", *lines] if lines else []
 
 
@@ -166,7 +182,9 @@ def _collectives(benches: list[dict]) -> list[str]:
         bw = _num(i.get("busbw"))
         if bw is None:
             continue
-        col = f"{i.get('op')}" + ("" if i.get("in_place") is None else (" ip" if i.get("in_place") else " oop"))
+        col = f"{i.get('op')}" + (
+            "" if i.get("in_place") is None else (" ip" if i.get("in_place") else " oop")
+        )
         columns += [col] if col not in columns else []
         rows[(i.get("size"), i.get("dtype"))][col] = _cell(bw)
     labelled = {f"{format_size(s)} {d}": r for (s, d), r in sorted(rows.items())}
@@ -205,11 +223,25 @@ def render(benchmarks: list[dict]) -> list[str]:
     families = _by_family(benchmarks)
     lines: list[str] = []
     sections = [
-        ("matmul", lambda b: _compute("matmul", b, lambda i: f"{i.get('device')} {i.get('precision')}", _shape)),
-        ("ceiling", lambda b: _compute("ceiling", b, lambda i: f"{i.get('device')}",
-                                       lambda i: f"{i.get('precision')} {_shape(i)}")),
-        ("conv", lambda b: _compute("conv", b, lambda i: f"{i.get('device')} {i.get('precision')} "
-                                    f"{i.get('layout')} {i.get('step')}", lambda i: f"{i.get('layer')}")),
+        (
+            "matmul",
+            lambda b: _compute("matmul", b, lambda i: f"{i.get('device')} {i.get('precision')}", _shape),
+        ),
+        (
+            "ceiling",
+            lambda b: _compute(
+                "ceiling", b, lambda i: f"{i.get('device')}", lambda i: f"{i.get('precision')} {_shape(i)}"
+            ),
+        ),
+        (
+            "conv",
+            lambda b: _compute(
+                "conv",
+                b,
+                lambda i: f"{i.get('device')} {i.get('precision')} {i.get('layout')} {i.get('step')}",
+                lambda i: f"{i.get('layer')}",
+            ),
+        ),
         ("model", _model),
         ("copy", _copy),
         ("placement", _placement),
@@ -247,9 +279,13 @@ class Progress:
             return None
         self.last[family] = now
         per = self.spent[family] / done
-        left = sum((self.counts[f] - self.done[f]) * (self.spent[f] / self.done[f] if self.done[f] else per)
-                   for f in self.counts)
+        left = sum(
+            (self.counts[f] - self.done[f]) * (self.spent[f] / self.done[f] if self.done[f] else per)
+            for f in self.counts
+        )
         if done >= total:
             return f"[suite] {family}: {done}/{total} done in {format_duration(self.spent[family])}"
-        return (f"[suite] {family}: {done}/{total} done, ETA {format_duration((total - done) * per)} "
-                f"(whole run: about {format_duration(left)} left)")
+        return (
+            f"[suite] {family}: {done}/{total} done, ETA {format_duration((total - done) * per)} "
+            f"(whole run: about {format_duration(left)} left)"
+        )

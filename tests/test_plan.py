@@ -25,18 +25,28 @@ def _plan(path: str, gpus: int):
 
 
 def test_family_timing_overrides_the_top_level():
-    config = parse_config({"timing": {"max_time": 0.5, "precision": 0.02},
-                           "cases": {"copy": {"timing": {"precision": "off", "max_time": 2}}}})
+    config = parse_config(
+        {
+            "timing": {"max_time": 0.5, "precision": 0.02},
+            "cases": {"copy": {"timing": {"precision": "off", "max_time": 2}}},
+        }
+    )
     assert config.timing_for("copy").precision is None and config.timing_for("copy").max_time == 2
     assert config.timing_for("matmul").precision == 0.02 and config.timing_for("matmul").max_time == 0.5
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"timing": {"budget": "soon"}}, "timing.budget: 'soon' is not a duration"),
-    ({"timing": {"precision": 1.5}}, "timing.precision: 1.5 is not a precision"),
-    ({"cases": {"conv": {"timing": {"budget": "10m"}}}}, "cases.conv.timing.budget: unknown key 'budget'; allowed keys here: warmup_s"),
-    ({"cases": {"conv": {"timing": {"min_rounds": 0}}}}, "cases.conv.timing.min_rounds: 0 is invalid"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"timing": {"budget": "soon"}}, "timing.budget: 'soon' is not a duration"),
+        ({"timing": {"precision": 1.5}}, "timing.precision: 1.5 is not a precision"),
+        (
+            {"cases": {"conv": {"timing": {"budget": "10m"}}}},
+            "cases.conv.timing.budget: unknown key 'budget'; allowed keys here: warmup_s",
+        ),
+        ({"cases": {"conv": {"timing": {"min_rounds": 0}}}}, "cases.conv.timing.min_rounds: 0 is invalid"),
+    ],
+)
 def test_bad_timing_keys_are_one_line(data, message):
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_config(data)
@@ -60,14 +70,24 @@ def test_plan_counts_come_from_enumerate_cases():
     assert devices == ["cpu", "cuda:0", "cuda:1"]
     assert {f: p.benchmarks for f, p in plan.families.items()} == {f: len(c) for f, c in cases.items()}
     # NCCL collectives on a GPU node, in their own torchrun run.
-    assert all(c.info["backend"] == "nccl" for c in cases["collectives"]) and plan.families["collectives"].separate
+    assert (
+        all(c.info["backend"] == "nccl" for c in cases["collectives"])
+        and plan.families["collectives"].separate
+    )
 
 
 def test_compute_on_a_gpu_is_planned_with_the_sustained_warm_up():
-    config = parse_config({"devices": "gpus", "timing": {"max_time": 0.1},
-                           "cases": {name: {"enabled": False} for name in
-                                     ("copy", "placement", "habits", "collectives", "conv", "model", "ceiling")}
-                           | {"matmul": {"shapes": ["1024x1024x1024"], "dtypes": ["bfloat16"]}}})
+    config = parse_config(
+        {
+            "devices": "gpus",
+            "timing": {"max_time": 0.1},
+            "cases": {
+                name: {"enabled": False}
+                for name in ("copy", "placement", "habits", "collectives", "conv", "model", "ceiling")
+            }
+            | {"matmul": {"shapes": ["1024x1024x1024"], "dtypes": ["bfloat16"]}},
+        }
+    )
     with dev.use_platform(NodePlatform(1)):
         plan = make_plan(config, ["cuda:0"], gpus=1)
     assert plan.families["matmul"].estimated_s >= SUSTAINED_WARMUP_S + 0.1
@@ -106,17 +126,31 @@ def test_budget_schedule_minimum_counts_every_fixed_cost():
 
 
 def test_plan_command_json_and_text():
-    out = subprocess.run([sys.executable, "-m", "suite", "plan", "--gpus", "8", "--json"], cwd=ROOT,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "suite", "plan", "--gpus", "8", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     data = json.loads(out)
     assert data["benchmarks"] == sum(f["benchmarks"] for f in data["families"].values())
     assert set(data["families"]) >= {"matmul", "copy", "collectives"} and data["estimated_s"] > 0
-    text = subprocess.run([sys.executable, "-m", "suite", "plan", "--gpus", "2"], cwd=ROOT,
-                          capture_output=True, text=True, check=True).stdout
+    text = subprocess.run(
+        [sys.executable, "-m", "suite", "plan", "--gpus", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "total" in text and "Per-benchmark overhead assumed" in text and "cuda:1" in text
 
 
 def test_plan_refuses_a_budget_that_is_too_small():
-    proc = subprocess.run([sys.executable, "-m", "suite", "plan", "--gpus", "8", "--budget", "30s"], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite", "plan", "--gpus", "8", "--budget", "30s"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 2 and "is too small for the" in proc.stdout

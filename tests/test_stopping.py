@@ -18,10 +18,20 @@ from suite.timing import (
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("text, seconds", [
-    (600, 600.0), ("600", 600.0), ("90s", 90.0), ("10m", 600.0), ("1h", 3600.0), ("1h30m", 5400.0),
-    ("2m30s", 150.0), (" 10M ", 600.0), (0.5, 0.5),
-])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        (600, 600.0),
+        ("600", 600.0),
+        ("90s", 90.0),
+        ("10m", 600.0),
+        ("1h", 3600.0),
+        ("1h30m", 5400.0),
+        ("2m30s", 150.0),
+        (" 10M ", 600.0),
+        (0.5, 0.5),
+    ],
+)
 def test_parse_duration(text, seconds):
     assert parse_duration(text) == seconds
 
@@ -38,7 +48,7 @@ def test_format_duration():
 
 def test_relative_margin_matches_the_normal_interval():
     data = [1.0, 1.02, 0.98, 1.01, 0.99]
-    expected = 2.5758 * statistics.stdev(data) / 5 ** 0.5 / statistics.fmean(data)
+    expected = 2.5758 * statistics.stdev(data) / 5**0.5 / statistics.fmean(data)
     assert relative_margin(data, 0.99) == pytest.approx(expected, rel=1e-3)
     assert relative_margin([1.0], 0.99) is None
 
@@ -56,7 +66,9 @@ def test_stopping_info_says_precision_time_or_fixed():
     info = stopping_info(_Stats(loose, precision=0.01, confidence=0.99))
     assert info["stopped_on"] == "time" and info["margin"] > 0.01 and info["rounds"] == 5
     assert stopping_info(_Stats(tight, precision=None, confidence=0.99))["stopped_on"] == "time"
-    assert stopping_info(_Stats(tight, precision=None, confidence=None), pedantic=True)["stopped_on"] == "fixed"
+    assert (
+        stopping_info(_Stats(tight, precision=None, confidence=None), pedantic=True)["stopped_on"] == "fixed"
+    )
 
 
 class _FakeFixture:
@@ -133,8 +145,9 @@ def test_low_noise_device_stops_on_precision_close_to_a_long_run(pytester):
         """
     )
     pytester.syspathinsert(ROOT)
-    result = pytester.runpytest("-p", "no:cacheprovider", "-q", "--benchmark-min-rounds=5",
-                                "--benchmark-calibration-precision=10")
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "-q", "--benchmark-min-rounds=5", "--benchmark-calibration-precision=10"
+    )
     result.assert_outcomes(passed=2)
     import json
 
