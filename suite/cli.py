@@ -1,4 +1,4 @@
-"""`python -m suite COMMAND` / `benchsuite COMMAND`: devices, report, compare, health, schema, accuracy, ...
+"""`python -m suite COMMAND` / `benchsuite COMMAND`: devices, report, compare, health, plan, schema, ...
 
 Each command lives in its own module with `add_arguments(parser)` and `run(args) -> int`; only the module of
 the command being run is imported, so `report` and `compare` never import torch.
@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schema": ("suite.config", "print the JSON Schema of the YAML config (for editors)"),
     "accuracy": ("suite.accuracy", "the suite's figures against torch.utils.benchmark.Timer (and a plain "
                  "torch.distributed loop), paired in one run: one table of ratios"),
+    "plan": ("suite.plan", "how many benchmarks a config selects per family and how long they take (--gpus N)"),
 }
 # Commands that hand their remaining arguments to another program (pytest under torchrun): name -> module
 # with main(argv) -> int.

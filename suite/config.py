@@ -20,33 +20,10 @@ from pydantic import BaseModel, Field, ValidationError, create_model, field_vali
 
 from suite import cases as registry
 from suite.errors import UserError
-from suite.sections import DTYPES, CaseSection, Section
+from suite.sections import DTYPES, CaseSection, Section, TimingConfig
 from suite.units import SIZE_HELP
 
 DEFAULT_CONFIG = Path("configs/default.yaml")
-
-
-class TimingConfig(Section):
-    """How rounds are timed; pytest-benchmark's own command-line options override these."""
-
-    warmup_s: float = Field(0.05, ge=0, description="seconds of calls before timing (autotuning, handles)")
-    min_time: float = Field(
-        0.0001, gt=0, description="shortest round in seconds (pytest-benchmark --benchmark-min-time)"
-    )
-    max_time: float = Field(1.0, gt=0, description="seconds to spend per benchmark (--benchmark-max-time)")
-    min_rounds: int = Field(5, ge=1, description="fewest rounds per benchmark (--benchmark-min-rounds)")
-    calibration_precision: int = Field(
-        100,
-        ge=1,
-        description="a round lasts at least this many times the timer's own cost (which includes the device "
-        "synchronisation), so one synchronisation is at most 1/N of a round",
-    )
-    time_limit_s: float = Field(
-        900,
-        ge=0,
-        description="a case running longer fails with this limit in the message and the run goes on "
-        "(pytest-timeout; 0 = no limit; --timeout on the command line wins)",
-    )
 
 
 DeviceSpec = Union[str, list[str]]
@@ -58,6 +35,14 @@ class SuiteConfig(Section):
 
     devices: DeviceSpec = Field("all", description="'all', 'cpu', 'gpus', 'cuda:1', or a list of these")
     timing: TimingConfig = Field(default_factory=TimingConfig)
+
+    def timing_for(self, family: str) -> TimingConfig:
+        """The top-level timing with the family's own `timing:` keys over it."""
+        section = getattr(self.cases, family, None)
+        override = getattr(section, "timing", None)
+        if override is None:
+            return self.timing
+        return self.timing.model_copy(update={k: getattr(override, k) for k in override.model_fields_set})
 
     @field_validator("devices")
     @classmethod

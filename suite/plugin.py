@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import time
 from pathlib import Path
 
 import pytest
-import torch
+
+from suite.timing import process_age
+
+# The run's clock starts with the process (a budget covers the whole run: interpreter start, importing torch);
+# a later run in the same process (pytest.main from a script) starts at its own pytest_configure.
+_STARTED = [time.monotonic() - process_age()]
+
+import torch  # noqa: E402 - after taking the start time
 
 from suite import SCHEMA_VERSION, __version__
 from suite import devices as dev
@@ -17,14 +25,15 @@ from suite.cases import Case, SkipCase, family_module, FAMILIES
 from suite.config import DEFAULT_CONFIG, SuiteConfig, load_config, resolved
 from suite.errors import UserError
 from suite.partial import MAX_DEATHS, PartialRun, PartialWriter, check_writable, partial_path, read_partial, rewrite_clean
-from suite.timing import SyncTimer, warm_up
-from suite.units import gbps, tflops
+from suite.timing import SyncTimer, cap_rounds_by_time, parse_duration, stopping_info, warm_up  # noqa: E402
+from suite.units import gbps, tflops  # noqa: E402
 
 _CONFIG = pytest.StashKey[SuiteConfig]()
 _CONFIG_PATH = pytest.StashKey[str]()
 _DEVICES = pytest.StashKey[list]()
 _CASES = pytest.StashKey[dict]()
 _PARTIAL = pytest.StashKey["PartialState"]()
+_RUN = pytest.StashKey["RunState"]()
 
 # Our timing settings (config `timing`) map onto these pytest-benchmark marker keywords; a user who passes
 # the matching --benchmark-* option on the command line keeps theirs.
@@ -33,7 +42,10 @@ _TIMING_OPTIONS = {
     "max_time": "--benchmark-max-time",
     "min_rounds": "--benchmark-min-rounds",
     "calibration_precision": "--benchmark-calibration-precision",
+    "precision": "--benchmark-precision",
+    "confidence": "--benchmark-confidence",
 }
+SUMMARY_MODES = ("rates", "both", "off")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -55,6 +67,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="continue an interrupted run: keep the benchmarks in <json>.partial.jsonl, run only the rest",
+    )
+    group.addoption(
+        "--suite-budget",
+        default=None,
+        metavar="DURATION",
+        help="the whole run, overhead included, in this time (600, 90s, 10m, 1h): time is shared out over the "
+        "selected benchmarks; a budget too small is refused before anything runs (overrides timing.budget)",
+    )
+    group.addoption(
+        "--suite-summary",
+        default="rates",
+        choices=SUMMARY_MODES,
+        help="end-of-run summary: rates (each family in its units: TFLOP/s, GB/s, busbw; the default), both "
+        "(also pytest-benchmark's timing table), off (pytest-benchmark's table only)",
     )
 
 
@@ -82,6 +108,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_CONFIG_PATH] = str(path)
     config.stash[_DEVICES] = devices
     config.stash[_CASES] = {}
+    config.stash[_RUN] = RunState(started=_STARTED.pop() if _STARTED else time.monotonic())
+    try:
+        budget = config.getoption("suite_budget")
+        config.stash[_RUN].budget_s = parse_duration(budget) if budget is not None else suite_config.timing.budget
+    except ValueError as exc:
+        raise pytest.UsageError(f"--suite-budget: {exc}") from None
     try:
         config.stash[_PARTIAL] = PartialState.start(config)
     except UserError as exc:
@@ -126,8 +158,9 @@ def _user_set(config: pytest.Config, option: str) -> bool:
     return any(a == option or a.startswith(option + "=") for a in config.invocation_params.args)
 
 
+@pytest.hookimpl(trylast=True)  # after -k / -m deselection: the budget is shared over what will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    timing = config.stash[_CONFIG].timing
+    suite_config = config.stash[_CONFIG]
     registry = config.stash[_CASES]
     timers: dict[tuple, SyncTimer] = {}
     for item in items:
@@ -136,17 +169,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if callspec is None or family is None or (family, callspec.params.get("case")) not in registry:
             continue
         case = registry[(family, callspec.params["case"])]
+        timing = suite_config.timing_for(family)
         key = tuple(case.devices)
         timer = timers.setdefault(key, SyncTimer([torch.device(d) for d in key]))
         options = {"timer": timer, "group": family}
         for name, flag in _TIMING_OPTIONS.items():
             if not _user_set(config, flag):
                 options[name] = getattr(timing, name)
+        if options.get("precision") is None:
+            options.pop("precision", None)  # off: pytest-benchmark's fixed rounds
         item.add_marker(pytest.mark.benchmark(**options))
         if timing.time_limit_s and config.pluginmanager.hasplugin("timeout") and not _user_set(config, "--timeout"):
             item.add_marker(pytest.mark.timeout(timing.time_limit_s))
     if _PARTIAL in config.stash:
         config.stash[_PARTIAL].select(config, items)
+    config.stash[_RUN].plan(config, items)
 
 
 @pytest.fixture
@@ -236,6 +273,8 @@ def run_case(case: Case, benchmark, config: SuiteConfig) -> dict:
     info.update(work.extra)
     if median and work.derive is not None:
         info.update(work.derive(median))
+    if stats is not None:
+        info.update(stopping_info(stats, pedantic=work.pedantic is not None))
     benchmark.extra_info.update(info)
     return info
 
@@ -246,7 +285,14 @@ def measure(request: pytest.FixtureRequest, benchmark):
     config = request.config.stash[_CONFIG]
 
     def _measure(case: Case) -> dict:
-        return run_case(case, benchmark, config)
+        from suite.plan import warmup_seconds
+
+        timing = config.timing_for(case.family)
+        # The case's own timing (its family's `timing:` keys; a sustained warm-up for compute on accelerators).
+        timing = timing.model_copy(update={"warmup_s": warmup_seconds(case, timing)})
+        request.config.stash[_RUN].warmups[request.node.nodeid] = timing.warmup_s
+        cap_rounds_by_time(benchmark)
+        return run_case(case, benchmark, config.model_copy(update={"timing": timing}))
 
     return _measure
 
@@ -403,12 +449,18 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     state = item.config.stash.get(_PARTIAL, None)
     if state is not None:
         state.write({"started": item.nodeid})
+    run = item.config.stash.get(_RUN, None)
+    if run is not None:
+        run.start(item)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     outcome = yield
     report = outcome.get_result()
+    run = item.config.stash.get(_RUN, None)
+    if run is not None and report.when == "call":
+        run.timed(item.nodeid, getattr(getattr(item, "funcargs", {}).get("benchmark"), "stats", None))
     state = item.config.stash.get(_PARTIAL, None)
     if state is None:
         return
@@ -443,3 +495,108 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(_PARTIAL, None)
     if state is not None:
         state.finish()
+
+
+# --- budget, progress lines and the summary ---------------------------------------------------------------
+
+
+class RunState:
+    """This run's budget schedule, per-test clocks for progress lines, and what each benchmark timed."""
+
+    def __init__(self, started: float) -> None:
+        self.run_started = started
+        self.budget_s: float | None = None
+        self.schedule = None  # suite.plan.BudgetSchedule when a budget is set
+        self.progress = None  # suite.summary.Progress
+        self.families: dict[str, str] = {}  # nodeid -> family of the selected benchmarks
+        self.started: dict[str, float] = {}
+        self.timed_s: dict[str, float] = {}
+        self.warmups: dict[str, float] = {}
+
+    def plan(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """After selection: the families for progress lines; with a budget, refuse it now if it is too small."""
+        from suite.plan import BudgetSchedule, budget_error
+        from suite.summary import Progress
+
+        registry = config.stash[_CASES]
+        cases = {}
+        for item in items:
+            callspec = getattr(item, "callspec", None)
+            family = _family_of(getattr(item, "originalname", item.name))
+            if callspec is not None and (family, callspec.params.get("case")) in registry:
+                cases[item.nodeid] = registry[(family, callspec.params["case"])]
+                self.families[item.nodeid] = family
+        counts: dict[str, int] = {}
+        for family in self.families.values():
+            counts[family] = counts.get(family, 0) + 1
+        self.progress = Progress(counts)
+        if self.budget_s is None or not cases:
+            return
+        self.schedule = BudgetSchedule.for_cases(self.budget_s, cases, config.stash[_CONFIG], self.run_started)
+        minimum = self.schedule.minimum_s()
+        if minimum > self.budget_s:
+            source = "--suite-budget" if config.getoption("suite_budget") else "timing.budget"
+            raise pytest.UsageError(str(budget_error(self.budget_s, minimum, len(cases), source)))
+
+    def start(self, item: pytest.Item) -> None:
+        self.started[item.nodeid] = time.monotonic()
+        if self.schedule is None:
+            return
+        share = self.schedule.start(item.nodeid)
+        marker = item.get_closest_marker("benchmark")
+        if share is not None and marker is not None and not _user_set(item.config, "--benchmark-max-time"):
+            # pytest-benchmark reads the closest `benchmark` marker when its fixture is set up, which is next.
+            item.add_marker(pytest.mark.benchmark(**dict(marker.kwargs, max_time=share)), append=False)
+
+    def timed(self, nodeid: str, stats) -> None:
+        if stats is not None and stats.stats.data:
+            self.timed_s[nodeid] = sum(stats.stats.data) * stats.iterations
+
+    def finish(self, config: pytest.Config, nodeid: str) -> None:
+        started = self.started.pop(nodeid, None)
+        family = self.families.get(nodeid)
+        if started is None or family is None:
+            return
+        wall = time.monotonic() - started
+        if self.schedule is not None and nodeid in self.timed_s:
+            self.schedule.finish(nodeid, wall - self.timed_s[nodeid] - self.warmups.get(nodeid, 0.0))
+        line = self.progress.finished(family, wall) if self.progress is not None else None
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if line and reporter is not None and config.getoption("verbose") >= 0:
+            reporter.write_line(line)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem) -> None:
+    run = item.config.stash.get(_RUN, None)
+    if run is not None:
+        run.finish(item.config, item.nodeid)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    bs = getattr(session.config, "_benchmarksession", None)
+    if bs is not None and _RUN in session.config.stash and session.config.getoption("suite_summary") == "rates":
+        # Our summary replaces pytest-benchmark's table (kept with --suite-summary=both or off); --benchmark-json
+        # and the comparison checks are unaffected.
+        bs.quiet = True
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if _RUN not in config.stash or config.getoption("suite_summary") == "off":
+        return
+    bs = getattr(config, "_benchmarksession", None)
+    benchmarks = [copy.deepcopy(b.as_dict(include_data=False)) for b in getattr(bs, "benchmarks", [])
+                  if not b.has_error and b.stats]
+    state = config.stash.get(_PARTIAL, None)
+    if state is not None:
+        benchmarks += copy.deepcopy(state.reused)
+    if not benchmarks:
+        return
+    from suite.cases.ceiling import annotate
+    from suite.summary import render
+
+    doc = {"machine_info": dev.inventory().as_machine_info(), "benchmarks": benchmarks}
+    annotate(doc)
+    terminalreporter.write_sep("=", "suite summary (--suite-summary=both adds pytest-benchmark's table)")
+    for line in render(benchmarks):
+        terminalreporter.write_line(line)

@@ -1,7 +1,8 @@
-"""Building blocks of every config section: strict bases, the `cpu:` override, and shared value types.
+"""Building blocks of every config section: strict bases, timing, the `cpu:` override, shared value types.
 
 Torch-free, and below both `suite.config` (which assembles the whole config from the registered families) and
 each family's `config.py` (which builds its section from these parts), so neither imports the other's module.
+The timing section lives here because every family section may override it (`cases.<family>.timing`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Annotated, Any, Callable, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
+from suite.timing import DEFAULT_CONFIDENCE, DEFAULT_PRECISION, SUSTAINED_WARMUP_S, parse_duration
 from suite.units import parse_size
 
 # Torch dtype names (and their aliases) a case may ask for; the case maps them to torch dtypes and skips
@@ -97,11 +99,99 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
 
 
+def optional_fields(model: type[BaseModel], keys) -> dict[str, Any]:
+    """`model`'s fields named in `keys` as create_model arguments, each optional (absent = not set here) with its
+    type, limits and description kept: the one way a sub-section overrides some keys of another. An explicit
+    null is validated like any value (and refused where the key does not take one)."""
+    fields: dict[str, Any] = {}
+    for key in keys:
+        info = copy(model.model_fields[key])
+        info.default, info.default_factory = None, None
+        fields[key] = (info.annotation, info)
+    return fields
+
+
+def _duration(value: Any) -> float:
+    return parse_duration(value)
+
+
+def _precision_target(value: Any) -> float | None:
+    """A fraction strictly between 0 and 1 (0.01 = +-1%), or off: null, false, 0, 'off'."""
+    if value is None or value is False or (isinstance(value, str) and value.strip().lower() in ("off", "none")):
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value == 0:
+            return None
+        if 0 < value < 1:
+            return float(value)
+    raise ValueError(f"{value!r} is not a precision; expected a fraction such as 0.01 (+-1%), or off")
+
+
+Duration = Annotated[float, BeforeValidator(_duration, json_schema_input_type=Union[float, str])]
+PrecisionTarget = Annotated[Union[float, None], BeforeValidator(
+    _precision_target, json_schema_input_type=Union[float, str, bool, None])]
+
+
+class TimingConfig(Section):
+    """How rounds are timed; pytest-benchmark's own command-line options override these."""
+
+    warmup_s: float = Field(0.05, ge=0, description="seconds of calls before timing (autotuning, handles)")
+    compute_warmup_s: float = Field(
+        SUSTAINED_WARMUP_S, ge=0,
+        description="warm-up of compute cases (matmul, ceiling, conv, model) on an accelerator: a cold GPU boosts "
+        "above the clock it can sustain, so these run this long before timing (docs/timing.md)",
+    )
+    min_time: float = Field(
+        0.0001, gt=0, description="shortest round in seconds (pytest-benchmark --benchmark-min-time)"
+    )
+    max_time: float = Field(1.0, gt=0, description="most seconds of timed rounds per benchmark "
+                            "(--benchmark-max-time); precision stopping usually ends sooner")
+    min_rounds: int = Field(5, ge=1, description="fewest rounds per benchmark (--benchmark-min-rounds)")
+    precision: PrecisionTarget = Field(
+        DEFAULT_PRECISION,
+        description="stop once the mean's relative margin of error is within this fraction (0.01 = +-1%) at "
+        "`confidence` (--benchmark-precision); off: always run max_time",
+    )
+    confidence: float = Field(DEFAULT_CONFIDENCE, gt=0, lt=1,
+                              description="confidence level of `precision` (--benchmark-confidence)")
+    calibration_precision: int = Field(
+        100,
+        ge=1,
+        description="a round lasts at least this many times the timer's own cost (which includes the device "
+        "synchronisation), so one synchronisation is at most 1/N of a round",
+    )
+    time_limit_s: float = Field(
+        900,
+        ge=0,
+        description="a case running longer fails with this limit in the message and the run goes on "
+        "(pytest-timeout; 0 = no limit; --timeout on the command line wins)",
+    )
+    budget: Duration | None = Field(
+        None,
+        description="the whole run, overhead included, in this time (600, 90s, 10m, 1h); time is shared out over "
+        "the selected benchmarks, and a budget too small is refused before anything runs (--suite-budget)",
+    )
+
+
+# Keys a case family may override under its own `timing:` (the run's budget and time limit stay global).
+_RUN_WIDE_TIMING = ("budget", "time_limit_s")
+
+
+TimingOverride = create_model(
+    "TimingOverride",
+    __base__=Section,
+    __doc__="A case family's own timing: any key of the top-level `timing` but budget and time_limit_s.",
+    **optional_fields(TimingConfig, [k for k in TimingConfig.model_fields if k not in _RUN_WIDE_TIMING]),
+)
+
+
 class CaseSection(Section):
     """A case family's section. Its optional `cpu:` sub-section (added by `cpu_overrides`) replaces keys for the
     CPU, which is often 100-1000x slower than an accelerator and needs smaller sizes (or fewer dtypes)."""
 
     enabled: bool = True
+    timing: TimingOverride | None = Field(
+        None, description="this family's own timing keys (precision, max_time, warmup_s, ...), over `timing`")
 
     def for_device(self, device: str):
         override = getattr(self, "cpu", None)
@@ -119,11 +209,7 @@ def cpu_overrides(*keys: str, description: str | None = None) -> Callable[[type[
     """
 
     def decorate(section: type[CaseSection]) -> type[CaseSection]:
-        fields: dict[str, Any] = {}
-        for key in keys:
-            info = copy(section.model_fields[key])
-            info.default, info.default_factory = None, None
-            fields[key] = (info.annotation, info)
+        fields = optional_fields(section, keys)
         name = section.__name__.removesuffix("Config") + "Cpu"
         cpu = create_model(name, __base__=Section, __module__=section.__module__, **fields)
         cpu.__doc__ = f"Keys of `{section.__name__}` replaced on the CPU: {', '.join(keys)}."
@@ -141,6 +227,9 @@ def cpu_overrides(*keys: str, description: str | None = None) -> Callable[[type[
 
 __all__ = [
     "DTYPES",
+    "TimingConfig",
+    "TimingOverride",
+    "optional_fields",
     "DTYPE_ALIASES",
     "PRECISIONS",
     "CaseSection",

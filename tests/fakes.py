@@ -74,3 +74,20 @@ class FakeAsyncDevice:
     def synchronize(self, *devices) -> None:
         self.clock.now += self.pending
         self.pending = 0.0
+
+
+class JitteryAsyncDevice(FakeAsyncDevice):
+    """A FakeAsyncDevice whose work takes `work_s` x (1 + a normal draw of relative sd `jitter`), seeded."""
+
+    def __init__(self, clock: FakeClock, launch_s: float = 1e-6, work_s: float = 1e-3, jitter: float = 0.005,
+                 seed: int = 0) -> None:
+        import random
+
+        super().__init__(clock, launch_s, work_s)
+        self.jitter = jitter
+        self.random = random.Random(seed)
+        self.base_work_s = work_s
+
+    def launch(self) -> None:
+        self.work_s = self.base_work_s * (1 + self.random.gauss(0.0, self.jitter))
+        super().launch()

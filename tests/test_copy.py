@@ -286,7 +286,7 @@ def test_verify_copy_compares_shapes_and_every_byte():
         ({"cpu": {"sizes": ["1QB"]}}, "cases.copy.cpu.sizes[0]: '1QB' is not a size"),
         (
             {"size": ["4KiB"]},
-            "cases.copy.size: unknown key 'size'; allowed keys here: enabled, sizes, memory",
+            "cases.copy.size: unknown key 'size'; allowed keys here: enabled, timing, sizes, memory",
         ),
     ],
 )

@@ -92,7 +92,7 @@ def test_a_registered_family_gets_its_config_section_and_schema(monkeypatch):
     assert config.cases.toy.sizes == [4096] and config.cases.toy.for_device("cpu").sizes == [1024]
     assert "ToyConfig" in json_schema()["$defs"]
     with pytest.raises(UserError, match=r"^<config>: cases\.toy\.size: unknown key 'size'; allowed keys here: "
-                                         r"enabled, sizes, value, cpu$"):
+                                         r"enabled, timing, sizes, value, cpu$"):
         parse_config({"cases": {"toy": {"size": 4}}})
     with pytest.raises(UserError, match=r"cases\.toy\.cpu\.value: unknown key 'value'; allowed keys here: sizes$"):
         parse_config({"cases": {"toy": {"cpu": {"value": 2}}}})
@@ -126,7 +126,7 @@ def test_toy_family_end_to_end(pytester, monkeypatch):
     cfg.write_text(yaml.safe_dump({"cases": {"toy": {"sizez": [1]}}}))
     result = pytester.runpytest_subprocess("benchmarks", f"--suite-config={cfg}", "-p", "no:cacheprovider")
     assert result.ret != 0
-    result.stderr.fnmatch_lines(["*cases.toy.sizez: unknown key 'sizez'; allowed keys here: enabled, sizes, value, cpu*"])
+    result.stderr.fnmatch_lines(["*cases.toy.sizez: unknown key 'sizez'; allowed keys here: enabled, timing, sizes, value, cpu*"])
 
 
 def test_the_adding_a_family_page_shows_working_code(monkeypatch):

@@ -56,3 +56,58 @@ def test_bad_device_option(run_benchmarks):
     result, _ = run_benchmarks(TINY, "--suite-devices", "tpu:0")
     assert result.ret != 0
     assert "'tpu:0' is not a device" in result.stderr.str()
+
+
+SMALL = {
+    "devices": ["cpu"],
+    "timing": {"warmup_s": 0.0, "max_time": 0.05, "min_rounds": 3},
+    "cases": {"matmul": {"dtypes": ["float32"], "shapes": ["64x32x16"]},
+              "placement": {"sizes": ["4KiB"], "ops": ["clone", "to_same"]}},
+}
+
+
+def test_every_result_says_how_it_stopped(run_benchmarks):
+    result, data = run_benchmarks(SMALL, "-k", "matmul or placement")
+    result.assert_outcomes(passed=3, skipped=0)
+    for bench in data["benchmarks"]:
+        info = bench["extra_info"]
+        assert info["stopped_on"] in ("precision", "time")
+        assert info["rounds"] == bench["stats"]["rounds"] and info["precision_target"] == 0.01
+        assert bench["options"]["precision"] == 0.01 and bench["options"]["confidence"] == 0.99
+        assert info["stopped_on"] == "time" or info["margin"] <= 0.01
+
+
+def test_summary_in_rates_replaces_pytest_benchmarks_table(run_benchmarks):
+    result, _ = run_benchmarks(SMALL, "-k", "matmul or placement")
+    out = result.stdout.str()
+    assert "suite summary" in out and "matmul: TFLOP/s" in out and "placement: median time per call" in out
+    assert "Name (time in" not in out
+    result, _ = run_benchmarks(SMALL, "-k", "matmul", "--suite-summary=both")
+    assert "Name (time in" in result.stdout.str() and "matmul: TFLOP/s" in result.stdout.str()
+    result, _ = run_benchmarks(SMALL, "-k", "matmul", "--suite-summary=off")
+    assert "Name (time in" in result.stdout.str() and "suite summary" not in result.stdout.str()
+
+
+def test_a_budget_too_small_is_refused_before_anything_runs(run_benchmarks):
+    result, data = run_benchmarks(SMALL, "-k", "matmul or placement", "--suite-budget", "1s")
+    assert result.ret != 0 and data is None
+    err = result.stderr.str()
+    assert "--suite-budget 1.0s is too small for the 3 selected benchmarks: they need at least" in err
+    assert "Traceback" not in err + result.stdout.str()
+
+
+def test_a_budget_sets_each_benchmarks_share(run_benchmarks):
+    result, data = run_benchmarks(SMALL, "-k", "matmul or placement", "--suite-budget", "30s")
+    result.assert_outcomes(passed=3)
+    shares = [b["options"]["max_time"] for b in data["benchmarks"]]
+    # The shares come from the budget (seconds each), not from the config's 0.05 s.
+    assert all(share > 1.0 for share in shares)
+
+
+def test_family_timing_reaches_the_benchmark(run_benchmarks):
+    config = dict(SMALL, cases={"matmul": {"dtypes": ["float32"], "shapes": ["64x32x16"],
+                                           "timing": {"precision": "off", "min_rounds": 4}}})
+    result, data = run_benchmarks(config, "-k", "matmul")
+    (bench,) = data["benchmarks"]
+    assert bench["options"]["precision"] is None and bench["options"]["min_rounds"] == 4
+    assert bench["extra_info"]["stopped_on"] == "time"

@@ -108,7 +108,7 @@ def test_all_gpus_per_device_rates_are_measured_after_the_timed_rounds(monkeypat
                      device=matmul.ALL_GPUS, gpus=("cuda:0", "cuda:1"), dtype="float32", precision="float32",
                      m=8, n=8, k=8)
     bench = FakeBenchmark(events)
-    bench.stats = SimpleNamespace(stats=SimpleNamespace(median=1e-3))
+    bench.stats = SimpleNamespace(stats=SimpleNamespace(median=1e-3, data=[1e-3] * 5), options={})
     with dev.use_platform(FakePlatform(gpus=2)):
         info = run_case(case, bench, CONFIG)
     assert events == ["timed", "per-device rates"], "per-device rates must come after the sustained load"

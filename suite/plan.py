@@ -1,0 +1,477 @@
+"""`python -m suite plan`: per family the benchmarks a config selects and how long they take; the budget."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from suite import devices as dev
+from suite.cases import FAMILIES, Case, family_module
+from suite.config import DEFAULT_CONFIG, SuiteConfig, TimingConfig, load_config
+from suite.errors import UserError
+from suite.timing import COMPUTE_FAMILIES, format_duration, parse_duration
+
+# Seconds one benchmark costs beyond its warm-up and its timed rounds: pytest's setup, call and teardown,
+# building inputs, the correctness check (float64 references on the host), pytest-benchmark's calibration,
+# the partial-results line. Measured by scripts/bench_timing.py (pytest's per-test durations minus the timed
+# rounds minus the warm-up, median per family) on the project's 2-core CPU, shared and loaded, with the default
+# config; the same figures are assumed for a GPU, whose checks run the same references on the host (the CPU's
+# slow calls inflate ceiling and model here, so this errs long).
+OVERHEAD_S = {
+    "matmul": 0.11,
+    "ceiling": 1.3,
+    "conv": 0.45,
+    "model": 1.8,
+    "copy": 0.04,
+    "placement": 0.02,
+    "habits": 0.4,
+    "collectives": 0.02,
+}
+# A family not measured above.
+DEFAULT_OVERHEAD_S = 0.06
+# A case that is skipped (a missing device, pinned memory without an accelerator): pytest's bookkeeping only.
+SKIP_OVERHEAD_S = 0.005
+# Interpreter start, importing torch, collection, the inventory, writing the JSON and the summary: measured
+# as the wall time of `pytest benchmarks` minus the sum of its per-test durations (scripts/bench_timing.py: 5.0 s).
+SESSION_OVERHEAD_S = 5.0
+# A torchrun launch of the collectives (every rank imports torch and joins the process group).
+TORCHRUN_OVERHEAD_S = 15.0
+# Collectives run fixed rounds, so their time depends on the link: the plan assumes this algbw (GB/s) and
+# this latency per call. NCCL: well below an 8-GPU NVLink node's ~270 GB/s all_reduce algbw (REFERENCE.md),
+# near a PCIe node's; Gloo on a CPU moves well under 1 GB/s (README).
+ASSUMED_COLLECTIVE_GBPS = {"nccl": 20.0, "gloo": 0.5}
+ASSUMED_COLLECTIVE_LATENCY_S = {"nccl": 50e-6, "gloo": 200e-6}
+# The least max_time a budget hands out: pytest-benchmark still runs min_rounds, so the budget is overrun
+# rather than a benchmark left unmeasured.
+MIN_SHARE_S = 1e-4
+# What a budget holds back after the last benchmark: pytest-benchmark's and our end of session (JSON, machine
+# info, the summary) and the interpreter's exit with torch loaded; 1.8 s + 1.7 s measured on the loaded 2-core VM.
+END_RESERVE_S = 3.0
+
+
+class NodePlatform(dev.Platform):
+    """A hypothetical node of `gpus` CUDA GPUs with peer access and pinned memory, for planning only."""
+
+    def __init__(self, gpus: int) -> None:
+        self.gpus = gpus
+
+    def count(self, kind: str) -> int:
+        return self.gpus if kind == "cuda" else 0
+
+    def can_access_peer(self, a: torch.device, b: torch.device) -> bool:
+        return a != b
+
+    def supports_pinned_memory(self) -> bool:
+        return self.gpus > 0
+
+
+def _collectives_backend(config: SuiteConfig, devices: list[str]) -> str:
+    from suite import distributed
+
+    state = distributed.current()
+    if state is not None:
+        return state.backend
+    setting = config.cases.collectives.backend
+    if setting != "auto":
+        return setting
+    return "nccl" if any(d.startswith("cuda") for d in devices) else "gloo"
+
+
+def select(config: SuiteConfig, devices: list[str]) -> dict[str, list[Case]]:
+    """family -> its cases (enumerate_cases of each family, as the plugin parametrises them)."""
+    out = {}
+    for family in FAMILIES:
+        cfg = config
+        if family == "collectives" and config.cases.collectives.backend == "auto":
+            # The plan judges a node by its devices (NCCL for GPUs), not by what this process's torch sees.
+            backend = _collectives_backend(config, devices)
+            section = config.cases.collectives.model_copy(update={"backend": backend})
+            cfg = config.model_copy(
+                update={"cases": config.cases.model_copy(update={"collectives": section})}
+            )
+        out[family] = family_module(family).enumerate_cases(cfg, devices)
+    return out
+
+
+def runs_here(case: Case) -> bool:
+    """False for a case this process will skip (collectives outside torchrun, a missing device, ...)."""
+    if case.family == "collectives":
+        from suite import distributed
+
+        return distributed.current() is not None
+    if any(dev.missing_reason(d) for d in case.devices):
+        return False
+    skip_reason = getattr(family_module(case.family), "skip_reason", None)
+    return skip_reason is None or skip_reason(case) is None
+
+
+def warmup_seconds(case: Case, timing: TimingConfig) -> float:
+    """The warm-up before timing: long for compute on an accelerator (suite.timing.SUSTAINED_WARMUP_S)."""
+    if case.family in COMPUTE_FAMILIES and any(d != "cpu" for d in case.devices):
+        return max(timing.warmup_s, timing.compute_warmup_s)
+    return timing.warmup_s
+
+
+def fixed_seconds(case: Case, config: SuiteConfig) -> float:
+    """What a benchmark costs whatever its timed rounds: overhead and warm-up (fixed-round cases: all of it)."""
+    if not runs_here(case):
+        return SKIP_OVERHEAD_S
+    base = OVERHEAD_S.get(case.family, DEFAULT_OVERHEAD_S)
+    if case.family == "collectives":
+        return base + collective_seconds(case, config)
+    return base + warmup_seconds(case, config.timing_for(case.family))
+
+
+def collective_seconds(case: Case, config: SuiteConfig) -> float:
+    """Fixed rounds of a collective at the assumed link speed (ASSUMED_COLLECTIVE_GBPS)."""
+    p = case.info
+    section = config.cases.collectives.for_device(p["device"])
+    calls = (section.warmup_rounds + section.rounds) * section.iterations
+    backend = p.get("backend", "gloo")
+    per_call = ASSUMED_COLLECTIVE_LATENCY_S.get(backend, 1e-4) + p["size"] / (
+        ASSUMED_COLLECTIVE_GBPS.get(backend, 1.0) * 1e9
+    )
+    return calls * per_call
+
+
+def shareable(case: Case) -> bool:
+    """Whether the case's timed rounds follow max_time (and so a budget); collectives run fixed rounds."""
+    return case.family != "collectives" and runs_here(case)
+
+
+@dataclass
+class FamilyPlan:
+    benchmarks: int = 0
+    runs: int = 0  # benchmarks this process measures (the rest are skipped here)
+    estimated_s: float = 0.0
+    minimum_s: float = 0.0
+    separate: bool = False  # runs in its own command (collectives under torchrun)
+
+    def as_dict(self) -> dict:
+        return {
+            "benchmarks": self.benchmarks,
+            "measured": self.runs,
+            "estimated_s": round(self.estimated_s, 1),
+            "minimum_s": round(self.minimum_s, 1),
+            "separate_run": self.separate,
+        }
+
+
+@dataclass
+class Plan:
+    devices: list[str]
+    gpus: int | None
+    families: dict[str, FamilyPlan] = field(default_factory=dict)
+    session_s: float = SESSION_OVERHEAD_S
+    budget_s: float | None = None
+    share_s: float | None = None  # max_time per benchmark under the budget
+
+    @property
+    def benchmarks(self) -> int:
+        return sum(f.benchmarks for f in self.families.values())
+
+    @property
+    def estimated_s(self) -> float:
+        return self.session_s + sum(f.estimated_s for f in self.families.values())
+
+    @property
+    def minimum_s(self) -> float:
+        return self.session_s + sum(f.minimum_s for f in self.families.values())
+
+    def as_dict(self) -> dict:
+        return {
+            "benchmarks": self.benchmarks,
+            "estimated_s": round(self.estimated_s, 1),
+            "minimum_s": round(self.minimum_s, 1),
+            "devices": self.devices,
+            "gpus": self.gpus,
+            "budget_s": self.budget_s,
+            "max_time_per_benchmark_s": self.share_s,
+            "assumptions": {
+                "overhead_s": OVERHEAD_S,
+                "session_overhead_s": SESSION_OVERHEAD_S,
+                "torchrun_overhead_s": TORCHRUN_OVERHEAD_S,
+                "collective_gbps": ASSUMED_COLLECTIVE_GBPS,
+                "every_benchmark_runs_to_max_time": True,
+            },
+            "families": {name: f.as_dict() for name, f in self.families.items()},
+        }
+
+
+def make_plan(
+    config: SuiteConfig,
+    devices: list[str],
+    gpus: int | None = None,
+    budget_s: float | None = None,
+    measure_collectives: bool | None = None,
+) -> Plan:
+    """The plan of `config` on `devices`: an upper bound, every benchmark running its timed rounds to max_time.
+
+    `measure_collectives`: count the collectives as measured (a torchrun run); default: on a GPU node plan.
+    """
+    plan = Plan(devices=devices, gpus=gpus, budget_s=budget_s)
+    selected = select(config, devices)
+    # Collectives need two ranks at least (a world of one skips every case).
+    with_torchrun = (gpus or 0) >= 2 if measure_collectives is None else measure_collectives
+    fixed_total, shared = 0.0, 0
+    for family, cases in selected.items():
+        timing = config.timing_for(family)
+        fp = FamilyPlan(benchmarks=len(cases), separate=family == "collectives")
+        for case in cases:
+            here = runs_here(case) or (family == "collectives" and with_torchrun and len(devices) > 0)
+            if not here:
+                fp.estimated_s += SKIP_OVERHEAD_S
+                fp.minimum_s += SKIP_OVERHEAD_S
+                continue
+            fp.runs += 1
+            if family == "collectives":
+                cost = OVERHEAD_S["collectives"] + collective_seconds(case, config)
+                fp.estimated_s += cost
+                fp.minimum_s += cost
+                continue
+            fixed = OVERHEAD_S.get(family, DEFAULT_OVERHEAD_S) + warmup_seconds(case, timing)
+            fp.estimated_s += fixed + timing.max_time
+            fp.minimum_s += fixed + timing.min_rounds * timing.min_time
+            fixed_total += fixed
+            shared += 1
+        if family == "collectives" and fp.runs:
+            fp.estimated_s += TORCHRUN_OVERHEAD_S
+            fp.minimum_s += TORCHRUN_OVERHEAD_S
+        plan.families[family] = fp
+    if budget_s is not None:
+        # The time left after the fixed costs is shared out equally over the benchmarks that follow max_time.
+        # The budget is for one `pytest benchmarks` run; a separate torchrun run (collectives) is not in it.
+        pool = budget_s - END_RESERVE_S - plan.session_s - fixed_total
+        plan.share_s = pool / shared if shared else None
+        if plan.share_s is not None and plan.share_s > 0:
+            for family, fp in plan.families.items():
+                if not fp.separate:
+                    timing = config.timing_for(family)
+                    fp.estimated_s += (plan.share_s - timing.max_time) * _shared_count(selected[family])
+    return plan
+
+
+def _shared_count(cases: list[Case]) -> int:
+    return sum(1 for c in cases if shareable(c))
+
+
+# --- the budget during a run --------------------------------------------------------------------------
+
+
+@dataclass
+class BudgetItem:
+    family: str
+    fixed_s: float  # predicted overhead + warm-up (all of it for a fixed-round case)
+    shareable: bool  # its timed rounds follow max_time
+    min_timed_s: float = 0.0  # min_rounds x min_time: the least its timed rounds can take
+
+
+class BudgetSchedule:
+    """Shares a run's budget out over its benchmarks as they start, learning each family's overhead.
+
+    At each benchmark's start, its max_time is (time left - predicted fixed costs of it and every later
+    benchmark - END_RESERVE_S) / benchmarks left: time a benchmark leaves unused (it stopped on precision) goes
+    to the ones after it, time one overruns comes out of theirs.
+    """
+
+    def __init__(
+        self,
+        budget_s: float,
+        items: dict[str, BudgetItem],
+        started: float,
+        clock=time.monotonic,
+        overhead: dict[str, float] | None = None,
+    ) -> None:
+        self.budget_s = budget_s
+        self.items = items
+        self.pending = list(items)
+        self.started = started  # clock() reading at the start of the run (the process's start)
+        self.clock = clock
+        self.overhead = dict(overhead or OVERHEAD_S)
+        self.observed: dict[str, list[float]] = {}
+
+    @classmethod
+    def for_cases(
+        cls,
+        budget_s: float,
+        cases: dict[str, Case],
+        config: SuiteConfig,
+        started: float,
+        clock=time.monotonic,
+    ) -> "BudgetSchedule":
+        items = {}
+        for key, case in cases.items():
+            timing = config.timing_for(case.family)
+            items[key] = BudgetItem(
+                case.family, fixed_seconds(case, config), shareable(case), timing.min_rounds * timing.min_time
+            )
+        return cls(budget_s, items, started, clock)
+
+    def elapsed(self) -> float:
+        return self.clock() - self.started
+
+    def minimum_s(self) -> float:
+        """The least the run can take: what already passed, every fixed cost, min_rounds of each, the reserve."""
+        return (
+            self.elapsed()
+            + END_RESERVE_S
+            + sum(i.fixed_s + (i.min_timed_s if i.shareable else 0.0) for i in self.items.values())
+        )
+
+    def _fixed(self, item: BudgetItem) -> float:
+        seen = self.observed.get(item.family)
+        if not seen or not item.shareable:
+            return item.fixed_s
+        # The family's measured overhead so far replaces the prior for the benchmarks still to come.
+        prior = self.overhead.get(item.family, DEFAULT_OVERHEAD_S)
+        return item.fixed_s - prior + sorted(seen)[len(seen) // 2]
+
+    def start(self, key: str) -> float | None:
+        """max_time for benchmark `key`, which starts now (None: not a budgeted benchmark)."""
+        if key not in self.items:
+            return None
+        if key in self.pending:
+            self.pending.remove(key)
+        later = [self.items[k] for k in self.pending]
+        item = self.items[key]
+        left = self.budget_s - self.elapsed() - END_RESERVE_S
+        pool = left - self._fixed(item) - sum(self._fixed(i) for i in later)
+        sharing = item.shareable + sum(1 for i in later if i.shareable)
+        if not item.shareable or sharing == 0:
+            return None
+        return max(pool / sharing, item.min_timed_s, MIN_SHARE_S)
+
+    def finish(self, key: str, overhead_s: float) -> None:
+        """Record what benchmark `key` cost beyond its timed rounds and warm-up (its family's overhead)."""
+        item = self.items.get(key)
+        if item is not None and item.shareable:
+            self.observed.setdefault(item.family, []).append(max(0.0, overhead_s))
+
+
+def budget_error(budget_s: float, minimum_s: float, count: int, source: str) -> UserError:
+    need = format_duration(minimum_s * 1.05 + 1)
+    return UserError(
+        f"{source} {format_duration(budget_s)} is too small for the {count} selected benchmarks: they need at "
+        f"least {need} (warm-up, checks and min_rounds of each); give a budget of {need} or more, or select "
+        "fewer (-k, --suite-devices, a smaller --suite-config)"
+    )
+
+
+# --- `python -m suite plan` -------------------------------------------------------------------------------
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument(
+        "--suite-config",
+        "--config",
+        dest="config",
+        default=None,
+        metavar="PATH",
+        help=f"the YAML config (default: {DEFAULT_CONFIG})",
+    )
+    parser.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        metavar="N",
+        help="plan for a node of N GPUs (cuda:0..N-1) instead of this machine",
+    )
+    parser.add_argument(
+        "--suite-devices",
+        "--devices",
+        dest="devices",
+        default=None,
+        metavar="LIST",
+        help="override the config's devices, as pytest's --suite-devices",
+    )
+    parser.add_argument(
+        "--budget",
+        "--suite-budget",
+        dest="budget",
+        default=None,
+        metavar="DURATION",
+        help="plan under this budget (90s, 10m, 1h); default: the config's timing.budget",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"benchmarks": int, "estimated_s": float, "families": {...}, ...}',
+    )
+
+
+def _config_file(given: str | None) -> Path:
+    if given:
+        return Path(given)
+    # The project's config, wherever the command is started from (as pytest's plugin does).
+    return Path(__file__).resolve().parent.parent / DEFAULT_CONFIG
+
+
+def run(args) -> int:
+    config = load_config(_config_file(args.config))
+    if args.gpus is not None and not 0 <= args.gpus <= 4096:
+        raise UserError(f"--gpus {args.gpus}: expected a GPU count between 0 and 4096")
+    budget = config.timing.budget
+    if args.budget is not None:
+        try:
+            budget = parse_duration(args.budget)
+        except ValueError as exc:
+            raise UserError(f"--budget: {exc}") from None
+    spec = args.devices or config.devices
+    if args.gpus is not None:
+        with dev.use_platform(NodePlatform(args.gpus)):
+            devices = dev.check_spec(spec)
+            plan = make_plan(config, devices, gpus=args.gpus, budget_s=budget)
+    else:
+        devices = dev.check_spec(spec)
+        plan = make_plan(config, devices, budget_s=budget)
+    if args.json:
+        print(json.dumps(plan.as_dict(), indent=2))
+        return 0
+    print(render(plan))
+    if budget is not None and plan.minimum_s > budget:
+        print(f"\n{budget_error(budget, plan.minimum_s, plan.benchmarks, 'the budget')}")
+        return 2
+    return 0
+
+
+def render(plan: Plan) -> str:
+    where = f"a node of {plan.gpus} GPU(s)" if plan.gpus is not None else "this machine"
+    lines = [
+        f"plan for {where}: devices {', '.join(plan.devices)}",
+        "",
+        f"{'family':<12} {'benchmarks':>10} {'measured':>9} {'at most':>9}",
+    ]
+    for name, fp in plan.families.items():
+        note = "  (separate torchrun run: python -m suite collectives)" if fp.separate and fp.runs else ""
+        if fp.separate and not fp.runs:
+            note = "  (skipped here: collectives need torchrun)"
+        lines.append(
+            f"{name:<12} {fp.benchmarks:>10} {fp.runs:>9} {format_duration(fp.estimated_s):>9}{note}"
+        )
+    lines.append(f"{'session':<12} {'':>10} {'':>9} {format_duration(plan.session_s):>9}")
+    lines.append(
+        f"{'total':<12} {plan.benchmarks:>10} {sum(f.runs for f in plan.families.values()):>9} "
+        f"{format_duration(plan.estimated_s):>9}"
+    )
+    lines.append("")
+    if plan.budget_s is not None:
+        share = f"{plan.share_s:.3g} s" if plan.share_s and plan.share_s > 0 else "none left"
+        lines.append(
+            f"budget {format_duration(plan.budget_s)}: timed rounds per benchmark at most {share}; "
+            f"the run needs at least {format_duration(plan.minimum_s)}"
+        )
+    lines.append(
+        "'at most' assumes every benchmark runs its timed rounds to max_time; precision stopping ends stable "
+        "ones sooner."
+    )
+    overheads = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in OVERHEAD_S.items())
+    lines.append(
+        f"Per-benchmark overhead assumed (pytest, build, check, calibration; measured on a 2-core CPU by "
+        f"scripts/bench_timing.py as test duration - timed rounds - warm-up): {overheads}; session "
+        f"{SESSION_OVERHEAD_S:.0f} s."
+    )
+    return "\n".join(lines)

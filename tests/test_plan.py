@@ -1,0 +1,156 @@
+"""`python -m suite plan`, the timing section's new keys, and how a budget is shared out."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from suite import devices as dev
+from suite.config import load_config, parse_config
+from suite.errors import UserError
+from suite.plan import BudgetItem, BudgetSchedule, NodePlatform, make_plan, select
+from suite.timing import SUSTAINED_WARMUP_S
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _plan(path: str, gpus: int):
+    config = load_config(ROOT / path)
+    with dev.use_platform(NodePlatform(gpus)):
+        return make_plan(config, dev.resolve_spec(config.devices), gpus=gpus)
+
+
+def test_family_timing_overrides_the_top_level():
+    config = parse_config(
+        {
+            "timing": {"max_time": 0.5, "precision": 0.02},
+            "cases": {"copy": {"timing": {"precision": "off", "max_time": 2}}},
+        }
+    )
+    assert config.timing_for("copy").precision is None and config.timing_for("copy").max_time == 2
+    assert config.timing_for("matmul").precision == 0.02 and config.timing_for("matmul").max_time == 0.5
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"timing": {"budget": "soon"}}, "timing.budget: 'soon' is not a duration"),
+        ({"timing": {"precision": 1.5}}, "timing.precision: 1.5 is not a precision"),
+        (
+            {"cases": {"conv": {"timing": {"budget": "10m"}}}},
+            "cases.conv.timing.budget: unknown key 'budget'; allowed keys here: warmup_s",
+        ),
+        ({"cases": {"conv": {"timing": {"min_rounds": 0}}}}, "cases.conv.timing.min_rounds: 0 is invalid"),
+    ],
+)
+def test_bad_timing_keys_are_one_line(data, message):
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        parse_config(data)
+
+
+def test_default_config_meets_the_time_targets_in_the_plan():
+    limits = {1: 180, 2: 300, 8: 720}
+    for gpus, limit in limits.items():
+        plan = _plan("configs/default.yaml", gpus)
+        assert plan.estimated_s <= limit, (gpus, plan.estimated_s)
+    full = _plan("configs/full.yaml", 8)
+    assert full.benchmarks > 2 * _plan("configs/default.yaml", 8).benchmarks
+
+
+def test_plan_counts_come_from_enumerate_cases():
+    config = load_config(ROOT / "configs/default.yaml")
+    with dev.use_platform(NodePlatform(2)):
+        devices = dev.resolve_spec(config.devices)
+        cases = select(config, devices)
+        plan = make_plan(config, devices, gpus=2)
+    assert devices == ["cpu", "cuda:0", "cuda:1"]
+    assert {f: p.benchmarks for f, p in plan.families.items()} == {f: len(c) for f, c in cases.items()}
+    # NCCL collectives on a GPU node, in their own torchrun run.
+    assert (
+        all(c.info["backend"] == "nccl" for c in cases["collectives"])
+        and plan.families["collectives"].separate
+    )
+
+
+def test_compute_on_a_gpu_is_planned_with_the_sustained_warm_up():
+    config = parse_config(
+        {
+            "devices": "gpus",
+            "timing": {"max_time": 0.1},
+            "cases": {
+                name: {"enabled": False}
+                for name in ("copy", "placement", "habits", "collectives", "conv", "model", "ceiling")
+            }
+            | {"matmul": {"shapes": ["1024x1024x1024"], "dtypes": ["bfloat16"]}},
+        }
+    )
+    with dev.use_platform(NodePlatform(1)):
+        plan = make_plan(config, ["cuda:0"], gpus=1)
+    assert plan.families["matmul"].estimated_s >= SUSTAINED_WARMUP_S + 0.1
+
+
+def test_budget_share_in_the_plan_fills_the_budget():
+    config = load_config(ROOT / "configs/default.yaml")
+    with dev.use_platform(NodePlatform(1)):
+        devices = dev.resolve_spec(config.devices)
+        plan = make_plan(config, devices, gpus=1, budget_s=600)
+    assert plan.share_s > config.timing.max_time
+    pytest_part = plan.estimated_s - sum(f.estimated_s for f in plan.families.values() if f.separate)
+    assert pytest_part == pytest.approx(600 - 3.0, rel=0.02)
+
+
+def _schedule(budget, fixed=0.1, n=4, clock=None):
+    items = {f"t{i}": BudgetItem("copy", fixed, True, 0.0005) for i in range(n)}
+    return BudgetSchedule(budget, items, started=0.0, clock=clock or (lambda: 0.0))
+
+
+def test_budget_schedule_shares_what_is_left_and_passes_on_unused_time():
+    now = [0.0]
+    schedule = _schedule(13.4, clock=lambda: now[0])
+    first = schedule.start("t0")
+    assert first == pytest.approx((13.4 - 3.0 - 0.4) / 4)  # 2.5 s each
+    now[0] = 0.2  # t0 stopped on precision almost at once: the others share its time
+    schedule.finish("t0", 0.1)  # its overhead was 0.1 s, not the prior's 0.04 s: the plan learns that
+    second = schedule.start("t1")
+    assert second == pytest.approx((13.4 - 0.2 - 3.0 - 3 * (0.1 - 0.04 + 0.1)) / 3)
+    assert second > first
+
+
+def test_budget_schedule_minimum_counts_every_fixed_cost():
+    schedule = _schedule(100, fixed=2.0, n=10)
+    assert schedule.minimum_s() == pytest.approx(3.0 + 10 * (2.0 + 0.0005))
+
+
+def test_plan_command_json_and_text():
+    out = subprocess.run(
+        [sys.executable, "-m", "suite", "plan", "--gpus", "8", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    data = json.loads(out)
+    assert data["benchmarks"] == sum(f["benchmarks"] for f in data["families"].values())
+    assert set(data["families"]) >= {"matmul", "copy", "collectives"} and data["estimated_s"] > 0
+    text = subprocess.run(
+        [sys.executable, "-m", "suite", "plan", "--gpus", "2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert "total" in text and "Per-benchmark overhead assumed" in text and "cuda:1" in text
+
+
+def test_plan_refuses_a_budget_that_is_too_small():
+    proc = subprocess.run(
+        [sys.executable, "-m", "suite", "plan", "--gpus", "8", "--budget", "30s"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2 and "is too small for the" in proc.stdout

@@ -1,0 +1,158 @@
+"""Precision-based stopping (pytest-benchmark's), its record in extra_info, the wall-time cap, durations."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from suite.timing import (
+    cap_rounds_by_time,
+    format_duration,
+    parse_duration,
+    relative_margin,
+    stopping_info,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        (600, 600.0),
+        ("600", 600.0),
+        ("90s", 90.0),
+        ("10m", 600.0),
+        ("1h", 3600.0),
+        ("1h30m", 5400.0),
+        ("2m30s", 150.0),
+        (" 10M ", 600.0),
+        (0.5, 0.5),
+    ],
+)
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["", "ten minutes", "10ms", "-5", 0, True, None, "1d"])
+def test_parse_duration_refuses_with_the_value_named(bad):
+    with pytest.raises(ValueError, match="is not a duration"):
+        parse_duration(bad)
+
+
+def test_format_duration():
+    assert [format_duration(s) for s in (4.21, 42, 185, 3720)] == ["4.2s", "42s", "3m05s", "1h02m"]
+
+
+def test_relative_margin_matches_the_normal_interval():
+    data = [1.0, 1.02, 0.98, 1.01, 0.99]
+    expected = 2.5758 * statistics.stdev(data) / 5**0.5 / statistics.fmean(data)
+    assert relative_margin(data, 0.99) == pytest.approx(expected, rel=1e-3)
+    assert relative_margin([1.0], 0.99) is None
+
+
+class _Stats:
+    def __init__(self, data, **options):
+        self.stats = type("S", (), {"data": data})()
+        self.options = options
+
+
+def test_stopping_info_says_precision_time_or_fixed():
+    tight = [1.0, 1.001, 0.999, 1.0, 1.0]
+    loose = [1.0, 2.0, 0.5, 1.5, 1.0]
+    assert stopping_info(_Stats(tight, precision=0.01, confidence=0.99))["stopped_on"] == "precision"
+    info = stopping_info(_Stats(loose, precision=0.01, confidence=0.99))
+    assert info["stopped_on"] == "time" and info["margin"] > 0.01 and info["rounds"] == 5
+    assert stopping_info(_Stats(tight, precision=None, confidence=0.99))["stopped_on"] == "time"
+    assert (
+        stopping_info(_Stats(tight, precision=None, confidence=None), pedantic=True)["stopped_on"] == "fixed"
+    )
+
+
+class _FakeFixture:
+    """The two attributes and the loop cap_rounds_by_time wraps, as pytest-benchmark's fixture has them."""
+
+    def __init__(self, max_time, min_rounds):
+        self._max_time, self._min_rounds = max_time, min_rounds
+        self.calls = 0
+
+    def _run_until_precise(self, runner, loops_range, stats, max_rounds):
+        for _ in range(max_rounds):
+            stats.append(runner(loops_range))
+
+
+def test_cap_ends_the_loop_at_max_time_after_min_rounds():
+    now = [0.0]
+    fixture = _FakeFixture(max_time=1.0, min_rounds=3)
+    assert cap_rounds_by_time(fixture, clock=lambda: now[0])
+
+    def slow_round(_):
+        now[0] += 0.4  # each round is 4x slower than the calibration promised
+        return 0.4
+
+    rounds: list = []
+    fixture._run_until_precise(slow_round, None, rounds, max_rounds=1000)
+    assert len(rounds) == 3  # 1.2 s after 3 rounds: stopped, not 1000 rounds (400 s)
+
+
+def test_cap_still_runs_min_rounds():
+    now = [0.0]
+    fixture = _FakeFixture(max_time=0.1, min_rounds=5)
+    cap_rounds_by_time(fixture, clock=lambda: now[0])
+
+    def slow_round(_):
+        now[0] += 1.0
+        return 1.0
+
+    rounds: list = []
+    fixture._run_until_precise(slow_round, None, rounds, max_rounds=1000)
+    assert len(rounds) == 5
+
+
+def test_low_noise_device_stops_on_precision_close_to_a_long_run(pytester):
+    """A fake GPU with 0.5% jitter: stops on precision in well under 0.2 s of device time, median within 1% of
+    a 5 s run's (the speed target's logic; scripts/bench_timing.py prints the figures)."""
+    pytester.makepyfile(
+        """
+        import json, pytest
+        from suite.timing import SyncTimer, stopping_info
+        from tests.fakes import FakeClock, JitteryAsyncDevice
+
+        RESULTS = {}
+
+        def make():
+            clock = FakeClock(tick=1e-9)
+            gpu = JitteryAsyncDevice(clock, launch_s=1e-6, work_s=2e-3, jitter=0.005, seed=3)
+            return clock, gpu
+
+        @pytest.mark.parametrize("mode", ["precise", "long"])
+        def test_fake(benchmark, mode):
+            clock, gpu = make()
+            benchmark._timer = SyncTimer(["cuda:0"], clock=clock, synchronize=gpu.synchronize)
+            if mode == "precise":
+                benchmark._precision, benchmark._confidence, benchmark._max_time = 0.01, 0.99, 5.0
+            else:
+                benchmark._precision, benchmark._max_time = None, 5.0
+            start = clock.now
+            benchmark(gpu.launch)
+            info = stopping_info(benchmark.stats)
+            RESULTS[mode] = (benchmark.stats.stats.median, clock.now - start, info["stopped_on"])
+            if len(RESULTS) == 2:
+                with open("out.json", "w") as fh:
+                    json.dump(RESULTS, fh)
+        """
+    )
+    pytester.syspathinsert(ROOT)
+    result = pytester.runpytest(
+        "-p", "no:cacheprovider", "-q", "--benchmark-min-rounds=5", "--benchmark-calibration-precision=10"
+    )
+    result.assert_outcomes(passed=2)
+    import json
+
+    out = json.loads((pytester.path / "out.json").read_text())
+    (precise_median, precise_s, stopped), (long_median, long_s, _) = out["precise"], out["long"]
+    assert stopped == "precision"
+    assert precise_s < 0.2 < long_s
+    assert precise_median == pytest.approx(long_median, rel=0.01)
