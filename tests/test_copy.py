@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
-from suite.cases import SkipCase
-from suite.cases import buffers
+from suite.cases import SkipCase, buffers
 from suite.cases.copy import measure as copy_case
-from suite.config import parse_config
+from suite.config import load_config, parse_config
 from suite.devices import missing_reason, use_platform
 from suite.errors import UserError
 from suite.units import gbps
@@ -141,6 +142,104 @@ def test_cpu_override_applies_to_host_copies_only():
 
 def test_disabled_section_has_no_cases():
     assert cases_of(1, enabled=False) == []
+
+
+# --- sweep where size matters, the matrix at large sizes (matrix_sizes) ----------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+KiB, MiB = 2**10, 2**20
+
+
+def _sizes_by_pair(cases, direction="uni") -> dict[tuple[str, str], set[int]]:
+    out: dict[tuple[str, str], set[int]] = {}
+    for c in cases:
+        if c.info["direction"] == direction:
+            out.setdefault((c.info["src"], c.info["dst"]), set()).add(c.info["size"])
+    return out
+
+
+def _node_cases(path: str, gpus: int, peer=True) -> list:
+    cfg = load_config(ROOT / path)
+    with use_platform(FakePlatform(gpus=gpus, peer=peer)):
+        return copy_case.enumerate_cases(cfg, ["cpu", *(f"cuda:{i}" for i in range(gpus))])
+
+
+def test_default_config_on_8_gpus_sweeps_the_chosen_pairs_and_runs_the_matrix_at_large_sizes():
+    cfg = load_config(ROOT / "configs/default.yaml").cases.copy
+    sweep, matrix = set(cfg.sizes), set(cfg.matrix_sizes)
+    assert len(sweep) >= 5 and matrix and max(matrix) == max(sweep) and min(matrix) >= 64 * MiB
+    cases = _node_cases("configs/default.yaml", 8)
+    uni, bi = _sizes_by_pair(cases), _sizes_by_pair(cases, "bi")
+    gpus = [f"cuda:{i}" for i in range(8)]
+    assert len(uni) == 1 + 2 * 8 + 8 + 8 * 7  # every ordered pair still: host copy, host<->GPU, local, peer
+    for g in gpus:  # host<->each GPU: the whole sweep both ways, pinned and pageable, and both ways at once
+        for pair in (("cpu", g), (g, "cpu")):
+            assert uni[pair] == sweep | matrix
+            assert {c.info["memory"] for c in cases if (c.info["src"], c.info["dst"]) == pair} == {
+                "pinned", "pageable"}
+        assert bi[("cpu", g)] == sweep | matrix
+    # One same-device copy and one peer pair (every pair has peer access here: one link kind) get the sweep.
+    swept = {pair for pair, sizes in uni.items() if sizes == sweep | matrix and "cpu" not in pair}
+    assert swept == {("cuda:0", "cuda:0"), ("cuda:0", "cuda:1"), ("cuda:1", "cuda:0")}
+    assert bi[("cuda:0", "cuda:1")] == sweep | matrix
+    # Every other GPU pair: the src x dst matrix at the large sizes only, each way and both ways at once.
+    rest = {pair: sizes for pair, sizes in uni.items() if "cpu" not in pair and pair not in swept}
+    assert len(rest) == 8 * 8 - 3 and all(sizes == matrix for sizes in rest.values())
+    assert all(bi[pair] == matrix for pair in bi if "cpu" not in pair and pair != ("cuda:0", "cuda:1"))
+    assert uni[("cpu", "cpu")] == set(cfg.cpu.sizes) | set(cfg.cpu.matrix_sizes)
+    ids = {c.id for c in cases}
+    assert len(ids) == len(cases)
+    # The ids are those every-pair-every-size gives: only which cases are selected changed.
+    every_size = {**cfg.model_dump(exclude={"matrix_sizes", "cpu", "timing"}),
+                  "sizes": sorted(sweep | matrix)}
+    with use_platform(FakePlatform(gpus=8)):
+        everything = copy_case.enumerate_cases(parse_config({"cases": {"copy": every_size}}), ["cpu", *gpus])
+    assert ids < {c.id for c in everything}
+    for expected in ("cpu->cuda:7-pageable-4KiB", "cuda:7->cpu-pinned-256MiB", "cuda:0->cuda:1-device-16KiB",
+                     "cuda:3->cuda:5-device-64MiB", "cuda:2<->cuda:6-device-non_blocking-256MiB",
+                     "cuda:0->cuda:0-device-4KiB", "cuda:4->cuda:4-device-256MiB"):
+        assert expected in ids
+    assert "cuda:3->cuda:5-device-4KiB" not in ids and "cuda:4->cuda:4-device-4KiB" not in ids
+
+
+def test_one_peer_pair_per_link_kind_gets_the_sweep():
+    # cuda:0<->cuda:1 and cuda:2<->cuda:3 have peer access; the pairs across them are staged through the host.
+    access = {(0, 1), (1, 0), (2, 3), (3, 2)}
+    cases = cases_of(4, peer=access, sizes=["4KiB", "1MiB"], matrix_sizes=["1MiB"])
+    uni = _sizes_by_pair(cases)
+    peer_swept = {pair for pair, sizes in uni.items() if len(sizes) == 2 and "cpu" not in pair
+                  and pair[0] != pair[1]}
+    # The first pair of each kind, both ways: cuda:0<->cuda:1 (peer access), cuda:0<->cuda:2 (none).
+    assert peer_swept == {("cuda:0", "cuda:1"), ("cuda:1", "cuda:0"),
+                          ("cuda:0", "cuda:2"), ("cuda:2", "cuda:0")}
+    assert uni[("cuda:2", "cuda:3")] == {MiB} and uni[("cuda:1", "cuda:3")] == {MiB}
+    kinds = {c.info["peer_access"] for c in cases if (c.info["src"], c.info["dst"]) in peer_swept}
+    assert kinds == {True, False}
+
+
+def test_pairs_option_and_matrix_sizes_together():
+    cases = cases_of(2, pairs=["cuda:0->cuda:1", "cuda:1->cuda:1", "cuda:0->cuda:0", "cpu->cuda:1"],
+                     matrix_sizes=["1MiB", "64MiB"], directions=["uni"], memory=["pinned"],
+                     non_blocking=[False])
+    assert _sizes_by_pair(cases) == {
+        ("cuda:0", "cuda:1"): {4 * KiB, MiB, 64 * MiB},  # the only peer pair listed: the sweep, one way
+        ("cuda:1", "cuda:1"): {4 * KiB, MiB, 64 * MiB},  # the first same-device pair listed
+        ("cuda:0", "cuda:0"): {MiB, 64 * MiB},
+        ("cpu", "cuda:1"): {4 * KiB, MiB, 64 * MiB},
+    }
+    # The sweep pairs run the sizes in size order whatever order the lists give.
+    assert [c.info["size"] for c in cases if c.info["src"] == "cpu"] == [4 * KiB, MiB, 64 * MiB]
+
+
+def test_without_matrix_sizes_every_pair_runs_every_size_as_full_yaml_does():
+    full = load_config(ROOT / "configs/full.yaml").cases.copy
+    assert full.matrix_sizes is None
+    cases = _node_cases("configs/full.yaml", 8)
+    uni = _sizes_by_pair(cases)
+    assert len(uni) == 1 + 2 * 8 + 8 + 8 * 7
+    assert all(sizes == set(full.sizes) for pair, sizes in uni.items() if pair != ("cpu", "cpu"))
+    assert all(sizes == set(full.sizes) for pair, sizes in _sizes_by_pair(cases, "bi").items())
+    assert len(cases) > 2 * len(_node_cases("configs/default.yaml", 8))
 
 
 # --- skip reasons -------------------------------------------------------------------------------------------
@@ -284,9 +383,12 @@ def test_verify_copy_compares_shapes_and_every_byte():
             "cases.copy.directions[0]: 'both' is not a copy direction; allowed: uni, bi",
         ),
         ({"cpu": {"sizes": ["1QB"]}}, "cases.copy.cpu.sizes[0]: '1QB' is not a size"),
+        ({"matrix_sizes": []}, "cases.copy.matrix_sizes: [] is invalid: List should have at least 1 item"),
+        ({"cpu": {"matrix_sizes": ["big"]}}, "cases.copy.cpu.matrix_sizes[0]: 'big' is not a size"),
         (
             {"size": ["4KiB"]},
-            "cases.copy.size: unknown key 'size'; allowed keys here: enabled, timing, sizes, memory",
+            ("cases.copy.size: unknown key 'size'; allowed keys here: enabled, timing, sizes, matrix_sizes, "
+             "memory"),
         ),
     ],
 )

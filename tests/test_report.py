@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from html import escape
 from pathlib import Path
 
 import pandas as pd
@@ -212,3 +213,60 @@ def test_report_of_a_real_cpu_only_run(tmp_path):
     assert main(["report", str(DATA / "real" / "cpu_default_run.json"), "-o", str(out)]) == 0
     html = out.read_text(encoding="utf-8")
     assert "Copy bandwidth matrix" in html and "Matmul" in html
+
+
+# --- how each benchmark stopped (precision stopping's extra_info) -----------------------------------------
+
+
+def _row_of(html: str, name: str) -> str:
+    """The results-table row (<tr>...</tr>) of one benchmark."""
+    match = re.search(rf"<tr><td>[^<]*</td><td><code>{re.escape(escape(name))}</code>.*?</tr>", html)
+    assert match, f"no row for {name}"
+    return match.group(0)
+
+
+def test_results_table_shows_how_each_benchmark_stopped(tmp_path):
+    data = json.loads((DATA / "cpu_only.json").read_text(encoding="utf-8"))
+    stops = {  # benchmark: rounds, extra_info as suite.timing.stopping_info writes it, the cell expected
+        0: (12, {"stopped_on": "precision", "margin": 0.0043, "precision_target": 0.01},
+            "12 · precision ±0.43%"),
+        1: (40, {"stopped_on": "time", "margin": 0.031, "precision_target": 0.01},
+            "40 · time ±3.1% (target ±1%)"),  # it missed the target: the target is shown
+        2: (10, {"stopped_on": "fixed", "margin": 0.02, "precision_target": None}, "10 · fixed ±2%"),
+        3: (7, {"stopped_on": "time", "margin": 0.05, "precision_target": None}, "7 · time ±5%"),  # no target
+    }
+    for i, (rounds, info, _) in stops.items():
+        bench = data["benchmarks"][i]
+        bench["stats"]["rounds"] = rounds
+        bench["extra_info"].update(info, rounds=rounds, confidence=0.99)
+    (tmp_path / "run.json").write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "r.html"
+    assert main(["report", str(tmp_path / "run.json"), "-o", str(out)]) == 0
+    html = out.read_text(encoding="utf-8")
+    for i, (_, _, cell) in stops.items():
+        row = _row_of(html, data["benchmarks"][i]["name"])
+        assert f">{cell}</td>" in row
+        assert "margin=" not in row and "stopped_on=" not in row and "confidence=" not in row  # not as params
+    # A result that says nothing of stopping (older files, other tools) shows its rounds alone.
+    plain = data["benchmarks"][len(stops)]
+    assert f">{int(plain['stats']['rounds'])}</td>" in _row_of(html, plain["name"])
+
+
+def test_a_real_run_reports_the_stopping_it_recorded(run_benchmarks, tmp_path):
+    config = {
+        "devices": ["cpu"],
+        "timing": {"warmup_s": 0.0, "max_time": 0.05, "min_rounds": 3, "precision": 0.05},
+        "cases": {"copy": {"sizes": ["4KiB", "64KiB"], "memory": ["pageable"], "directions": ["uni"]}},
+    }
+    result, data = run_benchmarks(config, "-k", "test_copy")
+    result.assert_outcomes(passed=2)
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "r.html"
+    assert main(["report", str(path), "-o", str(out)]) == 0
+    html = out.read_text(encoding="utf-8")
+    for bench in data["benchmarks"]:
+        info = bench["extra_info"]
+        assert info["stopped_on"] in ("precision", "time") and info["rounds"] == bench["stats"]["rounds"]
+        cell = f"{info['rounds']} · {info['stopped_on']} ±{100 * info['margin']:.2g}%"
+        assert cell in _row_of(html, bench["name"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import numbers
 from dataclasses import dataclass
 
 import pandas as pd
@@ -11,8 +12,11 @@ import pandas as pd
 from suite.results import Machine, relative_speed
 from suite.units import format_size
 
+# How precision stopping ended (suite.timing.stopping_info writes them into extra_info): shown in the rounds
+# column as `12 · precision ±0.4%`, not among the params.
+STOP_KEYS = ("stopped_on", "margin", "precision_target", "confidence", "rounds")
 # Keys already shown in their own column, so the params column does not repeat them.
-_SHOWN_KEYS = frozenset({"device", "src", "dst"})
+_SHOWN_KEYS = frozenset({"device", "src", "dst", *STOP_KEYS})
 
 
 def format_time(seconds: float) -> str:
@@ -146,9 +150,43 @@ def _params_text(params_json: str) -> str:
     return ", ".join(parts)
 
 
+def _fraction(value: object) -> float | None:
+    """A non-negative finite number (numpy's too) as a float; None for anything else (NaN, None, text)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        return None
+    return float(value) if value >= 0 else None
+
+
+def _percent(fraction: float) -> str:
+    return f"±{100 * fraction:.2g}%"
+
+
+def stop_text(rounds: float, stopped_on: object, margin: object, target: object) -> str:
+    """The rounds cell: the rounds and how the benchmark stopped, the margin of error it reached, and the
+    target where it stopped short of it: `12 · precision ±0.4%`, `40 · time ±3.1% (target ±1%)`,
+    `10 · fixed ±2%` (collectives). The rounds come first, so the column still sorts by them."""
+    text = "" if rounds is None or math.isnan(rounds) else str(int(rounds))
+    if not isinstance(stopped_on, str) or not stopped_on:
+        return text  # another tool's result, or one written before precision stopping
+    how = stopped_on
+    reached, aim = _fraction(margin), _fraction(target)
+    if reached is not None:
+        how += f" {_percent(reached)}"
+    if stopped_on == "time" and aim:
+        how += f" (target {_percent(aim)})"
+    return f"{text} · {how}" if text else how
+
+
+def _column(rows: pd.DataFrame, key: str) -> list:
+    """A column's values, None where the table has no such column (no result recorded the key)."""
+    return list(rows[key]) if key in rows.columns else [None] * len(rows)
+
+
 def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[tuple]:
-    """Per result: machine, benchmark, where, params, (median text, s), (IQR text, s), rounds, (metric, value)."""
+    """Per result: machine, benchmark, where, params, (median text, s), (IQR text, s), rounds and how it
+    stopped, (metric, value)."""
     out = []
+    stopped_on, margin, target = (_column(rows, k) for k in ("stopped_on", "margin", "precision_target"))
     where = [
         f"{s}→{d}" if isinstance(s, str) and isinstance(d, str) else (dev if isinstance(dev, str) else "")
         for s, d, dev in zip(rows["src"], rows["dst"], rows["device"])
@@ -167,7 +205,7 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[tuple]:
         t = traffic.iat[i]
         if not math.isnan(t):
             metric += f" (traffic {t:.4g} GB/s)"
-        rounds = "" if math.isnan(r.rounds) else str(int(r.rounds))
+        rounds = stop_text(r.rounds, stopped_on[i], margin[i], target[i])
         out.append(
             (
                 label,

@@ -1,4 +1,4 @@
-"""The `cases.copy` section: device pairs, sizes, host memory, non_blocking and direction of the copy matrix."""
+"""The `cases.copy` section: device pairs, sizes, host memory, non_blocking and direction of the copies."""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ def _device_pair(value: Any) -> str:
     match = re.fullmatch(rf"\s*{_PAIR_DEVICE}\s*->\s*{_PAIR_DEVICE}\s*", value.lower()) if isinstance(
         value, str) else None
     if not match:
-        raise ValueError(f"{value!r} is not a device pair; expected 'SRC->DST' with devices cpu, mps, cuda:N or "
-                         "xpu:N (e.g. 'cpu->cuda:0', 'cuda:0->cuda:1')")
+        raise ValueError(f"{value!r} is not a device pair; expected 'SRC->DST' with devices cpu, mps, cuda:N "
+                         "or xpu:N (e.g. 'cpu->cuda:0', 'cuda:0->cuda:1')")
     src, dst = (d if d in ("cpu", "mps") or ":" in d else f"{d}:0" for d in match.groups())
     return f"{src}->{dst}"
 
@@ -37,14 +37,22 @@ def powers_of_4(low: int, high: int) -> list[int]:
     return sizes
 
 
-@cpu_overrides("sizes", description="overrides of sizes for the CPU->CPU copy")
+@cpu_overrides("sizes", "matrix_sizes", description="overrides of sizes/matrix_sizes for the CPU->CPU copy")
 class CopyConfig(CaseSection):
     """Every ordered (src, dst) pair of the selected devices x size; host memory and non_blocking for the
-    host side of host<->device copies; 'bi' = both directions at once on separate streams."""
+    host side of host<->device copies; 'bi' = both directions at once on separate streams. With
+    `matrix_sizes`, only the pairs where size matters run every size in `sizes` (the sweep); every other pair
+    runs `matrix_sizes` only (nvbandwidth's src x dst matrix)."""
 
     sizes: list[Size] = Field(
         default_factory=lambda: powers_of_4(4 * 2**10, 256 * 2**20), min_length=1,
-        description="buffer sizes; default 4KiB to 256MiB in powers of 4",
+        description="buffer sizes (with matrix_sizes: of the size sweep); default 4KiB-256MiB in powers of 4",
+    )
+    matrix_sizes: list[Size] | None = Field(
+        None, min_length=1,
+        description="sizes for every ordered pair; then `sizes` runs only on the sweep pairs: host<->each "
+        "device, the host copy, one same-device copy and one peer pair per link kind (default: unset, every "
+        "pair runs every size)",
     )
     memory: list[HostMemory] = Field(
         default_factory=lambda: list(HOST_MEMORY), min_length=1,
@@ -59,5 +67,6 @@ class CopyConfig(CaseSection):
         description="uni, bi (both directions at once; distinct devices with an accelerator only)",
     )
     pairs: list[DevicePair] | None = Field(
-        None, min_length=1, description="'SRC->DST' pairs to run instead of every ordered pair of the devices",
+        None, min_length=1,
+        description="'SRC->DST' pairs to run instead of every ordered pair of the devices",
     )

@@ -1,4 +1,4 @@
-"""Copy matrix: every ordered (src, dst) device pair x size; pinned/pageable host memory, non_blocking, uni/bi."""
+"""Copy matrix: every ordered device pair x size; pinned/pageable host memory, non_blocking, uni/bi."""
 
 from __future__ import annotations
 
@@ -55,6 +55,36 @@ def _pairs(section, devices: list[str]) -> list[tuple[str, str]]:
     return [(s, d) for s in devices for d in devices]
 
 
+def link_kind(src: str, dst: str) -> bool | None:
+    """The link kind of a device pair as the device seam tells it: True with peer access (a direct link),
+    False when torch stages the copy through host memory, None for a device this machine lacks. The seam does
+    not tell NVLink from PCIe peer access, so two peer pairs over different links count as one kind."""
+    return _peer_access(src, dst)
+
+
+def sweep_pairs(pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The ordered pairs that run the whole size sweep when `matrix_sizes` is set: where size tells something
+    the large sizes do not. Host<->each device both ways and the host copy (each GPU's host link differs:
+    NUMA node, PCIe switch); one same-device copy (the first: a node's GPUs are alike); one peer pair per link
+    kind, both ways (the first of each kind in pair order). The other pairs run matrix_sizes only."""
+    chosen: set[tuple[str, str]] = set()
+    local_done = False
+    kinds_done: set = set()
+    listed = set(pairs)
+    for src, dst in pairs:
+        path = path_of(src, dst)
+        if path in ("host", "h2d", "d2h"):
+            chosen.add((src, dst))
+        elif path == "local" and not local_done:
+            chosen.add((src, dst))
+            local_done = True
+        elif path == "peer" and link_kind(src, dst) not in kinds_done:
+            both = [(src, dst)] + ([(dst, src)] if (dst, src) in listed else [])
+            chosen.update(both)
+            kinds_done.update(link_kind(a, b) for a, b in both)
+    return chosen
+
+
 def _case(src: str, dst: str, size: int, memory: str, non_blocking: bool, direction: str) -> Case:
     path = path_of(src, dst)
     arrow = "<->" if direction == "bi" else "->"
@@ -88,10 +118,15 @@ def enumerate_cases(config, devices: list[str]) -> list[Case]:
         return []
     cases: list[Case] = []
     bi_done: set[frozenset] = set()
-    for src, dst in _pairs(section, devices):
+    pairs = _pairs(section, devices)
+    swept = sweep_pairs(pairs)
+    for src, dst in pairs:
         path = path_of(src, dst)
         s = section.for_device("cpu" if path == "host" else dst if src == "cpu" else src)
         sizes = _unique(s.sizes)
+        if s.matrix_sizes is not None:
+            # The sweep pairs run both lists (in size order), the rest the matrix only.
+            sizes = sorted({*sizes, *s.matrix_sizes}) if (src, dst) in swept else _unique(s.matrix_sizes)
         if path == "host":
             cases += [_case(src, dst, n, "pageable", False, "uni") for n in sizes]
             continue
@@ -130,8 +165,8 @@ def skip_reason(case: Case) -> str | None:
             engines = copy_engine_count(accel)
             if engines is not None and engines < BIDIRECTIONAL_ENGINES:
                 return (
-                    f"host<->{accel} both ways at once needs {BIDIRECTIONAL_ENGINES} copy engines; {accel} has "
-                    f"{engines}, so the directions would run one after the other"
+                    f"host<->{accel} both ways at once needs {BIDIRECTIONAL_ENGINES} copy engines; {accel} "
+                    f"has {engines}, so the directions would run one after the other"
                 )
     return None
 
@@ -229,7 +264,8 @@ def gpu_checks(ctx) -> list:
         if pinned and pageable:
             fast = median([b["extra_info"]["gbps"] for b in pinned])
             slow = median([b["extra_info"]["gbps"] for b in pageable])
-            rows.append(CheckRow(title, fast, slow, "GB/s", judged(ctx, fast > slow), "pinned must be faster"))
+            rows.append(CheckRow(title, fast, slow, "GB/s", judged(ctx, fast > slow),
+                                 "pinned must be faster"))
         else:
             rows.append(CheckRow(title, None, None, "GB/s", judged(ctx, False),
                                  "no pinned or no pageable result (the CPU has no pinned memory)"))
@@ -241,7 +277,9 @@ __all__ = [
     "build",
     "enumerate_cases",
     "gpu_checks",
+    "link_kind",
     "moved_bytes",
     "skip_reason",
+    "sweep_pairs",
     "traffic_bytes",
 ]
