@@ -82,8 +82,16 @@ MEASURED_KEYS = frozenset(
         # Where an imported result came from and how often it ran: provenance, not a parameter.
         "iters",
         "tool_version",
+        # How the benchmark stopped (suite.timing.stopping_info): differs on every run, kept as STOP_KEYS columns.
+        "rounds",
+        "margin",
+        "confidence",
+        "precision_target",
+        "stopped_on",
     }
 )
+# extra_info of how precision stopping ended, carried as columns (the report shows them) but never matched on.
+STOP_KEYS = ("stopped_on", "margin", "precision_target", "confidence")
 STAT_KEYS = ("median", "iqr", "q1", "q3", "min", "max", "mean", "stddev", "rounds", "iterations")
 
 COLUMNS = (
@@ -103,6 +111,7 @@ COLUMNS = (
     "match_key",
     *STAT_KEYS,
     *NUMERIC_KEYS,
+    *STOP_KEYS,
     "metric",
     "metric_name",
     "metric_unit",
@@ -467,6 +476,8 @@ def _rows(
         for key in NUMERIC_KEYS:
             v = extra.get(key)
             row[key] = float(v) if v.__class__ in _NUMBER_TYPES else nan
+        for key in STOP_KEYS:
+            row[key] = _scalar(extra.get(key))
         metric_name = rate_name(case, row)
         row["metric"] = row[metric_name] if metric_name else math.nan
         row["metric_name"] = metric_name

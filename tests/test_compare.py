@@ -236,3 +236,21 @@ def test_folders_compare_each_machines_latest_run(tmp_path, capsys):
     assert main(["compare", str(old_dir), str(new_dir), "--format", "json"]) == 1
     rows = json.loads(capsys.readouterr().out)["results"]
     assert [r["benchmark"] for r in rows if r["status"] == "regression"] == [data["benchmarks"][1]["name"]]
+
+
+def test_how_a_run_stopped_does_not_change_which_benchmarks_match(pair, capsys):
+    """Each run stops on its own rounds and margin (extra_info from precision stopping): two runs of the same
+    cases must still line up one to one, and a slowdown still shows."""
+    base_path, base, candidate = pair
+    stopped = copy.deepcopy(base)
+    for bench in base["benchmarks"]:
+        bench["extra_info"].update(rounds=12, margin=0.004, confidence=0.99, precision_target=0.01,
+                                   stopped_on="precision")
+    for bench in stopped["benchmarks"]:
+        bench["extra_info"].update(rounds=40, margin=0.031, confidence=0.99, precision_target=0.01,
+                                   stopped_on="time")
+    Path(base_path).write_text(json.dumps(base), encoding="utf-8")
+    assert main(["compare", base_path, candidate(scaled(stopped, 0, 1.5))]) == 1
+    out = capsys.readouterr().out
+    assert "1 regression" in out and "19 unchanged" in out
+    assert "0 only in baseline, 0 only in candidate" in out

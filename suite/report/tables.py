@@ -9,14 +9,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from suite.results import Machine, relative_speed
+from suite.results import STOP_KEYS, Machine, relative_speed
 from suite.units import format_size
 
-# How precision stopping ended (suite.timing.stopping_info writes them into extra_info): shown in the rounds
-# column as `12 · precision ±0.4%`, not among the params.
-STOP_KEYS = ("stopped_on", "margin", "precision_target", "confidence", "rounds")
-# Keys already shown in their own column, so the params column does not repeat them.
-_SHOWN_KEYS = frozenset({"device", "src", "dst", *STOP_KEYS})
+# Keys already shown in their own column, so the params column does not repeat them; how precision stopping
+# ended (results.STOP_KEYS) is shown in the rounds column as `12 · precision ±0.4%`.
+_SHOWN_KEYS = frozenset({"device", "src", "dst", "rounds", *STOP_KEYS})
 
 
 def format_time(seconds: float) -> str:
