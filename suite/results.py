@@ -149,6 +149,8 @@ class Machine:
     commit: dict = field(default_factory=dict)
     config_path: str = ""
     n_benchmarks: int = 0
+    wrong_results: list[str] = field(default_factory=list)  # another tool's failed data checks
+    config: dict = field(default_factory=dict)  # the resolved config the run was measured with, if ours
     tool: str = OUR_TOOL  # which program measured: gpubench-suite, nccl-tests, nvbandwidth, pytest-benchmark
 
     @property
@@ -374,14 +376,25 @@ def route_kind(src: object, dst: object) -> str:
     return "local" if src == dst else "peer"
 
 
-def peer_keys(table: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+def route_kinds(src: pd.Series, dst: pd.Series) -> pd.Series:
+    """route_kind of every row at once (a fleet has hundreds of thousands)."""
+    s, d = src.astype(object), dst.astype(object)
+    valid = (s.map(type) == str) & (d.map(type) == str)
+    s_cpu, d_cpu = (s == "cpu") & valid, (d == "cpu") & valid
+    kinds = np.select(
+        [~valid, s_cpu & d_cpu, s_cpu, d_cpu, s == d], ["", "host", "h2d", "d2h", "local"], "peer"
+    )
+    return pd.Series(kinds, index=src.index, dtype=object)
+
+
+def peer_keys(table: pd.DataFrame, kinds: pd.Series | None = None) -> tuple[pd.Series, pd.Series]:
     """(peer key, subject) per row: benchmarks equal but for the device share a peer key; subject: the device.
 
     A copy's subject is its GPU end (`cuda:0` for cpu->cuda:0) or its route between GPUs. Rows of a foreign
     file, or with no device, get an empty subject: they have no peers within the run.
     """
-    src, dst, dev = table["src"], table["dst"], table["device"]
-    kinds = pd.Series([route_kind(s, d) for s, d in zip(src, dst)], index=table.index, dtype=object)
+    src, dst, dev = table["src"].astype(object), table["dst"].astype(object), table["device"].astype(object)
+    kinds = route_kinds(src, dst) if kinds is None else kinds
     subject = dev.where(dev.notna(), None)
     subject = subject.where(kinds != "h2d", dst).where(kinds != "d2h", src).where(kinds != "local", src)
     subject = subject.where(kinds != "peer", src.astype(str) + "->" + dst.astype(str))
@@ -565,10 +578,15 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
             while label in machines:
                 label, n = f"{base} #{n}", n + 1
         software = info.get("software") if isinstance(info.get("software"), dict) else {}
+        host = str(info.get("node") or "")
+        if not host:  # never merge two unnamed machines into one node: the file stands for the machine
+            host = stem
+            warnings.append(f"{path}: names no host; its machine is called {stem!r} after the file")
+        wrong = block.get("wrong_results")
         machine = Machine(
             label=label,
             file=str(path),
-            host=str(info.get("node") or ""),
+            host=host,
             partial=bool(data.get("partial")),
             foreign=foreign,
             schema_version=version,
@@ -580,6 +598,8 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
             commit=data.get("commit_info") if isinstance(data.get("commit_info"), dict) else {},
             config_path=str(block.get("config_path") or ""),
             tool=str(block.get("tool") or (OUR_TOOL if not foreign else "pytest-benchmark")),
+            wrong_results=[str(w) for w in wrong] if isinstance(wrong, list) else [],
+            config=block.get("config") if isinstance(block.get("config"), dict) else {},
         )
         rows = _rows(data, machine, foreign, warnings, path, extra_keys)
         machine.n_benchmarks = len(rows)
@@ -589,7 +609,10 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
         warnings.append(f"--label {key}: matches no loaded file — ignored")
     if not machines:
         detail = "; ".join(warnings[:3]) or "no paths given"
-        raise UserError(f"no results could be read ({detail}); pass pytest-benchmark JSON files or folders")
+        raise UserError(
+            f"no results could be read ({detail}); pass results JSON files (ours or pytest-benchmark's), "
+            "nccl-tests text output, nvbandwidth -j JSON, or folders of them"
+        )
     return LoadedResults(table=_frame(all_rows, list(extra_keys)), machines=machines, warnings=warnings)
 
 
@@ -675,16 +698,26 @@ def export_table(table: pd.DataFrame, csv: str | None = None, parquet: str | Non
     return written
 
 
-def latest_runs(machines: Mapping[str, Machine], by: str = "identity") -> list[str]:
-    """Labels of each machine's latest run per tool: the newest `datetime`, ties broken by file path.
+def latest_runs(
+    machines: Mapping[str, Machine], by: str = "identity", warnings: list[str] | None = None
+) -> list[str]:
+    """Labels of each machine's latest run per tool: the newest `datetime`, ties broken by file name.
 
     `by` is "identity" (host, accelerators, driver: one history) or "node" (host and accelerators: what
-    health judges, so a driver upgrade does not leave the old driver's runs beside the new ones).
+    health judges, so a driver upgrade does not leave the old driver's runs beside the new ones). Runs that
+    record no time (other tools' output) are ordered by file name, never by the file's modification time
+    (a copy changes it); where that decides, a warning in `warnings` says so.
     """
-    newest: dict[tuple[str, str], Machine] = {}
+    runs: dict[tuple[str, str], list[Machine]] = {}
     for m in machines.values():
-        key = (getattr(m, by), m.tool)
-        best = newest.get(key)
-        if best is None or (m.datetime, m.file) > (best.datetime, best.file):
-            newest[key] = m
-    return sorted(m.label for m in newest.values())
+        runs.setdefault((getattr(m, by), m.tool), []).append(m)
+    latest = []
+    for (_, tool), ms in sorted(runs.items()):
+        ms = sorted(ms, key=lambda m: (m.datetime, Path(m.file).name, m.file))
+        latest.append(ms[-1].label)
+        if len(ms) > 1 and warnings is not None and not all(m.datetime for m in ms):
+            warnings.append(
+                f"{ms[-1].host}: {len(ms)} {tool} runs, not all recording when they ran; judged the last "
+                f"by file name, {Path(ms[-1].file).name} (pass one run per machine to choose)"
+            )
+    return sorted(latest)
