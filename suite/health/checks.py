@@ -225,15 +225,13 @@ def _judge_measure(
             subject=sub["world_size"].map(lambda w: "" if pd.isna(w) else f"{w:.0f} GPUs"),
         )
     # One lookup per distinct (model, PCIe generation, world size), not per row.
-    gens = sub["pcie_gen"].map(lambda g: g if isinstance(g, int) and not isinstance(g, bool) else None)
+    gens = [g if isinstance(g, int) and not isinstance(g, bool) else None for g in sub["pcie_gen"]]
     sizes = (
-        sub["world_size"].map(lambda w: None if pd.isna(w) else int(w))
-        if measure.per_machine
-        else pd.Series(None, index=sub.index, dtype=object)
+        [None if pd.isna(w) else int(w) for w in sub["world_size"]] if measure.per_machine else [None] * len(sub)
     )
-    lookup = pd.Series(list(zip(sub["model"], gens, sizes)), index=sub.index)
-    figures = {k: expectations.figure(k[0], measure_name, k[1], k[2]) for k in lookup.unique()}
-    fig_of = lookup.map(figures)
+    lookup = list(zip(sub["model"], gens, sizes))
+    figures = {k: expectations.figure(k[0], measure_name, k[1], k[2]) for k in set(lookup)}
+    fig_of = pd.Series([figures[k] for k in lookup], index=sub.index, dtype=object)
     expected = fig_of.map(lambda f: f.value if f else np.nan).astype(float)
     share = sub[measure.rate] / expected * 100
     pct.loc[sub.index] = share.to_numpy()
