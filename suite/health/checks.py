@@ -118,7 +118,8 @@ def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
     rows["peer_key"], rows["subject"] = peer_keys(rows, rows["route_"])
     # The subject's first device (cuda:0 of cuda:0->cuda:1) names the model and PCIe generation; one lookup
     # per distinct (label, device), mapped back onto the rows.
-    first = rows["subject"].str.split("->", n=1).str[0]
+    # A peer route's subject is `src->dst`: its first device is the source.
+    first = rows["subject"].where(rows["route_"] != "peer", rows["src"].astype(object)).astype(str)
     pair = rows["label"] + "\x00" + first
     names, gens = {}, {}
     for label in labels:
@@ -383,13 +384,16 @@ def _stragglers(rows: pd.DataFrame, findings: list[Finding]) -> None:
         shortfall > NOISE_IQR_SHARE * (peers["noise"].to_numpy() + noise_peers)
     )
     hits = peers[flagged].assign(group_=group[flagged], others_=others[flagged], short_=shortfall[flagged])
-    by_group = pd.Series(range(len(peers)), index=peers.index).groupby(group).agg(list)
+    # Each group's members, found by bisection in the rows sorted by group (no Python list per group).
+    by_group = np.argsort(group, kind="stable")
+    sorted_groups = group[by_group]
     values = peers["value"].to_numpy()
     for r in hits.sort_values(
         ["node", "subject", "case", "short_"], ascending=[True, True, True, False]
     ).itertuples(index=False):
         own = r.value
-        rest = [values[i] for i in by_group[r.group_]]
+        lo_at, hi_at = np.searchsorted(sorted_groups, [r.group_, r.group_ + 1])
+        rest = [values[i] for i in by_group[lo_at:hi_at]]
         rest.remove(own) if own in rest else None
         lo, hi = min(rest), max(rest)
         text = (
