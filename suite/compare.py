@@ -77,7 +77,7 @@ def parse_thresholds(values: list[str] | str | None) -> tuple[float, dict[str, f
 
 
 def check_families(thresholds: dict[str, float], present: set[str]) -> None:
-    """A per-family threshold must name a family of the suite or of the results compared: a typo is an error."""
+    """A per-family threshold names a family of the suite or of the results compared: a typo is an error."""
     known = set(FAMILY_RATE) | {FOREIGN_CASE} | present
     for family in thresholds:
         if family not in known:

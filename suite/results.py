@@ -667,7 +667,7 @@ def _text_column(values: object) -> object:
     kinds = set(map(type, values))
     if str not in kinds or not kinds <= {str, type(None), float}:
         return values
-    if float in kinds and not all(v != v for v in values if v.__class__ is float):
+    if float in kinds and not all(math.isnan(v) for v in values if v.__class__ is float):
         return values  # a real number among the text: pandas keeps such a column as objects
     import pyarrow as pa  # present: pandas' str dtype is backed by it
 

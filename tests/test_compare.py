@@ -239,7 +239,9 @@ def test_folders_compare_each_machines_latest_run(tmp_path, capsys):
     assert [r["benchmark"] for r in rows if r["status"] == "regression"] == [data["benchmarks"][1]["name"]]
 
 
-@pytest.mark.parametrize(("value", "message"), [("cpy=10%", "no family 'cpy'"), ("copy=", "for family 'copy'")])
+@pytest.mark.parametrize(
+    ("value", "message"), [("cpy=10%", "no family 'cpy'"), ("copy=", "for family 'copy'")]
+)
 def test_bad_family_thresholds_are_one_line_errors(pair, value, message, capsys):
     base_path, base, candidate = pair
     assert main(["compare", base_path, candidate(base), "--threshold", value]) == 2

@@ -129,9 +129,17 @@ def test_user_expectations_replace_shipped_ones(tmp_path, capsys):
         ("colour: red\n", "unknown key"),
         ("expect: 5\n", "not a list of entries"),
         ("models:\n  - {name: X, match: X, host_link: 7}\n", "host_link 7"),
-        ("expect:\n  - {link: pcie5, measure: h2d, value: 10, source: s, colour: red}\n", "unknown key.s. colour"),
-        ("models: [{name: X, match: X}]\nexpect:\n  - {model: X, measure: all_reduce_busbw, gpus: '8', value: 1, source: s}\n",
-         "is not a GPU count"),
+        (
+            "expect:\n  - {link: pcie5, measure: h2d, value: 10, source: s, colour: red}\n",
+            "unknown key.s. colour",
+        ),
+        (
+            (
+                "models: [{name: X, match: X}]\nexpect:\n"
+                "  - {model: X, measure: all_reduce_busbw, gpus: '8', value: 1, source: s}\n"
+            ),
+            "is not a GPU count",
+        ),
     ],
 )
 def test_bad_expectation_files_are_one_line_errors(tmp_path, content, message):
@@ -175,43 +183,91 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 
 def bench(name: str, extra: dict, median: float) -> dict:
-    stats = {"median": median, "iqr": median * 0.01, "q1": median, "q3": median, "mean": median,
-             "min": median, "max": median, "rounds": 10, "iterations": 1}
+    stats = {
+        "median": median,
+        "iqr": median * 0.01,
+        "q1": median,
+        "q3": median,
+        "mean": median,
+        "min": median,
+        "max": median,
+        "rounds": 10,
+        "iterations": 1,
+    }
     return {"name": name, "fullname": f"tests::{name}", "extra_info": extra, "stats": stats}
 
 
-def ours(host: str, gpus: int, benchmarks: list[dict], config: dict | None = None, gpu: str = H100,
-         **device: object) -> dict:
+def ours(
+    host: str,
+    gpus: int,
+    benchmarks: list[dict],
+    config: dict | None = None,
+    gpu: str = H100,
+    **device: object,
+) -> dict:
     devices = [{"id": f"cuda:{i}", "kind": "cuda", "name": gpu, **device} for i in range(gpus)]
     block = {"schema_version": 1, **({"config": config} if config else {})}
-    return {"machine_info": {"node": host, "devices": devices}, "benchmarks": benchmarks, "suite": block,
-            "datetime": "2026-11-29T18:00:00+00:00"}
+    return {
+        "machine_info": {"node": host, "devices": devices},
+        "benchmarks": benchmarks,
+        "suite": block,
+        "datetime": "2026-11-29T18:00:00+00:00",
+    }
 
 
 def matmul(device: str, tflops: float, precision: str = "bfloat16") -> dict:
     flops = 2 * 8192**3
-    extra = {"case": "matmul", "device": device, "dtype": precision, "m": 8192, "n": 8192, "k": 8192,
-             "flops": flops, "tflops": tflops}
+    extra = {
+        "case": "matmul",
+        "device": device,
+        "dtype": precision,
+        "m": 8192,
+        "n": 8192,
+        "k": 8192,
+        "flops": flops,
+        "tflops": tflops,
+    }
     return bench(f"test_matmul[{device}-{precision}]", extra, flops / tflops / 1e12)
 
 
 def copy(src: str, dst: str, gbps: float, memory: str = "device") -> dict:
     size = 256 * 2**20
-    extra = {"case": "copy", "src": src, "dst": dst, "bytes": size, "gbps": gbps, "memory": memory,
-             "direction": "uni"}
+    extra = {
+        "case": "copy",
+        "src": src,
+        "dst": dst,
+        "bytes": size,
+        "gbps": gbps,
+        "memory": memory,
+        "direction": "uni",
+    }
     return bench(f"test_copy[{src}->{dst}]", extra, size / gbps / 1e9)
 
 
 def all_reduce(busbw: float, world: int, nnodes: int) -> dict:
     size = 2**30
-    extra = {"case": "collectives", "op": "all_reduce", "bytes": size, "busbw": busbw, "algbw": busbw / 2,
-             "world_size": world, "nnodes": nnodes, "ranks_per_node": world // nnodes}
+    extra = {
+        "case": "collectives",
+        "op": "all_reduce",
+        "bytes": size,
+        "busbw": busbw,
+        "algbw": busbw / 2,
+        "world_size": world,
+        "nnodes": nnodes,
+        "ranks_per_node": world // nnodes,
+    }
     return bench(f"test_collectives[all_reduce-{world}x{nnodes}]", extra, size / busbw / 1e9)
 
 
 def test_expected_figures_judge_our_own_matmul_and_copies(tmp_path, capsys):
-    benches = [matmul("cuda:0", 780), matmul("cuda:1", 600), copy("cuda:0", "cuda:0", 1400),
-               copy("cuda:1", "cuda:1", 1380), copy("cuda:0", "cuda:1", 370), copy("cuda:1", "cuda:0", 250)]
+    benches = [
+        matmul("cuda:0", 780),
+        matmul("cuda:1", 600),
+        copy("cuda:0", "cuda:0", 1400),
+        copy("cuda:1", "cuda:1", 1380),
+        copy("cuda:0", "cuda:1", 370),
+        copy("cuda:1", "cuda:0", 250),
+    ]
     path = fleet.write(tmp_path, "box", ours("box", 2, benches))
     code, result = health_json(capsys, str(path))
     table = {(e["device"], e["measure"]): e for e in node(result, "box")["expectations"]}
@@ -245,8 +301,9 @@ def test_peer_figures_only_for_nvlink_models():
 
 
 def test_host_link_without_a_figure_is_listed_as_no_figure(tmp_path, capsys):
-    path = fleet.write(tmp_path, "gen3", ours("gen3", 1, [copy("cpu", "cuda:0", 11.5, "pinned")],
-                                             pcie_gen_max=3))
+    path = fleet.write(
+        tmp_path, "gen3", ours("gen3", 1, [copy("cpu", "cuda:0", 11.5, "pinned")], pcie_gen_max=3)
+    )
     code, result = health_json(capsys, str(path))
     (entry,) = node(result, "gen3")["expectations"]
     assert entry["verdict"] == "no figure" and "pcie3" in entry["source"] and code == 0
@@ -269,7 +326,9 @@ def test_missing_findings_do_not_depend_on_other_files(capsys):
 
     def missing(*paths: str) -> list[tuple]:
         _, result = health_json(capsys, *paths)
-        return sorted((f["device"], f["text"]) for f in node(result, "h100-vm")["findings"] if f["kind"] == "missing")
+        return sorted(
+            (f["device"], f["text"]) for f in node(result, "h100-vm")["findings"] if f["kind"] == "missing"
+        )
 
     alone = missing(path)
     assert alone and alone == missing(path, str(DATA / "h200x2.json"))
@@ -294,7 +353,9 @@ def test_a_named_file_that_cannot_be_read_exits_2(tmp_path, capsys):
 
 def test_untimed_runs_are_chosen_by_file_name_not_modification_time(tmp_path, capsys):
     """Neither tool records when it ran: copying a folder (new mtimes) must not change the verdict."""
-    source = json.loads((IMPORTED / "nvbandwidth" / "constructed_issue6_h100x4.json").read_text(encoding="utf-8"))
+    source = json.loads(
+        (IMPORTED / "nvbandwidth" / "constructed_issue6_h100x4.json").read_text(encoding="utf-8")
+    )
     fixed = json.loads(json.dumps(source))
     fixed["nvbandwidth"]["testcases"][0]["bandwidth_matrix"] = [["57.0", "57.06", "56.68", "57.07"]]
     first, second = tmp_path / "a" / "1-before.json", tmp_path / "a" / "2-after.json"

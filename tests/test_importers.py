@@ -83,11 +83,14 @@ def test_a_folder_picks_up_other_tools_output():
 
 # --- nvbandwidth: a CONSTRUCTED 2-GPU output in json_output.cpp's layout (no real one was published) ---
 
+
 def nvbw(tmp_path: Path, testcases: list[dict], devices: int = 2, name: str = "nvbw.json") -> Path:
     data = {
         "nvbandwidth": {
             "Driver Version": "550.54.15",
-            "GPU Device list": [f"{i}: NVIDIA H100 80GB HBM3 (00000000:{i:02x}:00): (box)" for i in range(devices)],
+            "GPU Device list": [
+                f"{i}: NVIDIA H100 80GB HBM3 (00000000:{i:02x}:00): (box)" for i in range(devices)
+            ],
             "testcases": testcases,
             "version": "v0.8",
         }
@@ -107,8 +110,12 @@ def test_nvbandwidth_peer_direction_comes_from_the_test_name(tmp_path):
     path = nvbw(
         tmp_path,
         [
-            matrix_case("device_to_device_memcpy_read_ce", rows, "memcpy CE GPU(row) -> GPU(column) bandwidth"),
-            matrix_case("device_to_device_memcpy_write_ce", rows, "memcpy CE GPU(row) <- GPU(column) bandwidth"),
+            matrix_case(
+                "device_to_device_memcpy_read_ce", rows, "memcpy CE GPU(row) -> GPU(column) bandwidth"
+            ),
+            matrix_case(
+                "device_to_device_memcpy_write_ce", rows, "memcpy CE GPU(row) <- GPU(column) bandwidth"
+            ),
         ],
     )
     t = load_results([path]).table
@@ -163,10 +170,14 @@ def test_nvbandwidth_local_copy(tmp_path):
         [matrix_case("device_local_copy", [["1400", "1390"]], "memcpy local GPU(column) bandwidth (GB/s)")],
     )
     t = load_results([path]).table
-    assert sorted(zip(t["src"], t["dst"], t["gbps"])) == [("cuda:0", "cuda:0", 1400.0), ("cuda:1", "cuda:1", 1390.0)]
+    assert sorted(zip(t["src"], t["dst"], t["gbps"])) == [
+        ("cuda:0", "cuda:0", 1400.0),
+        ("cuda:1", "cuda:1", 1390.0),
+    ]
 
 
 # --- nccl-tests: variants of the real published log (tests/data/imported/nccl-tests) ---
+
 
 def variant(tmp_path: Path, name: str, edit) -> Path:
     path = tmp_path / name
@@ -195,7 +206,9 @@ def test_nccl_tests_wrong_results_are_dropped_and_fail_health(tmp_path, capsys):
 
 def test_nccl_tests_out_of_bounds_alone_fails_health(tmp_path, capsys):
     path = variant(
-        tmp_path, "all_reduce_perf.txt", lambda t: t.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 3 FAILED")
+        tmp_path,
+        "all_reduce_perf.txt",
+        lambda t: t.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 3 FAILED"),
     )
     assert main(["health", str(path)]) == 1
     assert "data check failed" in capsys.readouterr().out
@@ -221,24 +234,28 @@ def test_nccl_tests_per_iteration_and_timestamp_columns(tmp_path):
         out = []
         for line in text.splitlines():
             if line.startswith(header):
-                line = (
-                    f"{header}{extra}     time   algbw   busbw #wrong{extra}  timestamp"
-                )
+                line = f"{header}{extra}     time   algbw   busbw #wrong{extra}  timestamp"
             elif line.lstrip()[:1].isdigit():
                 t = line.split()
-                line = "  ".join(t[:9] + ["1.0", "2.0", "3.0", "4.0"] + t[9:13] + ["1.0", "2.0", "3.0", "4.0"])
+                line = "  ".join(
+                    t[:9] + ["1.0", "2.0", "3.0", "4.0"] + t[9:13] + ["1.0", "2.0", "3.0", "4.0"]
+                )
                 line += "  2026-01-01 10:00:00"
             out.append(line)
         return "\n".join(out)
 
     t = load_results([variant(tmp_path, "all_reduce_perf.txt", per_iter)]).table
     big = t[(t["bytes"] == 8589934592)].set_index("in_place")
-    assert big.loc[False, "busbw"] == pytest.approx(338.82) and big.loc[True, "busbw"] == pytest.approx(337.35)
+    assert big.loc[False, "busbw"] == pytest.approx(338.82) and big.loc[True, "busbw"] == pytest.approx(
+        337.35
+    )
     assert big.loc[True, "median"] == pytest.approx(47743e-6)
 
 
 def test_nccl_tests_alltoallv_is_not_all_to_all(tmp_path, capsys):
     path = tmp_path / "alltoallv_perf.txt"
-    path.write_text(NCCL.read_text(encoding="utf-8").replace("all_reduce_perf", "alltoallv_perf"), encoding="utf-8")
+    path.write_text(
+        NCCL.read_text(encoding="utf-8").replace("all_reduce_perf", "alltoallv_perf"), encoding="utf-8"
+    )
     main(["health", str(path)])
     assert "alltoallv_perf has no counterpart among our collectives" in capsys.readouterr().err

@@ -26,7 +26,8 @@ TUKEY_K = 1.5  # lower fence = q1 - 1.5 x IQR: the usual outlier rule, robust to
 FLEET_MIN_MACHINES = 3
 MAX_EXAMPLES = 3  # findings shown per device and family; the JSON keeps every one
 KINDS = ("wrong", "low", "straggler", "fleet", "missing")
-# missing is reported, not failed: a run may skip a case. wrong: a tool's data check failed (nccl-tests #wrong).
+# missing is reported, not failed: a run may skip a case. wrong: another tool's data check failed
+# (nccl-tests #wrong).
 DEFAULT_FAIL_ON = ("wrong", "low", "straggler", "fleet")
 
 
@@ -141,9 +142,11 @@ def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
 
 def _largest(values: object) -> float:
     """The largest size a config list selects (sizes are resolved to bytes in a results file)."""
-    sizes = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)] if isinstance(
-        values, list
-    ) else []
+    sizes = (
+        [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if isinstance(values, list)
+        else []
+    )
     return max(sizes, default=math.inf if values else 0)  # unresolved text: assume it may be large enough
 
 
@@ -169,7 +172,9 @@ def selected(config: dict, measure: Measure) -> bool | None:
             continue
         if measure.min_flops:
             shapes = section.get("shapes") or []
-            flops = [2 * math.prod(s) for s in shapes if isinstance(s, list) and all(isinstance(x, int) for x in s)]
+            flops = [
+                2 * math.prod(s) for s in shapes if isinstance(s, list) and all(isinstance(x, int) for x in s)
+            ]
             if flops and max(flops) < measure.min_flops:
                 continue
         return True
@@ -228,7 +233,9 @@ def _judge_measure(
     # One lookup per distinct (model, PCIe generation, world size), not per row.
     gens = [g if isinstance(g, int) and not isinstance(g, bool) else None for g in sub["pcie_gen"]]
     sizes = (
-        [None if pd.isna(w) else int(w) for w in sub["world_size"]] if measure.per_machine else [None] * len(sub)
+        [None if pd.isna(w) else int(w) for w in sub["world_size"]]
+        if measure.per_machine
+        else [None] * len(sub)
     )
     lookup = list(zip(sub["model"], gens, sizes))
     figures = {k: expectations.figure(k[0], measure_name, k[1], k[2]) for k in set(lookup)}
@@ -288,8 +295,10 @@ def _no_figure(
         if model is None:
             continue
         gen = r.pcie_gen if isinstance(r.pcie_gen, int) else None
-        link = f"pcie{gen}" if gen and str(model.get("host_link", "")).startswith("pcie") else model.get(
-            "host_link", ""
+        link = (
+            f"pcie{gen}"
+            if gen and str(model.get("host_link", "")).startswith("pcie")
+            else model.get("host_link", "")
         )
         tables.setdefault(r.node, []).append(
             {
@@ -300,7 +309,8 @@ def _no_figure(
                 "unit": measure.unit,
                 "pct_of_expected": None,
                 "verdict": "no figure",
-                "source": f"no expected {measure_name} figure for link {link or 'unknown'}; add one with --expect",
+                "source": f"no expected {measure_name} figure for link {link or 'unknown'}; "
+                "add one with --expect",
                 "benchmark": r.name,
             }
         )

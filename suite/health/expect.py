@@ -164,7 +164,9 @@ def _merge(into: Expectations, data: object, where: str) -> None:
             raise _fail(where, f"models[{i}] needs a `name` and a `match` string")
         _unknown(where, f"models[{i}]", model, MODEL_KEYS)
         if not isinstance(model.get("host_link", ""), str):
-            raise _fail(where, f"models[{i}].host_link {model['host_link']!r} is not a link name such as pcie5")
+            raise _fail(
+                where, f"models[{i}].host_link {model['host_link']!r} is not a link name such as pcie5"
+            )
         into.models = [m for m in into.models if m["name"] != model["name"]] + [dict(model)]
     for i, entry in enumerate(_list(where, data, "expect")):
         if not isinstance(entry, dict):
