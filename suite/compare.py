@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import math
+import os
 import re
 import sys
 from dataclasses import asdict, dataclass
@@ -16,7 +17,14 @@ import pandas as pd
 
 from suite.errors import UserError
 from suite.report.tables import format_time
-from suite.results import benchmark_keys, latest_runs, load_results, parse_label_args
+from suite.results import (
+    FAMILY_RATE,
+    FOREIGN_CASE,
+    benchmark_keys,
+    latest_runs,
+    load_results,
+    parse_label_args,
+)
 
 DEFAULT_THRESHOLD = "5%"
 # A change counts only if the medians differ by more than this share of the two IQRs added together:
@@ -52,7 +60,13 @@ def parse_thresholds(values: list[str] | str | None) -> tuple[float, dict[str, f
     for value in values:
         family = _FAMILY_RE.match(str(value))
         if family:
-            per_family[family.group(1)] = parse_threshold(family.group(2))
+            try:
+                per_family[family.group(1)] = parse_threshold(family.group(2))
+            except UserError:
+                raise UserError(
+                    f"--threshold {value!r}: {family.group(2).strip()!r} is not a percentage for family "
+                    f"{family.group(1)!r}; write e.g. {family.group(1)}=10%"
+                ) from None
         elif default is None:
             default = parse_threshold(value)
         else:
@@ -60,6 +74,26 @@ def parse_thresholds(values: list[str] | str | None) -> tuple[float, dict[str, f
                 f"--threshold {value!r}: a second default; write FAMILY=PCT for one family, e.g. copy=10%"
             )
     return (parse_threshold(DEFAULT_THRESHOLD) if default is None else default), per_family
+
+
+def check_families(thresholds: dict[str, float], present: set[str]) -> None:
+    """A per-family threshold names a family of the suite or of the results compared: a typo is an error."""
+    known = set(FAMILY_RATE) | {FOREIGN_CASE} | present
+    for family in thresholds:
+        if family not in known:
+            raise UserError(
+                f"--threshold {family}=...: no family {family!r}; use one of {', '.join(sorted(known))}"
+            )
+
+
+def emit(text: str) -> None:
+    """Print to stdout; a reader that stops early (`| head`) ends the output quietly, not with a traceback."""
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Python would report the broken pipe again when it flushes stdout at exit: point stdout at devnull.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def parse_device_map(values: list[str] | None) -> dict[str, str]:
@@ -105,31 +139,68 @@ def _zero(value: float) -> float:
     return 0.0 if value is None or math.isnan(value) else value
 
 
-def _side(path: str, labels: dict[str, str], what: str) -> dict[str, tuple[str, pd.DataFrame]]:
+@dataclass
+class Side:
+    """One side's latest runs: (identity, tool) -> (label, table), and (node, tool) of each."""
+
+    runs: dict[tuple[str, str], tuple[str, pd.DataFrame]]
+    nodes: dict[tuple[str, str], tuple[str, str]]
+    families: set[str]
+
+
+def _side(path: str, labels: dict[str, str], what: str) -> Side:
     """identity -> (label, table) of each machine's latest run; a file is its one machine."""
     loaded = load_results([path], labels=labels)
-    for warning in loaded.warnings:
+    warnings = list(loaded.warnings)
+    latest = latest_runs(loaded.machines, warnings=warnings)
+    for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    latest = latest_runs(loaded.machines)
-    sides = {}
+    runs, nodes = {}, {}
     for label in latest:
-        key = (loaded.machines[label].identity, loaded.machines[label].tool)
-        sides[key] = (label, loaded.table[loaded.table["label"] == label].drop_duplicates("match_key"))
-    return sides
+        m = loaded.machines[label]
+        key = (m.identity, m.tool)
+        runs[key] = (label, loaded.table[loaded.table["label"] == label].drop_duplicates("match_key"))
+        nodes[key] = (m.node, m.tool)
+    return Side(runs, nodes, set(loaded.table["case"].unique()))
 
 
-def pair_sides(base: dict, cand: dict, base_path: str, cand_path: str) -> list[tuple[tuple, tuple]]:
-    """Pairs of (label, table): one file against one file as given; folders by machine identity."""
-    if len(base) == 1 and len(cand) == 1:
-        return [(next(iter(base.values())), next(iter(cand.values())))]
-    common = sorted(base.keys() & cand.keys())
-    if not common:
+def pair_sides(base: Side, cand: Side, base_path: str, cand_path: str) -> list[tuple[tuple, tuple]]:
+    """Pairs of (label, table): one file against one file as given; folders by machine identity.
+
+    A machine whose driver changed keeps its host and GPUs: it is paired by those, with a warning. Machines
+    on one side only are listed in a warning, never dropped silently.
+    """
+    if len(base.runs) == 1 and len(cand.runs) == 1:
+        return [(next(iter(base.runs.values())), next(iter(cand.runs.values())))]
+    common = sorted(base.runs.keys() & cand.runs.keys())
+    pairs = [(base.runs[k], cand.runs[k]) for k in common]
+    rest_base = [k for k in sorted(base.runs) if k not in cand.runs]
+    rest_cand = [k for k in sorted(cand.runs) if k not in base.runs]
+    by_node = {}
+    for k in rest_cand:
+        by_node.setdefault(cand.nodes[k], []).append(k)
+    for k in list(rest_base):
+        found = by_node.get(base.nodes[k], [])
+        if len(found) == 1 and sum(base.nodes[b] == base.nodes[k] for b in rest_base) == 1:
+            other = found[0]
+            print(
+                f"warning: {base.runs[k][0]} paired with {cand.runs[other][0]}: same host and GPUs, "
+                f"another driver ({k[0]} -> {other[0]})",
+                file=sys.stderr,
+            )
+            pairs.append((base.runs[k], cand.runs[other]))
+            rest_base.remove(k)
+            rest_cand.remove(other)
+    for what, rest, side in (("baseline", rest_base, base), ("candidate", rest_cand, cand)):
+        if rest:
+            names = ", ".join(side.runs[k][0] for k in rest)
+            print(f"warning: machine(s) only in the {what}, not compared: {names}", file=sys.stderr)
+    if not pairs:
         raise UserError(
-            f"no machine of {base_path} ({len(base)} machine(s)) is in {cand_path} ({len(cand)}): "
-            "machines are "
-            "paired by host, GPUs and driver; pass two files to compare different machines"
+            f"no machine of {base_path} ({len(base.runs)} machine(s)) is in {cand_path} ({len(cand.runs)}): "
+            "machines are paired by host and GPUs; pass two files to compare different machines"
         )
-    return [(base[k], cand[k]) for k in common]
+    return sorted(pairs, key=lambda p: p[0][0])
 
 
 def compare_tables(
@@ -169,7 +240,7 @@ def compare_tables(
         few = min(_zero(b["rounds"]), _zero(c["rounds"])) < MIN_ROUNDS_TO_JUDGE
         ratio = c[metric] / b[metric] if b[metric] > 0 and c[metric] > 0 else math.nan
         if math.isnan(ratio):
-            status = "unchanged"
+            status = "not judged"  # no positive time on one side: nothing to compare
         elif few:
             status = "not judged"
         else:
@@ -317,8 +388,9 @@ def run(args: argparse.Namespace) -> int:
     threshold, thresholds = parse_thresholds(args.threshold)
     device_map = parse_device_map(args.map)
     labels = parse_label_args(args.label)
-    pairs = pair_sides(_side(args.baseline, labels, "BASELINE"), _side(args.candidate, labels, "CANDIDATE"),
-                       args.baseline, args.candidate)
+    base, cand = _side(args.baseline, labels, "BASELINE"), _side(args.candidate, labels, "CANDIDATE")
+    check_families(thresholds, base.families | cand.families)
+    pairs = pair_sides(base, cand, args.baseline, args.candidate)
     regression, outputs = False, []
     for (base_label, base), (cand_label, cand) in pairs:
         rows = compare_tables(base, cand, metric=args.metric, threshold=threshold, device_map=device_map,
@@ -329,7 +401,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             outputs.append(render(rows, args.fmt, base_label, cand_label, args.metric, threshold, thresholds))
     if args.fmt == "json" and len(pairs) > 1:
-        print(json.dumps({"comparisons": outputs}, indent=1))
+        emit(json.dumps({"comparisons": outputs}, indent=1))
     else:
-        print("\n\n".join(outputs))
+        emit("\n\n".join(outputs))
     return 1 if regression else 0

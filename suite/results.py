@@ -93,6 +93,7 @@ MEASURED_KEYS = frozenset(
 # extra_info of how precision stopping ended, carried as columns (the report shows them) but never matched on.
 STOP_KEYS = ("stopped_on", "margin", "precision_target", "confidence")
 STAT_KEYS = ("median", "iqr", "q1", "q3", "min", "max", "mean", "stddev", "rounds", "iterations")
+DERIVED_COLUMNS = ("metric", "metric_name", "metric_unit")  # set from the rate columns once per table
 
 COLUMNS = (
     "label",
@@ -158,6 +159,8 @@ class Machine:
     commit: dict = field(default_factory=dict)
     config_path: str = ""
     n_benchmarks: int = 0
+    wrong_results: list[str] = field(default_factory=list)  # another tool's failed data checks
+    config: dict = field(default_factory=dict)  # the resolved config the run was measured with, if ours
     tool: str = OUR_TOOL  # which program measured: gpubench-suite, nccl-tests, nvbandwidth, pytest-benchmark
 
     @property
@@ -231,16 +234,15 @@ def expand_paths(paths: Iterable[str | Path], warnings: list[str]) -> list[Path]
             warnings.append(f"{path}: no such file or folder — skipped")
     # A finished NAME.json supersedes the NAME.partial.jsonl its run wrote along the way.
     finished = {p.parent / p.name[: -len(".json")] for p in files if p.name.endswith(".json")}
-    kept: list[Path] = []
+    kept: dict[Path, None] = {}  # ordered and a set: a fleet names thousands of files
     for p in files:
         if p.name.endswith(PARTIAL_SUFFIX) and p.parent / p.name[: -len(PARTIAL_SUFFIX)] in finished:
             warnings.append(
                 f"{p}: stale partial results, {p.name[: -len(PARTIAL_SUFFIX)]}.json exists — skipped"
             )
             continue
-        if p not in kept:
-            kept.append(p)
-    return kept
+        kept.setdefault(p)
+    return list(kept)
 
 
 def _read_json(path: Path) -> tuple[dict | None, str | None]:
@@ -383,14 +385,25 @@ def route_kind(src: object, dst: object) -> str:
     return "local" if src == dst else "peer"
 
 
-def peer_keys(table: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+def route_kinds(src: pd.Series, dst: pd.Series) -> pd.Series:
+    """route_kind of every row at once (a fleet has hundreds of thousands)."""
+    s, d = src.astype(object), dst.astype(object)
+    valid = (s.map(type) == str) & (d.map(type) == str)
+    s_cpu, d_cpu = (s == "cpu") & valid, (d == "cpu") & valid
+    kinds = np.select(
+        [~valid, s_cpu & d_cpu, s_cpu, d_cpu, s == d], ["", "host", "h2d", "d2h", "local"], "peer"
+    )
+    return pd.Series(kinds, index=src.index, dtype=object)
+
+
+def peer_keys(table: pd.DataFrame, kinds: pd.Series | None = None) -> tuple[pd.Series, pd.Series]:
     """(peer key, subject) per row: benchmarks equal but for the device share a peer key; subject: the device.
 
     A copy's subject is its GPU end (`cuda:0` for cpu->cuda:0) or its route between GPUs. Rows of a foreign
     file, or with no device, get an empty subject: they have no peers within the run.
     """
-    src, dst, dev = table["src"], table["dst"], table["device"]
-    kinds = pd.Series([route_kind(s, d) for s, d in zip(src, dst)], index=table.index, dtype=object)
+    src, dst, dev = table["src"].astype(object), table["dst"].astype(object), table["device"].astype(object)
+    kinds = route_kinds(src, dst) if kinds is None else kinds
     subject = dev.where(dev.notna(), None)
     subject = subject.where(kinds != "h2d", dst).where(kinds != "d2h", src).where(kinds != "local", src)
     subject = subject.where(kinds != "peer", src.astype(str) + "->" + dst.astype(str))
@@ -425,6 +438,24 @@ def _params_text(params: dict) -> tuple[str, str]:
     return texts
 
 
+_MISSING = object()  # a parameter a benchmark does not have (distinct from one set to None)
+_TEXTS: dict[tuple, dict[tuple, tuple[str, str, str]]] = {}
+_SCALAR_TYPES = frozenset({type(None), bool, int, float, str, object})  # object: _MISSING
+
+
+def _floats(values: list) -> list:
+    """Numbers as they are (None becomes NaN in the float array); bools, text and the like as NaN."""
+    if set(map(type, values)) <= {float, int, type(None)}:
+        return values
+    return [float(v) if v.__class__ in _NUMBER_TYPES else math.nan for v in values]
+
+
+def _scalars(values: list) -> list:
+    if set(map(type, values)) <= _SCALAR_TYPES:
+        return values
+    return [v if v is _MISSING else _scalar(v) for v in values]
+
+
 def _rows(
     data: dict,
     machine: Machine,
@@ -432,65 +463,87 @@ def _rows(
     warnings: list[str],
     path: Path,
     extra_keys: dict | None = None,
-) -> list[dict]:
-    """One row per benchmark; parameter columns beyond COLUMNS are recorded, in order, in `extra_keys`."""
+) -> dict[str, list]:
+    """One file's table as columns (one entry per benchmark); parameter columns beyond COLUMNS are recorded,
+    in first-seen order, in `extra_keys`.
+
+    Built column by column: a fleet of 1,000 files holds 300,000 benchmarks, and a dict per row cost half
+    of the load time.
+    """
     extra_keys = {} if extra_keys is None else extra_keys
-    rows, skipped = [], 0
-    nan = math.nan
-    for bench in data["benchmarks"]:
-        stats = bench.get("stats") if isinstance(bench, dict) else None
-        if not isinstance(stats, dict) or not isinstance(stats.get("median"), (int, float)):
-            skipped += 1
-            continue
-        extra = bench.get("extra_info") if isinstance(bench.get("extra_info"), dict) else {}
-        name = str(bench.get("name") or bench.get("fullname") or "?")
-        fullname = str(bench.get("fullname") or name)
-        ours = not foreign and isinstance(extra.get("case"), str)
-        case = extra["case"] if ours else FOREIGN_CASE
-        if ours:
-            params = {k: _scalar(v) for k, v in extra.items() if k not in MEASURED_KEYS}
-        else:
-            raw = bench.get("params") if isinstance(bench.get("params"), dict) else {}
-            params = {k: _scalar(v) for k, v in raw.items()}
-        params_text, params_json = _params_text(params)
-        row = {
-            "label": machine.label,
-            "file": machine.file,
-            "host": machine.host,
-            "partial": machine.partial,
-            "schema_version": machine.schema_version,
-            "case": case,
-            "name": name,
-            "fullname": fullname,
-            "device": _scalar(extra.get("device")),
-            "src": _scalar(extra.get("src")),
-            "dst": _scalar(extra.get("dst")),
-            "params": params_text,
-            "params_json": params_json,
-            # match_key() without a device map, written out: params_json is already the sorted JSON it makes.
-            "match_key": case + "|" + params_json if ours else "fullname:" + fullname,
-        }
-        for key in STAT_KEYS:
-            v = stats.get(key)
-            row[key] = float(v) if v.__class__ in _NUMBER_TYPES else nan  # bool is not a number here
-        for key in NUMERIC_KEYS:
-            v = extra.get(key)
-            row[key] = float(v) if v.__class__ in _NUMBER_TYPES else nan
-        for key in STOP_KEYS:
-            row[key] = _scalar(extra.get(key))
-        metric_name = rate_name(case, row)
-        row["metric"] = row[metric_name] if metric_name else math.nan
-        row["metric_name"] = metric_name
-        row["metric_unit"] = RATE_UNITS[metric_name] if metric_name else None
-        if ours:
-            for key, value in params.items():
-                if key not in row:
-                    row[key] = value
-                    extra_keys.setdefault(key)
-        rows.append(row)
+    benches = [
+        b
+        for b in data["benchmarks"]
+        if isinstance(b, dict)
+        and isinstance(b.get("stats"), dict)
+        and isinstance(b["stats"].get("median"), (int, float))
+    ]
+    skipped = len(data["benchmarks"]) - len(benches)
     if skipped:
         warnings.append(f"{path}: ignored {skipped} benchmark(s) without stats.median")
-    return rows
+    n = len(benches)
+    stats = [b["stats"] for b in benches]
+    extras = [e if isinstance(e := b.get("extra_info"), dict) else {} for b in benches]
+    names = [str(b.get("name") or b.get("fullname") or "?") for b in benches]
+    fullnames = [str(b.get("fullname") or name) for b, name in zip(benches, names)]
+    ours = [not foreign and isinstance(e.get("case"), str) for e in extras]
+    cases = [e["case"] if o else FOREIGN_CASE for e, o in zip(extras, ours)]
+    if all(ours):
+        keys = [k for k in dict.fromkeys(k for e in extras for k in e) if k not in MEASURED_KEYS]
+        params_cols = {k: _scalars([e.get(k, _MISSING) for e in extras]) for k in keys}
+    else:  # another tool's pytest-benchmark file: its `params`, and the file has no parameter columns
+        keys = []
+        raws = [b.get("params") if isinstance(b.get("params"), dict) else {} for b in benches]
+        params_cols = {}
+    # (case, parameter values) -> texts, per parameter-name list: files of one kind of machine share them.
+    texts = _TEXTS.setdefault(tuple(keys), {}) if len(_TEXTS) < 10_000 else {}
+    params_text, params_json, match_keys = [], [], []
+    per_row = zip(cases, ours, fullnames, *params_cols.values()) if keys else zip(cases, ours, fullnames)
+    for i, row in enumerate(per_row):
+        case, own, fullname = row[0], row[1], row[2]
+        if own:
+            key = (case, *row[3:])
+            found = texts.get(key)
+            if found is None:
+                params = {k: v for k, v in zip(keys, row[3:]) if v is not _MISSING}
+                text, as_json = _params_text(params)
+                found = (text, as_json, case + "|" + as_json)
+                if len(texts) < 100_000:
+                    texts[key] = found
+        else:
+            text, as_json = _params_text({k: _scalar(v) for k, v in raws[i].items()})
+            found = (text, as_json, "fullname:" + fullname)
+        params_text.append(found[0])
+        params_json.append(found[1])
+        match_keys.append(found[2])
+    columns: dict[str, list] = {
+        "label": [machine.label] * n,
+        "file": [machine.file] * n,
+        "host": [machine.host] * n,
+        "partial": [machine.partial] * n,
+        "schema_version": [machine.schema_version] * n,
+        "case": cases,
+        "name": names,
+        "fullname": fullnames,
+        "device": _scalars([e.get("device") for e in extras]),
+        "src": _scalars([e.get("src") for e in extras]),
+        "dst": _scalars([e.get("dst") for e in extras]),
+        "params": params_text,
+        "params_json": params_json,
+        "match_key": match_keys,
+    }
+    for key in STAT_KEYS:
+        columns[key] = _floats([st.get(key) for st in stats])
+    for key in NUMERIC_KEYS:
+        columns[key] = _floats([e.get(key) for e in extras])
+    for key in STOP_KEYS:
+        columns[key] = _scalars([e.get(key) for e in extras])
+    for key in keys:
+        if key not in columns and key not in DERIVED_COLUMNS:
+            # Absent is NaN, as pandas fills a column a row lacks; a parameter set to None stays None.
+            columns[key] = [math.nan if v is _MISSING else v for v in params_cols[key]]
+            extra_keys.setdefault(key)
+    return columns
 
 
 def _read_other_tool(path: Path, warnings: list[str]) -> tuple[dict | None, str | None]:
@@ -555,7 +608,7 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
     labels = dict(labels or {})
     used_labels: set[str] = set()
     machines: dict[str, Machine] = {}
-    all_rows: list[dict] = []
+    parts: list[tuple[int, dict[str, list]]] = []
     extra_keys: dict[str, None] = {}  # parameter columns, in first-seen order
     for path in expand_paths(paths, warnings):
         loaded = _load_one(path, warnings)
@@ -576,10 +629,15 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
             while label in machines:
                 label, n = f"{base} #{n}", n + 1
         software = info.get("software") if isinstance(info.get("software"), dict) else {}
+        host = str(info.get("node") or "")
+        if not host:  # never merge two unnamed machines into one node: the file stands for the machine
+            host = stem
+            warnings.append(f"{path}: names no host; its machine is called {stem!r} after the file")
+        wrong = block.get("wrong_results")
         machine = Machine(
             label=label,
             file=str(path),
-            host=str(info.get("node") or ""),
+            host=host,
             partial=bool(data.get("partial")),
             foreign=foreign,
             schema_version=version,
@@ -591,27 +649,70 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
             commit=data.get("commit_info") if isinstance(data.get("commit_info"), dict) else {},
             config_path=str(block.get("config_path") or ""),
             tool=str(block.get("tool") or (OUR_TOOL if not foreign else "pytest-benchmark")),
+            wrong_results=[str(w) for w in wrong] if isinstance(wrong, list) else [],
+            config=block.get("config") if isinstance(block.get("config"), dict) else {},
         )
-        rows = _rows(data, machine, foreign, warnings, path, extra_keys)
-        machine.n_benchmarks = len(rows)
+        columns = _rows(data, machine, foreign, warnings, path, extra_keys)
+        machine.n_benchmarks = len(columns["label"])
         machines[label] = machine
-        all_rows.extend(rows)
+        parts.append((machine.n_benchmarks, columns))
     for key in labels.keys() - used_labels:
         warnings.append(f"--label {key}: matches no loaded file — ignored")
     if not machines:
         detail = "; ".join(warnings[:3]) or "no paths given"
-        raise UserError(f"no results could be read ({detail}); pass pytest-benchmark JSON files or folders")
-    return LoadedResults(table=_frame(all_rows, list(extra_keys)), machines=machines, warnings=warnings)
+        raise UserError(
+            f"no results could be read ({detail}); pass results JSON files (ours or pytest-benchmark's), "
+            "nccl-tests text output, nvbandwidth -j JSON, or folders of them"
+        )
+    return LoadedResults(table=_frame(parts, list(extra_keys)), machines=machines, warnings=warnings)
 
 
-def _frame(rows: list[dict], extra: list[str] | None = None) -> pd.DataFrame:
-    # One construction and one astype: column-by-column assignment cost ~50 ms per load, whatever its size.
-    if extra is None:
-        extra = list(dict.fromkeys(k for row in rows for k in row if k not in COLUMNS))
-    table = pd.DataFrame.from_records(rows, columns=[*COLUMNS, *extra]) if rows else pd.DataFrame(columns=[*COLUMNS])
-    types = {key: "float64" for key in (*STAT_KEYS, *NUMERIC_KEYS, "metric")}
-    types["schema_version"] = "Int64"
-    table = table.astype(types)
+_STR_DTYPE = pd.Series(["text"]).dtype  # what pandas makes of a column of text: "str", Arrow-backed if it can
+
+
+def _text_column(values: object) -> object:
+    """A column of text (with gaps) straight to Arrow, as pandas would store it: its own conversion of an
+    object list cost ~1 s per load of 1,000 files. Any other column is left to pandas."""
+    if not isinstance(values, list) or getattr(_STR_DTYPE, "storage", None) != "pyarrow":
+        return values
+    kinds = set(map(type, values))
+    if str not in kinds or not kinds <= {str, type(None), float}:
+        return values
+    if float in kinds and not all(math.isnan(v) for v in values if v.__class__ is float):
+        return values  # a real number among the text: pandas keeps such a column as objects
+    import pyarrow as pa  # present: pandas' str dtype is backed by it
+
+    return pd.array(pa.array(values, type=pa.large_string(), from_pandas=True), dtype=_STR_DTYPE)
+
+
+def _frame(parts: list[tuple[int, dict[str, list]]], extra: list[str]) -> pd.DataFrame:
+    """One table from every file's columns: numbers as float arrays, the rest joined and padded with NaN."""
+    total = sum(n for n, _ in parts)
+    numeric = (*STAT_KEYS, *NUMERIC_KEYS)
+    data: dict[str, object] = {}
+    for key in [*COLUMNS, *extra]:
+        if key in DERIVED_COLUMNS:
+            continue
+        values: list = []
+        for n, columns in parts:
+            values.extend(columns.get(key) or [math.nan] * n)
+        data[key] = np.array(values, dtype="float64") if key in numeric else values
+    cases = np.array(data["case"], dtype=object)
+    # The headline rate: the family's own (FAMILY_RATE) where present, else the first rate present.
+    metric_name = np.full(total, None, dtype=object)
+    for key in reversed(RATE_UNITS):
+        metric_name[~np.isnan(data[key])] = key
+    for case, key in FAMILY_RATE.items():
+        metric_name[(cases == case) & ~np.isnan(data[key])] = key
+    metric = np.full(total, np.nan)
+    for key in RATE_UNITS:
+        chosen = metric_name == key
+        metric[chosen] = data[key][chosen]
+    data["metric"] = metric
+    data["metric_name"] = list(metric_name)
+    data["metric_unit"] = [RATE_UNITS.get(k) if k else None for k in metric_name]
+    table = pd.DataFrame({key: _text_column(data[key]) for key in [*COLUMNS, *extra]})
+    table["schema_version"] = table["schema_version"].astype("Int64")
     table["partial"] = table["partial"].fillna(False).astype(bool)
     return table
 
@@ -686,16 +787,26 @@ def export_table(table: pd.DataFrame, csv: str | None = None, parquet: str | Non
     return written
 
 
-def latest_runs(machines: Mapping[str, Machine], by: str = "identity") -> list[str]:
-    """Labels of each machine's latest run per tool: the newest `datetime`, ties broken by file path.
+def latest_runs(
+    machines: Mapping[str, Machine], by: str = "identity", warnings: list[str] | None = None
+) -> list[str]:
+    """Labels of each machine's latest run per tool: the newest `datetime`, ties broken by file name.
 
     `by` is "identity" (host, accelerators, driver: one history) or "node" (host and accelerators: what
-    health judges, so a driver upgrade does not leave the old driver's runs beside the new ones).
+    health judges, so a driver upgrade does not leave the old driver's runs beside the new ones). Runs that
+    record no time (other tools' output) are ordered by file name, never by the file's modification time
+    (a copy changes it); where that decides, a warning in `warnings` says so.
     """
-    newest: dict[tuple[str, str], Machine] = {}
+    runs: dict[tuple[str, str], list[Machine]] = {}
     for m in machines.values():
-        key = (getattr(m, by), m.tool)
-        best = newest.get(key)
-        if best is None or (m.datetime, m.file) > (best.datetime, best.file):
-            newest[key] = m
-    return sorted(m.label for m in newest.values())
+        runs.setdefault((getattr(m, by), m.tool), []).append(m)
+    latest = []
+    for (_, tool), ms in sorted(runs.items()):
+        ms = sorted(ms, key=lambda m: (m.datetime, Path(m.file).name, m.file))
+        latest.append(ms[-1].label)
+        if len(ms) > 1 and warnings is not None and not all(m.datetime for m in ms):
+            warnings.append(
+                f"{ms[-1].host}: {len(ms)} {tool} runs, not all recording when they ran; judged the last "
+                f"by file name, {Path(ms[-1].file).name} (pass one run per machine to choose)"
+            )
+    return sorted(latest)

@@ -208,7 +208,8 @@ def test_per_family_thresholds(pair, capsys):
     family = base["benchmarks"][0]["extra_info"]["case"]
     cand = candidate(scaled(base, 0, 1.2))
     assert main(["compare", base_path, cand, "--threshold", f"{family}=30%", "--threshold", "5%"]) == 0
-    assert main(["compare", base_path, cand, "--threshold", "other=30%", "--threshold", "10"]) == 1
+    other = "copy" if family != "copy" else "matmul"  # a real family, not the one slowed down
+    assert main(["compare", base_path, cand, "--threshold", f"{other}=30%", "--threshold", "10"]) == 1
     capsys.readouterr()
     assert main(["compare", base_path, cand, "--threshold", f"{family}=10%", "--format", "json"]) == 1
     assert json.loads(capsys.readouterr().out)["thresholds"] == {family: 0.1}
@@ -254,3 +255,57 @@ def test_how_a_run_stopped_does_not_change_which_benchmarks_match(pair, capsys):
     out = capsys.readouterr().out
     assert "1 regression" in out and "19 unchanged" in out
     assert "0 only in baseline, 0 only in candidate" in out
+
+
+@pytest.mark.parametrize(
+    ("value", "message"), [("cpy=10%", "no family 'cpy'"), ("copy=", "for family 'copy'")]
+)
+def test_bad_family_thresholds_are_one_line_errors(pair, value, message, capsys):
+    base_path, base, candidate = pair
+    assert main(["compare", base_path, candidate(base), "--threshold", value]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: ") and message in err
+
+
+def test_no_positive_time_is_not_judged(pair, capsys):
+    base_path, base, candidate = pair
+    broken = scaled(base, 0, 1.0)
+    broken["benchmarks"][0]["stats"]["median"] = 0.0
+    main(["compare", base_path, candidate(broken), "--format", "json"])
+    rows = json.loads(capsys.readouterr().out)["results"]
+    assert {r["status"] for r in rows if r["benchmark"] == base["benchmarks"][0]["name"]} == {"not judged"}
+
+
+def test_folders_pair_a_driver_upgrade_and_list_unmatched_machines(tmp_path, capsys):
+    old_dir, new_dir = tmp_path / "old", tmp_path / "new"
+    old_dir.mkdir()
+    new_dir.mkdir()
+    for host in ("box", "gone"):
+        data = fixtures().synthetic_results(host, n_gpus=1, seed=3, limit=20)
+        (old_dir / f"{host}.json").write_text(json.dumps(data), encoding="utf-8")
+    upgraded = fixtures().synthetic_results("box", n_gpus=1, seed=3, limit=20)
+    for d in upgraded["machine_info"]["devices"]:
+        d["driver_version"] = "999.1"
+    (new_dir / "box.json").write_text(json.dumps(scaled(upgraded, 0, 2.0)), encoding="utf-8")
+    (new_dir / "fresh.json").write_text(
+        json.dumps(fixtures().synthetic_results("fresh", n_gpus=1, seed=3, limit=20)), encoding="utf-8"
+    )
+    assert main(["compare", str(old_dir), str(new_dir)]) == 1  # box paired despite the new driver
+    err = capsys.readouterr().err
+    assert "same host and GPUs, another driver" in err
+    assert "only in the baseline, not compared: NVIDIA H200 @ gone" in err
+    assert "only in the candidate, not compared: NVIDIA H200 @ fresh" in err
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path):
+    # More output than a pipe holds (64 KiB), so the writer meets the closed pipe.
+    paths = []
+    for seed in (1, 2):
+        data = fixtures().synthetic_results("box", n_gpus=8, seed=seed)
+        paths.append(tmp_path / f"run{seed}.json")
+        paths[-1].write_text(json.dumps(data), encoding="utf-8")
+    done = subprocess.run(
+        f"{sys.executable} -m suite compare {paths[0]} {paths[1]} --format json | head -1",
+        shell=True, capture_output=True, text=True, cwd=Path(__file__).parents[1], check=False,
+    )
+    assert done.stdout.strip() == "{" and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -126,6 +127,19 @@ def test_user_expectations_replace_shipped_ones(tmp_path, capsys):
         ("expect:\n  - {model: X, measure: warp, value: 1, source: s}\n", "is not one of"),
         ("expect: [\n", "not valid YAML"),
         ("colour: red\n", "unknown key"),
+        ("expect: 5\n", "not a list of entries"),
+        ("models:\n  - {name: X, match: X, host_link: 7}\n", "host_link 7"),
+        (
+            "expect:\n  - {link: pcie5, measure: h2d, value: 10, source: s, colour: red}\n",
+            "unknown key.s. colour",
+        ),
+        (
+            (
+                "models: [{name: X, match: X}]\nexpect:\n"
+                "  - {model: X, measure: all_reduce_busbw, gpus: '8', value: 1, source: s}\n"
+            ),
+            "is not a GPU count",
+        ),
     ],
 )
 def test_bad_expectation_files_are_one_line_errors(tmp_path, content, message):
@@ -161,3 +175,200 @@ def test_pct_of_expected_is_set_on_the_judged_rows():
     health = judge(loaded, load_expectations())
     pct = health.pct_of_expected.round(0).tolist()
     assert pct == [27.0, 110.0, 109.0, 110.0]
+
+
+# --- expected figures on results of our own layout (CONSTRUCTED numbers, named GPU models) ---
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def bench(name: str, extra: dict, median: float) -> dict:
+    stats = {
+        "median": median,
+        "iqr": median * 0.01,
+        "q1": median,
+        "q3": median,
+        "mean": median,
+        "min": median,
+        "max": median,
+        "rounds": 10,
+        "iterations": 1,
+    }
+    return {"name": name, "fullname": f"tests::{name}", "extra_info": extra, "stats": stats}
+
+
+def ours(
+    host: str,
+    gpus: int,
+    benchmarks: list[dict],
+    config: dict | None = None,
+    gpu: str = H100,
+    **device: object,
+) -> dict:
+    devices = [{"id": f"cuda:{i}", "kind": "cuda", "name": gpu, **device} for i in range(gpus)]
+    block = {"schema_version": 1, **({"config": config} if config else {})}
+    return {
+        "machine_info": {"node": host, "devices": devices},
+        "benchmarks": benchmarks,
+        "suite": block,
+        "datetime": "2026-11-29T18:00:00+00:00",
+    }
+
+
+def matmul(device: str, tflops: float, precision: str = "bfloat16") -> dict:
+    flops = 2 * 8192**3
+    extra = {
+        "case": "matmul",
+        "device": device,
+        "dtype": precision,
+        "m": 8192,
+        "n": 8192,
+        "k": 8192,
+        "flops": flops,
+        "tflops": tflops,
+    }
+    return bench(f"test_matmul[{device}-{precision}]", extra, flops / tflops / 1e12)
+
+
+def copy(src: str, dst: str, gbps: float, memory: str = "device") -> dict:
+    size = 256 * 2**20
+    extra = {
+        "case": "copy",
+        "src": src,
+        "dst": dst,
+        "bytes": size,
+        "gbps": gbps,
+        "memory": memory,
+        "direction": "uni",
+    }
+    return bench(f"test_copy[{src}->{dst}]", extra, size / gbps / 1e9)
+
+
+def all_reduce(busbw: float, world: int, nnodes: int) -> dict:
+    size = 2**30
+    extra = {
+        "case": "collectives",
+        "op": "all_reduce",
+        "bytes": size,
+        "busbw": busbw,
+        "algbw": busbw / 2,
+        "world_size": world,
+        "nnodes": nnodes,
+        "ranks_per_node": world // nnodes,
+    }
+    return bench(f"test_collectives[all_reduce-{world}x{nnodes}]", extra, size / busbw / 1e9)
+
+
+def test_expected_figures_judge_our_own_matmul_and_copies(tmp_path, capsys):
+    benches = [
+        matmul("cuda:0", 780),
+        matmul("cuda:1", 600),
+        copy("cuda:0", "cuda:0", 1400),
+        copy("cuda:1", "cuda:1", 1380),
+        copy("cuda:0", "cuda:1", 370),
+        copy("cuda:1", "cuda:0", 250),
+    ]
+    path = fleet.write(tmp_path, "box", ours("box", 2, benches))
+    code, result = health_json(capsys, str(path))
+    table = {(e["device"], e["measure"]): e for e in node(result, "box")["expectations"]}
+    assert table[("cuda:0", "matmul_bf16")]["verdict"] == "ok"
+    assert table[("cuda:1", "matmul_bf16")]["verdict"] == "low"
+    assert table[("cuda:1", "matmul_bf16")]["pct_of_expected"] == pytest.approx(600 / 795 * 100)
+    assert table[("cuda:0", "same_device")]["expected"] == 1450  # HBM copy 2900 read+write, halved
+    assert table[("cuda:0->cuda:1", "peer")]["verdict"] == "ok"
+    assert table[("cuda:1->cuda:0", "peer")]["verdict"] == "low"
+    low = {(f["device"], f["text"].split()[0]) for f in node(result, "box")["findings"] if f["kind"] == "low"}
+    assert low == {("cuda:1", "matmul_bf16"), ("cuda:1->cuda:0", "peer")} and code == 1
+
+
+def test_all_reduce_figure_judges_one_node_only(tmp_path, capsys):
+    one = fleet.write(tmp_path, "one", ours("one", 8, [all_reduce(250, 8, 1)]))
+    _, result = health_json(capsys, str(one))
+    (entry,) = [e for e in node(result, "one")["expectations"] if e["measure"] == "all_reduce_busbw"]
+    assert entry["device"] == "8 GPUs" and entry["verdict"] == "low" and entry["expected"] == 370
+    two = fleet.write(tmp_path, "two", ours("two", 4, [all_reduce(250, 8, 2)]))  # 2 nodes of 4 GPUs
+    code, result = health_json(capsys, str(two))
+    assert not [e for e in node(result, "two")["expectations"] if e["measure"] == "all_reduce_busbw"]
+    assert code == 0
+
+
+def test_peer_figures_only_for_nvlink_models():
+    expectations = load_expectations()
+    assert expectations.figure("NVIDIA A100-SXM4-80GB", "peer").value == 274
+    for pcie in ("NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe"):
+        assert expectations.figure(pcie, "peer") is None
+        assert expectations.figure(pcie, "h2d").value == 25.9  # the host link still has its figure
+
+
+def test_host_link_without_a_figure_is_listed_as_no_figure(tmp_path, capsys):
+    path = fleet.write(
+        tmp_path, "gen3", ours("gen3", 1, [copy("cpu", "cuda:0", 11.5, "pinned")], pcie_gen_max=3)
+    )
+    code, result = health_json(capsys, str(path))
+    (entry,) = node(result, "gen3")["expectations"]
+    assert entry["verdict"] == "no figure" and "pcie3" in entry["source"] and code == 0
+
+
+def test_missing_lists_only_what_the_config_selected(tmp_path, capsys):
+    config = {"cases": {"matmul": {"enabled": True, "dtypes": ["bfloat16"], "shapes": [[8192, 8192, 8192]]}}}
+    path = fleet.write(tmp_path, "box", ours("box", 1, [matmul("cuda:0", 780)], config))
+    _, result = health_json(capsys, str(path))
+    assert [f for f in node(result, "box")["findings"] if f["kind"] == "missing"] == []
+    config["cases"]["matmul"]["dtypes"].append("float16")  # asked for, not measured: missing
+    path = fleet.write(tmp_path, "box", ours("box", 1, [matmul("cuda:0", 780)], config))
+    _, result = health_json(capsys, str(path))
+    missing = [f["text"].split(":")[0] for f in node(result, "box")["findings"] if f["kind"] == "missing"]
+    assert missing == ["matmul_fp16"]
+
+
+def test_missing_findings_do_not_depend_on_other_files(capsys):
+    path = str(IMPORTED / "nvbandwidth" / "constructed_issue6_h100x4.json")
+
+    def missing(*paths: str) -> list[tuple]:
+        _, result = health_json(capsys, *paths)
+        return sorted(
+            (f["device"], f["text"]) for f in node(result, "h100-vm")["findings"] if f["kind"] == "missing"
+        )
+
+    alone = missing(path)
+    assert alone and alone == missing(path, str(DATA / "h200x2.json"))
+
+
+def test_files_without_a_host_stay_separate_nodes(tmp_path, capsys):
+    dcgm = json.loads((IMPORTED / "nvbandwidth" / "dcgm_v0.5_one_gpu.json").read_text(encoding="utf-8"))
+    (tmp_path / "node-a.json").write_text(json.dumps(dcgm), encoding="utf-8")
+    dcgm["nvbandwidth"]["testcases"][0]["bandwidth_matrix"] = [["3.1"]]
+    (tmp_path / "node-b.json").write_text(json.dumps(dcgm), encoding="utf-8")
+    _, result = health_json(capsys, str(tmp_path))
+    assert sorted(n["node"].split(" ·")[0] for n in result["nodes"]) == ["node-a", "node-b"]
+
+
+def test_a_named_file_that_cannot_be_read_exits_2(tmp_path, capsys):
+    good = str(IMPORTED / "nvbandwidth" / "constructed_issue6_h100x4.json")
+    assert main(["health", good, str(tmp_path / "nope.json")]) == 2
+    assert main(["health", good, str(IMPORTED / "nvbandwidth" / "truncated.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and "truncated.json" in err[-1]
+
+
+def test_untimed_runs_are_chosen_by_file_name_not_modification_time(tmp_path, capsys):
+    """Neither tool records when it ran: copying a folder (new mtimes) must not change the verdict."""
+    source = json.loads(
+        (IMPORTED / "nvbandwidth" / "constructed_issue6_h100x4.json").read_text(encoding="utf-8")
+    )
+    fixed = json.loads(json.dumps(source))
+    fixed["nvbandwidth"]["testcases"][0]["bandwidth_matrix"] = [["57.0", "57.06", "56.68", "57.07"]]
+    first, second = tmp_path / "a" / "1-before.json", tmp_path / "a" / "2-after.json"
+    first.parent.mkdir()
+    first.write_text(json.dumps(source), encoding="utf-8")
+    second.write_text(json.dumps(fixed), encoding="utf-8")
+    os.utime(second, (1_000_000, 1_000_000))  # the later name is the older file
+    code, _ = health_json(capsys, str(first.parent))
+    err = capsys.readouterr().err
+    assert code == 0
+    copied = tmp_path / "b"
+    copied.mkdir()
+    for p in (second, first):  # copied in the other order: mtimes flip
+        (copied / p.name).write_text(p.read_text(encoding="utf-8"), encoding="utf-8")
+    assert main(["health", str(copied)]) == 0
+    assert "judged the last by file name, 2-after.json" in capsys.readouterr().err + err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -34,13 +35,16 @@ def test_nvbandwidth_matrix_cells_become_copy_routes():
     routes = set(zip(t["test"], t["src"], t["dst"], t["direction"]))
     assert ("host_to_device_memcpy_ce", "cpu", "cuda:0", "uni") in routes
     assert ("device_to_host_memcpy_ce", "cuda:0", "cpu", "uni") in routes
-    assert ("host_to_device_bidirectional_memcpy_ce", "cpu", "cuda:0", "bi") in routes
+    # One direction measured while the other runs (nvbandwidth reports the first copy only): its own key.
+    assert ("host_to_device_bidirectional_memcpy_ce", "cpu", "cuda:0", "uni_loaded") in routes
+    assert ("device_to_host_bidirectional_memcpy_ce", "cuda:0", "cpu", "uni_loaded") in routes
     assert not t["test"].str.contains("all|latency").any()  # contended and latency tests are not routes
     h2d = t[t["test"] == "host_to_device_memcpy_ce"].iloc[0]
     assert h2d["gbps"] == pytest.approx(12.3964) and h2d["bytes"] == 512 * 2**20
     assert h2d["median"] == pytest.approx(512 * 2**20 / 12.3964e9)
     (machine,) = loaded.machines.values()
     assert machine.devices[0]["driver_version"] == "565.02"
+    assert [d["id"] for d in machine.devices] == ["cuda:0"]
 
 
 @pytest.mark.parametrize(
@@ -51,8 +55,12 @@ def test_nvbandwidth_matrix_cells_become_copy_routes():
         (IMPORTED / "not_a_tool.txt", "neither pytest-benchmark JSON nor nccl-tests or nvbandwidth output"),
     ],
 )
-def test_cut_or_foreign_files_are_one_line_warnings(path, warning, capsys):
-    main(["health", str(path), str(NCCL)])
+def test_cut_or_foreign_files_in_a_folder_are_one_line_warnings(path, warning, tmp_path, capsys):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / path.name).write_bytes(path.read_bytes())
+    (folder / NCCL.name).write_bytes(NCCL.read_bytes())
+    assert main(["health", str(folder)]) in (0, 1)
     err = capsys.readouterr().err
     assert warning in err and "Traceback" not in err
     assert all(line.startswith("warning: ") for line in err.strip().splitlines())
@@ -60,4 +68,194 @@ def test_cut_or_foreign_files_are_one_line_warnings(path, warning, capsys):
 
 def test_a_folder_picks_up_other_tools_output():
     loaded = load_results([IMPORTED])
-    assert {m.tool for m in loaded.machines.values()} == {"nccl-tests", "nvbandwidth"}
+    files = {Path(m.file).name: m for m in loaded.machines.values()}
+    assert set(files) == {
+        "all_reduce_perf_2x8xH100.txt",
+        "all_reduce_perf_cut_short.txt",
+        "constructed_issue6_h100x4.json",
+        "dcgm_v0.5_one_gpu.json",
+    }
+    assert files["constructed_issue6_h100x4.json"].n_benchmarks == 4
+    assert files["all_reduce_perf_2x8xH100.txt"].n_benchmarks == 62
+    assert files["all_reduce_perf_cut_short.txt"].partial
+    assert files["dcgm_v0.5_one_gpu.json"].host == "dcgm_v0.5_one_gpu"  # names no host: the file does
+
+
+# --- nvbandwidth: a CONSTRUCTED 2-GPU output in json_output.cpp's layout (no real one was published) ---
+
+
+def nvbw(tmp_path: Path, testcases: list[dict], devices: int = 2, name: str = "nvbw.json") -> Path:
+    data = {
+        "nvbandwidth": {
+            "Driver Version": "550.54.15",
+            "GPU Device list": [
+                f"{i}: NVIDIA H100 80GB HBM3 (00000000:{i:02x}:00): (box)" for i in range(devices)
+            ],
+            "testcases": testcases,
+            "version": "v0.8",
+        }
+    }
+    path = tmp_path / name
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def matrix_case(name: str, rows: list[list[str]], description: str) -> dict:
+    return {"name": name, "status": "Passed", "bandwidth_description": description, "bandwidth_matrix": rows}
+
+
+def test_nvbandwidth_peer_direction_comes_from_the_test_name(tmp_path):
+    """testcases_ce.cpp: read copies column -> row, write row -> column, whatever the description's arrow."""
+    rows = [["N/A", "370"], ["360", "N/A"]]
+    path = nvbw(
+        tmp_path,
+        [
+            matrix_case(
+                "device_to_device_memcpy_read_ce", rows, "memcpy CE GPU(row) -> GPU(column) bandwidth"
+            ),
+            matrix_case(
+                "device_to_device_memcpy_write_ce", rows, "memcpy CE GPU(row) <- GPU(column) bandwidth"
+            ),
+        ],
+    )
+    t = load_results([path]).table
+    got = {(r.test, r.src, r.dst): r.gbps for r in t.itertuples()}
+    assert got == {
+        ("device_to_device_memcpy_read_ce", "cuda:1", "cuda:0"): 370.0,  # row 0, column 1: 1 -> 0
+        ("device_to_device_memcpy_read_ce", "cuda:0", "cuda:1"): 360.0,
+        ("device_to_device_memcpy_write_ce", "cuda:0", "cuda:1"): 370.0,  # row 0, column 1: 0 -> 1
+        ("device_to_device_memcpy_write_ce", "cuda:1", "cuda:0"): 360.0,
+    }
+
+
+def test_nvbandwidth_bidirectional_peer_keeps_only_the_total_block(tmp_path, capsys):
+    """addTestcaseResults appends read1, read2 and total matrices to one testcase: 3N rows, N GPUs."""
+    read1 = [["N/A", "300"], ["301", "N/A"]]
+    read2 = [["N/A", "302"], ["303", "N/A"]]
+    total = [["N/A", "602"], ["604", "N/A"]]
+    path = nvbw(
+        tmp_path,
+        [
+            matrix_case(
+                "device_to_device_bidirectional_memcpy_read_ce",
+                read1 + read2 + total,
+                "memcpy CE CPU(row) <-> GPU(column) Total bandwidth (GB/s)",
+            )
+        ],
+    )
+    loaded = load_results([path])
+    (machine,) = loaded.machines.values()
+    assert [d["id"] for d in machine.devices] == ["cuda:0", "cuda:1"]  # no phantom cuda:2..5
+    t = loaded.table
+    assert sorted(zip(t["src"], t["dst"], t["direction"], t["gbps"])) == [
+        ("cuda:0", "cuda:1", "bi", 602.0),
+        ("cuda:1", "cuda:0", "bi", 604.0),
+    ]
+    assert set(t["bytes"]) == {2 * 512 * 2**20}  # both directions' bytes, as our own `bi` counts them
+
+
+def test_nvbandwidth_cells_outside_the_listed_gpus_are_refused(tmp_path):
+    path = nvbw(
+        tmp_path,
+        [matrix_case("device_to_device_memcpy_write_ce", [["N/A", "370"], ["360", "N/A"], ["1", "2"]], "x")],
+    )
+    loaded = load_results([path])
+    assert len(loaded.table) == 2 and len(next(iter(loaded.machines.values())).devices) == 2
+    assert any("outside the 2 GPU(s)" in w for w in loaded.warnings)
+
+
+def test_nvbandwidth_local_copy(tmp_path):
+    path = nvbw(
+        tmp_path,
+        [matrix_case("device_local_copy", [["1400", "1390"]], "memcpy local GPU(column) bandwidth (GB/s)")],
+    )
+    t = load_results([path]).table
+    assert sorted(zip(t["src"], t["dst"], t["gbps"])) == [
+        ("cuda:0", "cuda:0", 1400.0),
+        ("cuda:1", "cuda:1", 1390.0),
+    ]
+
+
+# --- nccl-tests: variants of the real published log (tests/data/imported/nccl-tests) ---
+
+
+def variant(tmp_path: Path, name: str, edit) -> Path:
+    path = tmp_path / name
+    path.write_text(edit(NCCL.read_text(encoding="utf-8")), encoding="utf-8")
+    return path
+
+
+def test_nccl_tests_iters_is_the_timed_count_not_the_warmup():
+    t = load_results([NCCL]).table
+    assert set(t["iterations"]) == {20}  # "warmup iters: 5 iters: 20 agg iters: 1"
+
+
+def test_nccl_tests_wrong_results_are_dropped_and_fail_health(tmp_path, capsys):
+    def wrong(text: str) -> str:
+        text = text.replace("47535  180.71  338.82      0", "47535  180.71  338.82      7")
+        return text.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 14 FAILED")
+
+    path = variant(tmp_path, "all_reduce_perf.txt", wrong)
+    loaded = load_results([path])
+    assert len(loaded.table) == 61  # the wrong out-of-place 8 GB row is not a measurement
+    assert any("data check failed" in w for w in loaded.warnings)
+    code = main(["health", str(path), "--format", "json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 1 and out["counts"]["wrong"] == 1
+
+
+def test_nccl_tests_out_of_bounds_alone_fails_health(tmp_path, capsys):
+    path = variant(
+        tmp_path,
+        "all_reduce_perf.txt",
+        lambda t: t.replace("# Out of bounds values : 0 OK", "# Out of bounds values : 3 FAILED"),
+    )
+    assert main(["health", str(path)]) == 1
+    assert "data check failed" in capsys.readouterr().out
+
+
+def test_nccl_tests_srun_prefix_and_nccl_info_lines(tmp_path):
+    def srun(text: str) -> str:
+        lines = text.splitlines()
+        at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("8 "))
+        lines.insert(at + 1, "box:123:456 [0] NCCL INFO Channel 00/32 : 0 1 2 3 4 5 6 7")
+        return "\n".join("0: " + line for line in lines)
+
+    loaded = load_results([variant(tmp_path, "run.log", srun)])
+    assert len(loaded.table) == 62 and not [w for w in loaded.warnings if "unreadable" in w]
+
+
+def test_nccl_tests_per_iteration_and_timestamp_columns(tmp_path):
+    """util.cu: -I adds i_min i_max i_p99 i_cv% after each group; -T a timestamp column."""
+    header = "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+    extra = "    i_min    i_max    i_p99    i_cv%"
+
+    def per_iter(text: str) -> str:
+        out = []
+        for line in text.splitlines():
+            if line.startswith(header):
+                line = f"{header}{extra}     time   algbw   busbw #wrong{extra}  timestamp"
+            elif line.lstrip()[:1].isdigit():
+                t = line.split()
+                line = "  ".join(
+                    t[:9] + ["1.0", "2.0", "3.0", "4.0"] + t[9:13] + ["1.0", "2.0", "3.0", "4.0"]
+                )
+                line += "  2026-01-01 10:00:00"
+            out.append(line)
+        return "\n".join(out)
+
+    t = load_results([variant(tmp_path, "all_reduce_perf.txt", per_iter)]).table
+    big = t[(t["bytes"] == 8589934592)].set_index("in_place")
+    assert big.loc[False, "busbw"] == pytest.approx(338.82) and big.loc[True, "busbw"] == pytest.approx(
+        337.35
+    )
+    assert big.loc[True, "median"] == pytest.approx(47743e-6)
+
+
+def test_nccl_tests_alltoallv_is_not_all_to_all(tmp_path, capsys):
+    path = tmp_path / "alltoallv_perf.txt"
+    path.write_text(
+        NCCL.read_text(encoding="utf-8").replace("all_reduce_perf", "alltoallv_perf"), encoding="utf-8"
+    )
+    main(["health", str(path)])
+    assert "alltoallv_perf has no counterpart among our collectives" in capsys.readouterr().err

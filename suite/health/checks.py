@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from suite.compare import NOISE_IQR_SHARE
-from suite.health.expect import MEASURES, OK_AT_PCT, Expectations
-from suite.results import FOREIGN_CASE, LoadedResults, latest_runs, peer_keys, route_kind
+from suite.health.expect import HOST_LINKS, MEASURES, OK_AT_PCT, Expectations, Measure
+from suite.results import FOREIGN_CASE, LoadedResults, latest_runs, peer_keys, route_kinds
 
 # A device is a straggler when it is more than this far below the median of its peers (same model, same
 # benchmark, same run), and further than their noise. MAMF's author saw a 5%+ matmul spread between healthy
@@ -25,8 +25,10 @@ TUKEY_K = 1.5  # lower fence = q1 - 1.5 x IQR: the usual outlier rule, robust to
 # With fewer machines of one model there is no fleet to speak of: two machines cannot say which is slow.
 FLEET_MIN_MACHINES = 3
 MAX_EXAMPLES = 3  # findings shown per device and family; the JSON keeps every one
-KINDS = ("low", "straggler", "fleet", "missing")
-DEFAULT_FAIL_ON = ("low", "straggler", "fleet")  # missing is reported, not failed: a run may skip a case
+KINDS = ("wrong", "low", "straggler", "fleet", "missing")
+# missing is reported, not failed: a run may skip a case. wrong: another tool's data check failed
+# (nccl-tests #wrong).
+DEFAULT_FAIL_ON = ("wrong", "low", "straggler", "fleet")
 
 
 @dataclass
@@ -66,6 +68,7 @@ class Health:
     nodes: list[NodeVerdict]
     pct_of_expected: pd.Series
     judged_labels: list[str]
+    warnings: list[str] = field(default_factory=list)  # how the runs judged were chosen, where it mattered
 
     def flagged(self, fail_on: tuple[str, ...]) -> list[NodeVerdict]:
         return [n for n in self.nodes if n.status(fail_on) == "flagged"]
@@ -90,7 +93,7 @@ class Health:
                     "status": n.status(fail_on),
                     "runs": n.labels,
                     "tools": n.tools,
-                    "findings": [_clean(asdict(f)) for f in n.findings],
+                    "findings": [_clean(vars(f)) for f in n.findings],
                     "expectations": [_clean(e) for e in n.expectations],
                 }
                 for n in self.nodes
@@ -106,22 +109,27 @@ def _fmt(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}" if unit != "s" else f"{value * 1e6:.3g} µs"
 
 
-def _prepare(loaded: LoadedResults) -> pd.DataFrame:
+def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
     """The latest run of each node and tool, with node, subject device, its model, speed and noise."""
-    labels = latest_runs(loaded.machines, by="node")
-    rows = loaded.table[loaded.table["label"].isin(labels) & (loaded.table["case"] != FOREIGN_CASE)].copy()
+    table = loaded.table
+    rows = table[table["label"].isin(labels) & (table["case"] != FOREIGN_CASE)].copy()
     machines = loaded.machines
     rows["node"] = rows["label"].map({k: m.node for k, m in machines.items()})
-    rows["peer_key"], rows["subject"] = peer_keys(rows)
+    rows["route_"] = route_kinds(rows["src"], rows["dst"])
+    rows["peer_key"], rows["subject"] = peer_keys(rows, rows["route_"])
+    # The subject's first device (cuda:0 of cuda:0->cuda:1) names the model and PCIe generation; one lookup
+    # per distinct (label, device), mapped back onto the rows.
+    # A peer route's subject is `src->dst`: its first device is the source.
+    first = rows["subject"].where(rows["route_"] != "peer", rows["src"].astype(object)).astype(str)
+    pair = rows["label"] + "\x00" + first
     names, gens = {}, {}
     for label in labels:
         for d in machines[label].devices:
-            names[(label, str(d.get("id")))] = str(d.get("name") or "")
-            gens[(label, str(d.get("id")))] = d.get("pcie_gen_max")
-    first = rows["subject"].str.split("->").str[0]
-    keys = list(zip(rows["label"], first))
-    rows["model"] = [names.get(k, "") for k in keys]
-    rows["pcie_gen"] = [gens.get(k) for k in keys]
+            key = f"{label}\x00{d.get('id')}"
+            names[key] = str(d.get("name") or "")
+            gens[key] = d.get("pcie_gen_max")
+    rows["model"] = pair.map(names).fillna("").astype(object)
+    rows["pcie_gen"] = pair.map(gens).astype(object)
     rate = rows["metric"]
     # Higher is better everywhere: the family's rate, or calls per second where a benchmark has no rate.
     rows["speed"] = rate.where(rate > 0, 1.0 / rows["median"].where(rows["median"] > 0))
@@ -132,29 +140,64 @@ def _prepare(loaded: LoadedResults) -> pd.DataFrame:
     return rows
 
 
+def _largest(values: object) -> float:
+    """The largest size a config list selects (sizes are resolved to bytes in a results file)."""
+    sizes = (
+        [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if isinstance(values, list)
+        else []
+    )
+    return max(sizes, default=math.inf if values else 0)  # unresolved text: assume it may be large enough
+
+
+def selected(config: dict, measure: Measure) -> bool | None:
+    """Whether a run's config asked for results this measure judges; None where no config says (imports)."""
+    cases = config.get("cases") if isinstance(config.get("cases"), dict) else None
+    if not cases:
+        return None
+    for family in measure.families:
+        section = cases.get(family)
+        if not isinstance(section, dict) or section.get("enabled") is False:
+            continue
+        wanted = dict(measure.where)
+        if "precision" in wanted and wanted["precision"] not in (section.get("dtypes") or []):
+            continue
+        if "op" in wanted and wanted["op"] not in (section.get("ops") or []):
+            continue
+        if "memory" in wanted and wanted["memory"] not in (section.get("memory") or [wanted["memory"]]):
+            continue
+        if "direction" in wanted and wanted["direction"] not in (section.get("directions") or ["uni"]):
+            continue
+        if measure.min_bytes and _largest(section.get("sizes") or []) < measure.min_bytes:
+            continue
+        if measure.min_flops:
+            shapes = section.get("shapes") or []
+            flops = [
+                2 * math.prod(s) for s in shapes if isinstance(s, list) and all(isinstance(x, int) for x in s)
+            ]
+            if flops and max(flops) < measure.min_flops:
+                continue
+        return True
+    return False
+
+
 def _expected(
     rows: pd.DataFrame,
     loaded: LoadedResults,
+    labels: list[str],
     expectations: Expectations,
     findings: list[Finding],
     tables: dict[str, list[dict]],
 ) -> pd.Series:
     """pct_of_expected per qualifying row; low/missing findings; per-node tables of the judged figures."""
     pct = pd.Series(np.nan, index=rows.index)
-    kinds = None
-    measured_families = rows.groupby("label")["case"].agg(set).to_dict()
+    measured_families = rows.groupby("label")["case"].unique().map(set).to_dict()
     for measure_name, measure in MEASURES.items():
         mask = rows["case"].isin(measure.families) & (
             rows[measure.rate] > 0 if measure.rate in rows else False
         )
-        if not mask.any():
-            continue
         if measure.route:
-            if kinds is None:
-                kinds = pd.Series(
-                    [route_kind(s, d) for s, d in zip(rows["src"], rows["dst"])], index=rows.index
-                )
-            mask &= kinds == measure.route
+            mask &= rows["route_"] == measure.route
         for key, wanted in measure.where:
             column = "precision_" if key == "precision" else key
             mask &= rows[column] == wanted if column in rows else False
@@ -163,94 +206,154 @@ def _expected(
         if measure.min_bytes:
             mask &= rows["bytes"] >= measure.min_bytes
         sub = rows[mask]
-        if measure.per_machine:
-            if "world_size" not in sub:
-                continue
-            sub = sub.assign(
-                model=sub["label"].map({k: m.gpu_model for k, m in loaded.machines.items()}),
-                subject=sub["world_size"].map(lambda w: "" if pd.isna(w) else f"{w:.0f} GPUs"),
-            )
-        # One lookup per distinct (model, PCIe generation, world size), not per row.
-        sizes = sub["world_size"] if measure.per_machine else pd.Series(None, index=sub.index, dtype=object)
-        lookup_keys = list(zip(sub["model"], sub["pcie_gen"], sizes))
-        figures = {
-            k: expectations.figure(
-                k[0],
-                measure_name,
-                k[1] if isinstance(k[1], int) else None,
-                int(k[2]) if measure.per_machine and not pd.isna(k[2]) else None,
-            )
-            for k in set(lookup_keys)
-        }
-        fig_of = pd.Series([figures[k] for k in lookup_keys], index=sub.index, dtype=object)
-        expected = fig_of.map(lambda f: f.value if f else np.nan).astype(float)
-        share = sub[measure.rate] / expected * 100
-        pct.loc[sub.index] = share.to_numpy()
-        judged = sub.assign(expected_=expected, pct_=share, fig_=fig_of).dropna(subset=["expected_"])
-        if judged.empty:
-            continue
-        best = judged.loc[judged.groupby(["label", "subject"], sort=True)["pct_"].idxmax()]
-        for r in best.itertuples(index=False):
-            fig, rate = r.fig_, getattr(r, measure.rate)
-            verdict = "ok" if r.pct_ >= OK_AT_PCT else "low"
-            tables.setdefault(r.node, []).append(
-                {
-                    "device": r.subject,
-                    "measure": measure_name,
-                    "measured": rate,
-                    "expected": fig.value,
-                    "unit": measure.unit,
-                    "pct_of_expected": r.pct_,
-                    "verdict": verdict,
-                    "source": fig.source,
-                    "benchmark": r.name,
-                }
-            )
-            if verdict == "low":
-                findings.append(
-                    Finding(
-                        "low",
-                        r.node,
-                        r.subject,
-                        r.case,
-                        f"{measure_name} {_fmt(rate, measure.unit)} = {r.pct_:.0f}% of the expected "
-                        f"{_fmt(fig.value, measure.unit)} (best: {r.name}; {fig.source})",
-                        rate,
-                        fig.value,
-                        r.pct_,
-                        fig.source,
-                    )
-                )
-        # Missing: an accelerator with a figure, in a run that measured the family, but not this setting.
+        judged = sub.iloc[:0]
+        if not sub.empty:
+            judged = _judge_measure(sub, loaded, measure_name, measure, expectations, pct, findings, tables)
         if not measure.per_machine:
-            seen = set(zip(judged["label"], judged["subject"].str.split("->").str[0]))
-            for label, machine in sorted(loaded.machines.items()):
-                if label not in measured_families or not measured_families[label] & set(measure.families):
-                    continue
-                if (
-                    measure.route == "peer"
-                    and len(machine.accelerators) == 1
-                    and sum(machine.accelerators.values()) < 2
-                ):
-                    continue  # one GPU has no peer to copy to
-                for d in machine.devices:
-                    if d.get("kind") == "cpu" or (label, str(d.get("id"))) in seen:
-                        continue
-                    fig = expectations.figure(str(d.get("name") or ""), measure_name, d.get("pcie_gen_max"))
-                    if fig is None:
-                        continue
-                    findings.append(
-                        Finding(
-                            "missing",
-                            machine.node,
-                            str(d.get("id")),
-                            measure.families[0],
-                            f"{measure_name}: no result to judge (expected {_fmt(fig.value, measure.unit)}; "
-                            f"the run has no {measure_name} at the size the figure needs)",
-                            source=fig.source,
-                        )
-                    )
+            _missing(loaded, labels, measured_families, judged, measure_name, measure, expectations, findings)
     return pct
+
+
+def _judge_measure(
+    sub: pd.DataFrame,
+    loaded: LoadedResults,
+    measure_name: str,
+    measure: Measure,
+    expectations: Expectations,
+    pct: pd.Series,
+    findings: list[Finding],
+    tables: dict[str, list[dict]],
+) -> pd.DataFrame:
+    """Judge one measure's qualifying rows against their figures; the rows that had a figure."""
+    if measure.per_machine:
+        sub = sub.assign(
+            model=sub["label"].map({k: m.gpu_model for k, m in loaded.machines.items()}),
+            subject=sub["world_size"].map(lambda w: "" if pd.isna(w) else f"{w:.0f} GPUs"),
+        )
+    # One lookup per distinct (model, PCIe generation, world size), not per row.
+    gens = [g if isinstance(g, int) and not isinstance(g, bool) else None for g in sub["pcie_gen"]]
+    sizes = (
+        [None if pd.isna(w) else int(w) for w in sub["world_size"]]
+        if measure.per_machine
+        else [None] * len(sub)
+    )
+    lookup = list(zip(sub["model"], gens, sizes))
+    figures = {k: expectations.figure(k[0], measure_name, k[1], k[2]) for k in set(lookup)}
+    fig_of = pd.Series([figures[k] for k in lookup], index=sub.index, dtype=object)
+    expected = fig_of.map(lambda f: f.value if f else np.nan).astype(float)
+    share = sub[measure.rate] / expected * 100
+    pct.loc[sub.index] = share.to_numpy()
+    if measure.route in HOST_LINKS:
+        _no_figure(sub[expected.isna()], measure_name, measure, expectations, tables)
+    judged = sub.assign(expected_=expected, pct_=share, fig_=fig_of).dropna(subset=["expected_"])
+    if judged.empty:
+        return judged
+    best = judged.loc[judged.groupby(["label", "subject"], sort=True)["pct_"].idxmax()]
+    for r in best.itertuples(index=False):
+        fig, rate = r.fig_, getattr(r, measure.rate)
+        verdict = "ok" if r.pct_ >= OK_AT_PCT else "low"
+        tables.setdefault(r.node, []).append(
+            {
+                "device": r.subject,
+                "measure": measure_name,
+                "measured": rate,
+                "expected": fig.value,
+                "unit": measure.unit,
+                "pct_of_expected": r.pct_,
+                "verdict": verdict,
+                "source": fig.source,
+                "benchmark": r.name,
+            }
+        )
+        if verdict == "low":
+            findings.append(
+                Finding(
+                    "low",
+                    r.node,
+                    r.subject,
+                    r.case,
+                    f"{measure_name} {_fmt(rate, measure.unit)} = {r.pct_:.0f}% of the expected "
+                    f"{_fmt(fig.value, measure.unit)} (best: {r.name}; {fig.source})",
+                    rate,
+                    fig.value,
+                    r.pct_,
+                    fig.source,
+                )
+            )
+    return judged
+
+
+def _no_figure(
+    sub: pd.DataFrame, measure_name: str, measure: Measure, expectations: Expectations, tables: dict
+) -> None:
+    """Host-link results of a known model whose link has no figure (PCIe gen3, say): listed, not judged."""
+    if sub.empty:
+        return
+    best = sub.loc[sub.groupby(["label", "subject"], sort=True)[measure.rate].idxmax()]
+    for r in best.itertuples(index=False):
+        model = expectations.model_of(r.model)
+        if model is None:
+            continue
+        gen = r.pcie_gen if isinstance(r.pcie_gen, int) else None
+        link = (
+            f"pcie{gen}"
+            if gen and str(model.get("host_link", "")).startswith("pcie")
+            else model.get("host_link", "")
+        )
+        tables.setdefault(r.node, []).append(
+            {
+                "device": r.subject,
+                "measure": measure_name,
+                "measured": getattr(r, measure.rate),
+                "expected": None,
+                "unit": measure.unit,
+                "pct_of_expected": None,
+                "verdict": "no figure",
+                "source": f"no expected {measure_name} figure for link {link or 'unknown'}; "
+                "add one with --expect",
+                "benchmark": r.name,
+            }
+        )
+
+
+def _missing(
+    loaded: LoadedResults,
+    labels: list[str],
+    measured_families: dict[str, set],
+    judged: pd.DataFrame,
+    measure_name: str,
+    measure: Measure,
+    expectations: Expectations,
+    findings: list[Finding],
+) -> None:
+    """A device with a figure, in a run that chose to measure this setting, but without a result to judge."""
+    seen = set(zip(judged["label"], judged["subject"].str.split("->", n=1).str[0])) if len(judged) else set()
+    for label in labels:
+        machine = loaded.machines[label]
+        chosen = selected(machine.config, measure)
+        if chosen is False:
+            continue  # the config did not ask for it: absence is a choice, not a gap
+        if chosen is None and not measured_families.get(label, set()) & set(measure.families):
+            continue
+        if measure.route == "peer" and sum(machine.accelerators.values()) < 2:
+            continue  # one GPU has no peer to copy to
+        for d in machine.devices:
+            if d.get("kind") == "cpu" or (label, str(d.get("id"))) in seen:
+                continue
+            fig = expectations.figure(str(d.get("name") or ""), measure_name, d.get("pcie_gen_max"))
+            if fig is None:
+                continue
+            findings.append(
+                Finding(
+                    "missing",
+                    machine.node,
+                    str(d.get("id")),
+                    measure.families[0],
+                    f"{measure_name}: no result to judge (expected {_fmt(fig.value, measure.unit)}; "
+                    f"the run has no {measure_name} at the size the figure needs)",
+                    source=fig.source,
+                )
+            )
 
 
 def _median_of_others(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
@@ -291,13 +394,16 @@ def _stragglers(rows: pd.DataFrame, findings: list[Finding]) -> None:
         shortfall > NOISE_IQR_SHARE * (peers["noise"].to_numpy() + noise_peers)
     )
     hits = peers[flagged].assign(group_=group[flagged], others_=others[flagged], short_=shortfall[flagged])
-    by_group = pd.Series(range(len(peers)), index=peers.index).groupby(group).agg(list)
+    # Each group's members, found by bisection in the rows sorted by group (no Python list per group).
+    by_group = np.argsort(group, kind="stable")
+    sorted_groups = group[by_group]
     values = peers["value"].to_numpy()
     for r in hits.sort_values(
         ["node", "subject", "case", "short_"], ascending=[True, True, True, False]
     ).itertuples(index=False):
         own = r.value
-        rest = [values[i] for i in by_group[r.group_]]
+        lo_at, hi_at = np.searchsorted(sorted_groups, [r.group_, r.group_ + 1])
+        rest = [values[i] for i in by_group[lo_at:hi_at]]
         rest.remove(own) if own in rest else None
         lo, hi = min(rest), max(rest)
         text = (
@@ -355,15 +461,22 @@ def _fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) -
 
 def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
     """Every check over the latest run of each node and tool; deterministic for the same files."""
-    rows = _prepare(loaded)
+    warnings: list[str] = []
+    labels = latest_runs(loaded.machines, by="node", warnings=warnings)
+    rows = _prepare(loaded, labels)
     findings: list[Finding] = []
     tables: dict[str, list[dict]] = {}
-    pct = _expected(rows, loaded, expectations, findings, tables)
+    pct = _expected(rows, loaded, labels, expectations, findings, tables)
     _stragglers(rows, findings)
     _fleet(rows, loaded, findings)
     nodes: dict[str, NodeVerdict] = {}
-    for label in latest_runs(loaded.machines, by="node"):
+    for label in labels:
         m = loaded.machines[label]
+        if m.wrong_results:  # the tool's own data check failed: the node computes wrong results
+            shown = "; ".join(m.wrong_results[:MAX_EXAMPLES])
+            extra = len(m.wrong_results) - MAX_EXAMPLES
+            text = f"{m.tool} data check failed: {shown}" + (f"; … {extra} more" if extra > 0 else "")
+            findings.append(Finding("wrong", m.node, "", "collectives", text))
         node = nodes.setdefault(m.node, NodeVerdict(m.node, m.gpu_model, [], []))
         node.labels.append(label)
         node.tools.append(m.tool)
@@ -376,5 +489,8 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
     full = pd.Series(np.nan, index=loaded.table.index)
     full.loc[pct.index] = pct
     return Health(
-        [nodes[k] for k in sorted(nodes)], full, sorted(l for n in nodes.values() for l in n.labels)
+        [nodes[k] for k in sorted(nodes)],
+        full,
+        sorted(l for n in nodes.values() for l in n.labels),
+        warnings,
     )

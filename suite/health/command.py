@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
+from suite.compare import emit
 from suite.errors import UserError
 from suite.health.checks import DEFAULT_FAIL_ON, KINDS, MAX_EXAMPLES, Health, judge
 from suite.health.expect import OK_AT_PCT, load_expectations
-from suite.results import load_results, parse_label_args
+from suite.results import PARTIAL_SUFFIX, LoadedResults, load_results, parse_label_args
 
 FORMATS = ("text", "markdown", "json")
 
@@ -23,6 +25,20 @@ def parse_fail_on(values: list[str] | None) -> tuple[str, ...]:
             f"--fail-on {bad[0]!r} is not one of {', '.join(KINDS)}; write e.g. --fail-on low,straggler"
         )
     return tuple(dict.fromkeys(kinds)) or DEFAULT_FAIL_ON
+
+
+def unread_named_files(paths: list[str], loaded: LoadedResults) -> list[str]:
+    """Files named on the command line (not found in a folder) that gave no results."""
+    read = {m.file for m in loaded.machines.values()}
+    out = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir() or str(path) in read:
+            continue
+        if path.name.endswith(PARTIAL_SUFFIX) and str(path)[: -len(PARTIAL_SUFFIX)] + ".json" in read:
+            continue  # superseded by its finished run, which was read
+        out.append(str(path))
+    return out
 
 
 def node_lines(health: Health, fail_on: tuple[str, ...]) -> list[tuple[str, str, list[str]]]:
@@ -58,12 +74,12 @@ def node_lines(health: Health, fail_on: tuple[str, ...]) -> list[tuple[str, str,
 def render(health: Health, fmt: str, fail_on: tuple[str, ...]) -> str:
     data = health.as_dict(fail_on)
     if fmt == "json":
-        return json.dumps(data, indent=1, sort_keys=False)
+        # Compact: a fleet's verdict runs to megabytes, which indenting doubles; `jq .` pretty-prints it.
+        return json.dumps(data, separators=(",", ":"))
     c = data["counts"]
     summary = (
         f"health: {c['nodes']} node(s), {c['flagged']} flagged (failing on {', '.join(fail_on)}); "
-        f"findings: {c['low']} low, {c['straggler']} straggler, {c['fleet']} fleet, {c['missing']} missing;"
-        f" ok at >= {OK_AT_PCT:g}% of expected"
+        f"findings: {', '.join(f'{c[k]} {k}' for k in KINDS)}; ok at >= {OK_AT_PCT:g}% of expected"
     )
     rows = node_lines(health, fail_on)
     if fmt == "markdown":
@@ -117,6 +133,14 @@ def run(args: argparse.Namespace) -> int:
     loaded = load_results(args.results, labels=parse_label_args(args.label))
     for warning in loaded.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    unread = unread_named_files(args.results, loaded)
+    if unread:
+        raise UserError(
+            f"{unread[0]} could not be judged ({len(unread)} named file(s) unreadable): an acceptance gate "
+            "judges every file it is named; fix or remove it (a folder may hold other files)"
+        )
     health = judge(loaded, expectations)
-    print(render(health, args.fmt, fail_on))
+    for warning in health.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    emit(render(health, args.fmt, fail_on))
     return 1 if health.flagged(fail_on) else 0

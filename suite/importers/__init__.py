@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import datetime as _dt
 import re
 from pathlib import Path
 
 from suite import SCHEMA_VERSION
 
 
-def imported(tool: str, path: Path, machine_info: dict, benchmarks: list[dict], version: str = "") -> dict:
+def imported(tool: str, machine_info: dict, benchmarks: list[dict], version: str = "") -> dict:
     """A results object shaped like ours, so the loader, report, compare and health treat it alike."""
-    # Neither tool records when it ran: the file's modification time stands in (the history's x axis).
-    when = _dt.datetime.fromtimestamp(path.stat().st_mtime, tz=_dt.timezone.utc).isoformat()
+    # Neither tool's text or JSON output records when it ran, and a file's modification time changes with
+    # every copy: no time is invented. Untimed runs of one machine are ordered by file name, with a warning.
     return {
         "machine_info": machine_info,
         "benchmarks": benchmarks,
-        "datetime": when,
+        "datetime": "",
         "suite": {"schema_version": SCHEMA_VERSION, "tool": tool, "tool_version": version},
     }
 
@@ -34,7 +33,10 @@ def stats_from_time(seconds: float, rounds: int, iterations: int) -> dict:
 
 
 # nccl-tests' first line or its column header: what no JSON file of ours contains.
-_NCCL_TESTS = re.compile(r"^(?:\[\d+,\d+\]<stdout>:)?#\s*(?:nThread\s+\d+|size\s+count\s)", re.MULTILINE)
+# Lines may carry Open MPI's --tag-output prefix or srun -l's `0: `.
+_NCCL_TESTS = re.compile(
+    r"^(?:\[\d+,\d+\]<stdout>:|\s*\d+: )?#\s*(?:nThread\s+\d+|size\s+count\s)", re.MULTILINE
+)
 
 
 def sniff(path: Path, text: str) -> str | None:

@@ -1,22 +1,23 @@
 """nccl-tests' text output (`all_reduce_perf` and friends) as results of the collectives family.
 
-The format is nccl-tests' own (src/common.cu, src/util.cu): a `# nThread .. iters: N` line, one `#  Rank ..
-on HOST device D [BUS] NAME` line per rank, a header naming the columns (size count type redop root, then
-time algbw busbw #wrong for out-of-place and again for in-place), one line per size, and `# Avg bus
-bandwidth` at the end. Times are microseconds (the mean over `iters` calls), rates GB/s (1e9 B/s): the same
-units and algbw/busbw definitions as ours.
+The format is nccl-tests' own (src/common.cu, src/util.cu): a `# nThread .. warmup iters: W iters: N` line,
+one `#  Rank .. on HOST device D [BUS] NAME` line per rank, a header naming the columns (size count type
+redop root, then time algbw busbw #wrong for out-of-place and again for in-place, each group followed by
+i_min i_max i_p99 i_cv% with per-iteration timing, and a timestamp column with -T), one line per size, then
+`# Out of bounds values : N OK|FAILED` and `# Avg bus bandwidth`. Times are microseconds (the mean over
+`iters` calls), rates GB/s (1e9 B/s): the same units and algbw/busbw definitions as ours.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from pathlib import Path
 
 from suite.importers import imported, stats_from_time
 
 TOOL = "nccl-tests"
-# nccl-tests' binary names -> our collectives op names.
+# nccl-tests' binary names -> our collectives op names. alltoallv, bisection and the like have no
+# counterpart of ours (their busbw is defined differently) and are not imported.
 OPS = {
     "all_reduce": "all_reduce",
     "all_gather": "all_gather",
@@ -45,20 +46,31 @@ DTYPES = {
     "f8e5m2": "float8_e5m2",
 }
 DEFAULT_ITERS = 20  # nccl-tests' default -n, used when the `iters:` header line is missing
-_PREFIX = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")  # Open MPI's --tag-output prefix
+TIME_COLUMNS = ("time", "cputime")  # each starts one result group (out-of-place, in-place); -C prints cputime
+# Open MPI's --tag-output prefix `[1,0]<stdout>:`, or srun -l's `0: `.
+_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
 _RANK = re.compile(
     r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+\[[^\]]*\]\s+(.+?)\s*$"
 )
-_ITERS = re.compile(r"\biters:\s*(\d+)")
-_OP_NAME = re.compile(r"\b(" + "|".join(sorted(OPS, key=len, reverse=True)) + r")_perf\b")
+# `iters: 20`, not `warmup iters: 5` nor `agg iters: 1`, which come first on the same line.
+_ITERS = re.compile(r"(?<!warmup )(?<!agg )\biters:\s*(\d+)")
+_OUT_OF_BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)")
+_ANY_PERF = re.compile(r"\b([a-z0-9_]+?)_perf\b")
+_OP_WORD = "|".join(sorted(OPS, key=len, reverse=True))
+_OP_NAME = re.compile(r"\b(" + _OP_WORD + r")_perf\b")
+_OP_IN_FILE = re.compile(r"(?<![a-z])(" + _OP_WORD + r")(?![a-z])")  # alltoallv is not alltoall
 
 
-def _op(text: str, path: Path) -> str | None:
+def _op(text: str, path: Path) -> tuple[str | None, str | None]:
+    """(nccl-tests op, binary name when it is one we do not import)."""
     found = _OP_NAME.search(text)
     if found:
-        return found.group(1)
-    stem = path.name.lower()
-    return next((op for op in sorted(OPS, key=len, reverse=True) if op in stem), None)
+        return found.group(1), None
+    other = _ANY_PERF.search(text)
+    if other:
+        return None, other.group(0)
+    found = _OP_IN_FILE.search(path.name.lower())
+    return (found.group(1), None) if found else (None, None)
 
 
 def _number(token: str) -> float | None:
@@ -68,57 +80,80 @@ def _number(token: str) -> float | None:
         return None
 
 
+def _groups(columns: list[str]) -> tuple[int, int, int | None]:
+    """(first time column, group width, #wrong offset in a group) from the header's column names."""
+    starts = [i for i, c in enumerate(columns) if c in TIME_COLUMNS]
+    width = starts[1] - starts[0] if len(starts) > 1 else len(columns) - starts[0]
+    group = columns[starts[0] : starts[0] + width]
+    return starts[0], width, group.index("#wrong") if "#wrong" in group else None
+
+
 def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str | None]:
     """(results data, problem): rows of every size, out-of-place and in-place, as collectives benchmarks."""
     lines = [_PREFIX.sub("", line).rstrip() for line in text.splitlines()]
     ranks, columns, rows = {}, None, []
     iters = DEFAULT_ITERS
+    out_of_bounds = 0
     for line in lines:
         stripped = line.strip()
         if not stripped:
             continue
         if stripped.startswith("#"):
             rank = _RANK.match(stripped)
+            bounds = _OUT_OF_BOUNDS.search(stripped)
             if rank:
                 ranks[int(rank.group(1))] = (rank.group(2), int(rank.group(3)), rank.group(4))
-            elif _ITERS.search(stripped):
+            elif bounds:
+                out_of_bounds += int(bounds.group(1))
+            elif "nThread" in stripped and _ITERS.search(stripped):
                 iters = int(_ITERS.search(stripped).group(1))
             elif columns is None and "size" in stripped and "busbw" in stripped:
                 columns = stripped.lstrip("#").split()
             continue
-        if columns is not None:
-            rows.append(stripped.split())
-    op = _op(text, path)
+        tokens = stripped.split()
+        # Result lines start with the size; NCCL INFO/WARN lines and other log noise are not result lines.
+        if columns is not None and _number(tokens[0]) is not None:
+            rows.append(tokens)
+    op, other = _op(text, path)
     if columns is None or not rows:
         return None, "no nccl-tests result lines (not nccl-tests output, or cut before the first size)"
     if op is None:
+        if other:
+            return None, f"{other} has no counterpart among our collectives; not imported"
         return None, (
             "cannot tell which collective this nccl-tests output measured; name the file after the "
             "binary, e.g. all_reduce_perf.txt"
         )
-    first_time = columns.index("time") if "time" in columns else None
-    if first_time is None:
+    if not any(c in TIME_COLUMNS for c in columns):
         return None, "nccl-tests header without a time column (unknown format)"
+    first_time, width, wrong_at = _groups(columns)
     prefix = columns[:first_time]
     hosts = sorted({host for host, _, _ in ranks.values()})
     world = len(ranks) or None
-    benchmarks, bad = [], 0
+    benchmarks, bad, wrong = [], 0, []
     for tokens in rows:
         head, body = tokens[: len(prefix)], tokens[len(prefix) :]
         fields = dict(zip(prefix, head))
         size = _number(fields.get("size", ""))
-        groups = [body[i : i + 4] for i in range(0, len(body), 4)]
-        if size is None or len(head) < len(prefix) or not groups or any(len(g) < 3 for g in groups):
+        if size is None or len(head) < len(prefix) or len(body) < 3:
             bad += 1
             continue
         # Two groups: out-of-place, in-place; one: in-place only (nccl-tests' trace replay).
-        modes = ["outofplace", "inplace"] if len(groups) >= 2 else ["inplace"]
-        for mode, group in zip(modes, groups):
+        if len(body) >= 2 * width:
+            groups = [("outofplace", body[:width]), ("inplace", body[width : 2 * width])]
+        else:
+            groups = [("inplace", body[:width])]
+        for mode, group in groups:
             time_us, algbw, busbw = (_number(t) for t in group[:3])
             if not time_us or time_us <= 0 or algbw is None or busbw is None:
                 bad += 1
                 continue
             dtype = DTYPES.get(fields.get("type", ""), fields.get("type", ""))
+            name = f"{op}_perf[{dtype}-{int(size)}B-{mode}]"
+            n_wrong = _number(group[wrong_at]) if wrong_at is not None and len(group) > wrong_at else None
+            if n_wrong:  # the data check failed: the rate of a wrong result is no measurement
+                wrong.append(f"{name}: {n_wrong:g} wrong element(s)")
+                continue
             extra = {
                 "case": "collectives",
                 "op": OPS[op],
@@ -137,7 +172,6 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
             }
             if fields.get("redop") not in (None, "none"):
                 extra["redop"] = fields["redop"]
-            name = f"{op}_perf[{dtype}-{int(size)}B-{mode}]"
             benchmarks.append(
                 {
                     "name": name,
@@ -147,24 +181,31 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
                     "stats": stats_from_time(time_us * 1e-6, rounds=1, iterations=iters),
                 }
             )
-    if not benchmarks:
+    if out_of_bounds and not wrong:
+        wrong.append(f"{op}_perf: {out_of_bounds} out-of-bounds value(s)")
+    if wrong:
+        warnings.append(
+            f"{path}: nccl-tests' data check failed ({'; '.join(wrong[:3])}"
+            f"{f'; … {len(wrong) - 3} more' if len(wrong) > 3 else ''}); those sizes are not imported"
+        )
+    if not benchmarks and not wrong:
         return None, "nccl-tests output without a readable result line"
     if bad:
         warnings.append(f"{path}: ignored {bad} unreadable nccl-tests result line(s)")
-    if not any("Avg bus bandwidth" in line for line in lines):
+    finished = any("Avg bus bandwidth" in line for line in lines)
+    if not finished:
         warnings.append(
             f"{path}: nccl-tests output ends before its summary (cut short?); kept the sizes it has"
         )
-    names = Counter()
     devices = []
     for rank in sorted(ranks):
         host, index, name = ranks[rank]
         device_id = f"cuda:{index}" if len(hosts) == 1 else f"{host}/cuda:{index}"
         if any(d["id"] == device_id for d in devices):
             continue
-        names[name] += 1
         devices.append({"id": device_id, "kind": "cuda", "name": name})
     info = {"node": ",".join(hosts), "devices": devices, "software": {"nccl-tests": "text output"}}
-    data = imported(TOOL, path, info, benchmarks)
-    data["partial"] = not any("Avg bus bandwidth" in line for line in lines)
+    data = imported(TOOL, info, benchmarks)
+    data["suite"]["wrong_results"] = wrong
+    data["partial"] = not finished
     return data, None

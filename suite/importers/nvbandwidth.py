@@ -3,8 +3,9 @@
 The format is nvbandwidth's own (json_output.cpp): `{"nvbandwidth": {"Driver Version", "testcases": [{"name",
 "status", "bandwidth_description", "bandwidth_matrix": [[str, ...], ...], "sum", ...}]}}`, newer versions
 adding "GPU Device list" (`"0: NAME (BUS): (HOST)"`) and "Hostname". The matrix holds GB/s (1e9 B/s) of the
-buffer's bytes moved once, as ours; the description says which way rows and columns go (`CPU(row) ->
-GPU(column)`, `GPU(row) <- GPU(column)`, `<->` both ways at once).
+buffer's bytes moved once, as ours. Which way a test copies is taken from its name, not from its description
+(testcases_ce.cpp, testcases_sm.cpp): the device-to-device read tests copy column -> row though their
+description says `GPU(row) -> GPU(column)`, the write tests row -> column under `GPU(row) <- GPU(column)`.
 """
 
 from __future__ import annotations
@@ -19,9 +20,25 @@ TOOL = "nvbandwidth"
 DEFAULT_BUFFER_BYTES = 512 * 2**20  # nvbandwidth's default --bufferSize (512 MiB) when the JSON omits it
 DEFAULT_SAMPLES = 3  # nvbandwidth's default --testSamples: it reports the median of 3
 UNKNOWN_GPU = "GPU (model not in nvbandwidth output)"
-_ROUTE = re.compile(r"(CPU|GPU)\(row\)\s*(<->|->|<-)\s*(CPU|GPU)\(column\)")
-_LOCAL = re.compile(r"local GPU\(column\)")
+# The host bidirectional tests run the other direction at once but report only the first copy's rate
+# (memcpy.cpp: calculateFirstBandwidth): one direction under load, not our `bi` (both directions summed).
+UNDER_LOAD = "uni_loaded"
+# The device-to-device bidirectional tests append three matrices to one testcase (addTestcaseResults in
+# json_output.cpp appends rows): read1/write1, read2/write2, then their total. Only the total is `bi`.
+BIDIR_BLOCKS = 3
 _DEVICE = re.compile(r"^\s*(\d+)\s*:\s*(.+?)\s*(?:\([0-9A-Fa-f:.]+\))?\s*(?::\s*\((.*)\))?\s*$")
+# test name (without _ce/_sm) -> (source, destination, direction); r = the row's GPU, c = the column's.
+ROUTES = {
+    "host_to_device_memcpy": ("cpu", "c", "uni"),
+    "device_to_host_memcpy": ("c", "cpu", "uni"),
+    "host_to_device_bidirectional_memcpy": ("cpu", "c", UNDER_LOAD),
+    "device_to_host_bidirectional_memcpy": ("c", "cpu", UNDER_LOAD),
+    "device_to_device_memcpy_read": ("c", "r", "uni"),
+    "device_to_device_memcpy_write": ("r", "c", "uni"),
+    "device_to_device_bidirectional_memcpy_read": ("r", "c", "bi"),
+    "device_to_device_bidirectional_memcpy_write": ("r", "c", "bi"),
+    "device_local_copy": ("c", "c", "uni"),
+}
 
 
 def _load(text: str) -> object:
@@ -43,30 +60,35 @@ def _value(cell: object) -> float | None:
     return value if value > 0 else None
 
 
-def _routes(case: dict) -> list[tuple[str, str, str, float]]:
+def _end(which: str, r: int, c: int) -> str:
+    return "cpu" if which == "cpu" else f"cuda:{r if which == 'r' else c}"
+
+
+def _routes(name: str, case: dict, gpus: int, problems: list[str]) -> list[tuple[str, str, str, float]]:
     """(src, dst, direction, GB/s) per matrix cell, or [] for tests that are not one route at a time."""
-    description = str(case.get("bandwidth_description") or "")
+    route = ROUTES.get(re.sub(r"_(ce|sm)$", "", name))
     matrix = case.get("bandwidth_matrix")
-    if "latency" in description or not isinstance(matrix, list):
+    if route is None or not isinstance(matrix, list):
         return []
-    out = []
-    local = _LOCAL.search(description)
-    route = _ROUTE.search(description)
-    for r, row in enumerate(matrix):
-        for c, cell in enumerate(row if isinstance(row, list) else []):
+    rows = [row if isinstance(row, list) else [] for row in matrix]
+    src, dst, direction = route
+    if direction == "bi":
+        if len(rows) != BIDIR_BLOCKS * gpus:
+            problems.append(f"{name} ({len(rows)} matrix rows, not {BIDIR_BLOCKS} x {gpus} GPUs)")
+            return []
+        rows = rows[-gpus:]  # the total block
+    out, outside = [], 0
+    for r, row in enumerate(rows):
+        for c, cell in enumerate(row):
             value = _value(cell)
             if value is None:
                 continue
-            if local:
-                out.append((f"cuda:{c}", f"cuda:{c}", "uni", value))
+            if c >= gpus or (r >= gpus and "r" in (src, dst)) or (r > 0 and "r" not in (src, dst)):
+                outside += 1  # a device the output does not list: never invent one
                 continue
-            if not route:
-                return []
-            row_end = "cpu" if route.group(1) == "CPU" else f"cuda:{r}"
-            col_end = "cpu" if route.group(3) == "CPU" else f"cuda:{c}"
-            arrow = route.group(2)
-            src, dst = (col_end, row_end) if arrow == "<-" else (row_end, col_end)
-            out.append((src, dst, "bi" if arrow == "<->" else "uni", value))
+            out.append((_end(src, r, c), _end(dst, r, c), direction, value))
+    if outside:
+        problems.append(f"{name} ({outside} cell(s) outside the {gpus} GPU(s))")
     return out
 
 
@@ -87,29 +109,34 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
         if match:
             names[int(match.group(1))] = match.group(2)
             host = host or (match.group(3) or "")
-    benchmarks, skipped, failed = [], [], []
-    gpus: set[int] = set()
-    for case in root["testcases"]:
-        if not isinstance(case, dict):
-            continue
+    cases = [c for c in root["testcases"] if isinstance(c, dict)]
+    # Without a device list, the GPU count is the width of a host<->device matrix (one column per GPU).
+    gpus = len(names) or max(
+        (
+            len(c["bandwidth_matrix"][0])
+            for c in cases
+            if str(c.get("name", "")).startswith(("host_to_device", "device_to_host"))
+            and isinstance(c.get("bandwidth_matrix"), list)
+            and c["bandwidth_matrix"]
+            and isinstance(c["bandwidth_matrix"][0], list)
+        ),
+        default=0,
+    )
+    benchmarks, failed, problems = [], [], []
+    for case in cases:
         name, status = str(case.get("name") or "?"), str(case.get("status") or "")
         if status != "Passed":
             if status not in ("Waived", "Not Found"):
                 failed.append(f"{name} ({status or 'no status'})")
             continue
-        # all_to_host, host_to_all, one_to_all, all_to_one: one route measured while others load the link.
-        routes = [] if "all" in name.split("_") else _routes(case)
-        if not routes:
-            skipped.append(name)
-            continue
         size = int(case.get("bufferSize") or DEFAULT_BUFFER_BYTES)
         samples = int(case.get("testSamples") or DEFAULT_SAMPLES)
         engine = "sm" if name.endswith("_sm") else "ce"
-        for src, dst, direction, gbps in routes:
-            gpus.update(int(d.split(":")[1]) for d in (src, dst) if d != "cpu")
+        for src, dst, direction, gbps in _routes(name, case, gpus, problems):
             path_kind = (
                 "h2d" if src == "cpu" else "d2h" if dst == "cpu" else "local" if src == dst else "peer"
             )
+            moved = size * (2 if direction == "bi" else 1)  # the total of both directions, as our `bi`
             extra = {
                 "case": "copy",
                 "src": src,
@@ -119,7 +146,7 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
                 "direction": direction,
                 "engine": engine,
                 "size": size,
-                "bytes": size,
+                "bytes": moved,
                 "gbps": gbps,
                 "tool": TOOL,
                 "test": name,
@@ -132,11 +159,13 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
                     "fullname": f"nvbandwidth::{bench_name}",
                     "extra_info": extra,
                     # nvbandwidth reports the median of its samples as a rate; the time is derived from it.
-                    "stats": stats_from_time(size / (gbps * 1e9), rounds=samples, iterations=1),
+                    "stats": stats_from_time(moved / (gbps * 1e9), rounds=samples, iterations=1),
                 }
             )
     if failed:
         warnings.append(f"{path}: nvbandwidth tests that did not pass: {', '.join(failed)}")
+    if problems:
+        warnings.append(f"{path}: nvbandwidth results not imported: {', '.join(problems)}")
     if not benchmarks:
         return None, "nvbandwidth output without a passed one-route test"
     devices = [
@@ -146,7 +175,7 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
             "name": names.get(i, UNKNOWN_GPU),
             **({"driver_version": driver} if driver else {}),
         }
-        for i in sorted(gpus | set(names))
+        for i in range(gpus)
     ]
     info = {"node": host, "devices": devices, "software": {"nvbandwidth": str(root.get("version") or "")}}
-    return imported(TOOL, path, info, benchmarks, version=str(root.get("version") or "")), None
+    return imported(TOOL, info, benchmarks, version=str(root.get("version") or "")), None

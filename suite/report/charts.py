@@ -246,8 +246,10 @@ def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     fig = Figure(figsize=(WIDTH_IN * 0.8, 3.4 * nrows))
     for i, label in enumerate(shown):
         sub = rows[rows["label"] == label]
-        if "direction" in sub and (sub["direction"] == "bi").any():
-            sub = sub[sub["direction"] != "bi"]  # the classic matrix is one direction at a time
+        if "direction" in sub and (sub["direction"] != "uni").any():
+            # The classic matrix is one direction at a time, alone: not `bi`, nor nvbandwidth's one direction
+            # measured under load from the other (uni_loaded).
+            sub = sub[sub["direction"] == "uni"]
         sub = sub[sub["bytes"] == sub["bytes"].max()]
         # Pinned where both kinds were measured; a CPU-only machine has pageable (host) memory alone.
         if "memory" in sub and (sub["memory"] == "pageable").any() and (sub["memory"] != "pageable").any():

@@ -144,7 +144,7 @@ def render_report(
         families=families,
         speed_cases=speed_cases,
         speed_rows=speed_rows,
-        warnings=loaded.warnings,
+        warnings=loaded.warnings + health.warnings,
         open_rows=OPEN_ROWS,
     )
 
