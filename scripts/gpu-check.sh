@@ -51,7 +51,7 @@ start=$SECONDS
 {
     echo "== node facts (before anything is installed)"
     date -u +"%Y-%m-%dT%H:%M:%SZ"
-    echo "machine: $(uname -m) (the carried wheels are for x86_64; an aarch64 node such as a GH200 needs others)"
+    echo "machine: $(uname -m) (carried wheels are for x86_64; an aarch64 node, a GH200, needs others)"
     "$python" --version
     nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,pcie.link.gen.max \
         --format=csv,noheader 2>&1 || echo "nvidia-smi: not available"

@@ -134,7 +134,8 @@ STEP_ESTIMATES_S = {
 # Run first: what only this check shows (the suite's figures against references, OOM, SIGKILL, collectives);
 # last: the quick config and the gpu tests, which a normal run on the GPU also shows. A family's own step
 # not named here runs after these and before the last two.
-FIRST_STEPS = ("collectives", "out of memory", "sigkill", "matmul", "copy", "habits", "ceiling", "conv", "model")
+FIRST_STEPS = ("collectives", "out of memory", "sigkill", "matmul", "copy", "habits", "ceiling", "conv",
+               "model")
 LAST_STEPS = ("quick config", "gpu tests")
 DEFAULT_STEP_ESTIMATE_S = 30.0
 
@@ -191,7 +192,8 @@ def judged(ctx: CheckContext, ok: bool) -> bool | None:
 
 # Added to extra_info when the JSON is written (suite.cases.ceiling.measure.annotate) from that run's own
 # ceilings: the merged file recomputes them from all of the check's runs.
-ANNOTATION_KEYS = ("ceiling_tflops", "pct_of_ceiling", "datasheet_tflops", "pct_of_datasheet", "datasheet_gpu")
+ANNOTATION_KEYS = ("ceiling_tflops", "pct_of_ceiling", "datasheet_tflops", "pct_of_datasheet",
+                   "datasheet_gpu")
 
 
 def merge_results(runs: list[tuple[str, dict, dict]]) -> dict | None:
@@ -217,7 +219,8 @@ def merge_results(runs: list[tuple[str, dict, dict]]) -> dict | None:
     first, last = runs[0][2], runs[-1][2]
     block = dict(last.get("suite") or {})
     block.pop("config", None)  # each run had its own; they are listed under gpu_check.runs
-    devices = list(dict.fromkeys(d for _, _, data in runs for d in (data.get("suite") or {}).get("devices", [])))
+    devices = list(dict.fromkeys(d for _, _, data in runs
+                                 for d in (data.get("suite") or {}).get("devices", [])))
     block.update(config_path=f"suite.gpu_check ({len(runs)} runs merged)", devices=devices, gpu_check={
         "rule": "one benchmark per case: the run whose median is the median of the check's runs of it",
         "runs": [{"step": step, "config": config, "benchmarks": len(data["benchmarks"])}
@@ -283,8 +286,8 @@ class CheckContext:
 
     def reference(self, family: str, cfg: Path, bench: dict) -> float:
         """Median seconds per call of the same case as `bench`, built anew in this process, warmed up as long
-        as the suite warmed it up (suite.plan.warmup_seconds: the sustained warm-up for compute on a GPU), then
-        timed by CUDA events (host clock in the dry run) for as long as its timed rounds lasted."""
+        as the suite warmed it up (suite.plan.warmup_seconds: the sustained warm-up for compute on a GPU),
+        then timed by CUDA events (host clock in the dry run) for as long as its timed rounds lasted."""
         import torch
 
         from suite.cases import family_module
@@ -364,7 +367,8 @@ def _rate_note(bench: dict) -> str:
 # torchrun's variables: a subprocess started inside a torchrun rank must not think it is one.
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
                  "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
-# A subprocess that outlives its time gets SIGTERM (torchrun then stops its ranks), then SIGKILL this much later.
+# A subprocess that outlives its time gets SIGTERM (torchrun then stops its ranks), then SIGKILL this much
+# later.
 TERMINATE_GRACE_S = 5.0
 
 
@@ -464,8 +468,8 @@ def quick_rows(ctx: CheckContext, out: Path, timeout: float) -> list[CheckRow]:
     count = len(json.loads(result.read_text())["benchmarks"]) if result.exists() else 0
     note = "timed out" if code is None else f"{count} results in quick.json; {_last_line(text)}"
     ok = code == 0 and count > 0
-    return [CheckRow(f"quick config ({config.name} {' '.join(select)})".replace(" )", ")"), count or None, None,
-                     "results", ok, note)]
+    title = f"quick config ({' '.join([config.name, *select])})"
+    return [CheckRow(title, count or None, None, "results", ok, note)]
 
 
 def _fake_suite_dir(ctx: CheckContext) -> Path:
@@ -496,8 +500,8 @@ def oom_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
         # The output alone (n x n bf16) is twice the GPU's memory; the inputs (n x 64) stay small.
         n = int((2 * total / 2) ** 0.5) + 1
         after = f"{ctx.device}-bfloat16-1024x1024x1024"
-        cfg = ctx.write_config({"devices": [ctx.device], "timing": _structure_timing(ctx), "cases": {"matmul": {
-            "dtypes": ["bfloat16"], "shapes": [f"{n}x{n}x64", "1024x1024x1024"]}}})
+        cfg = ctx.write_config({"devices": [ctx.device], "timing": _structure_timing(ctx), "cases": {
+            "matmul": {"dtypes": ["bfloat16"], "shapes": [f"{n}x{n}x64", "1024x1024x1024"]}}})
         cmd = [sys.executable, "-m", "pytest", str(ROOT / "benchmarks" / "test_matmul.py"),
                f"--rootdir={ROOT}"]
     cmd += ["-q", "-rs", "-p", "no:cacheprovider", f"--suite-config={cfg}", f"--benchmark-json={out}"]
@@ -545,7 +549,7 @@ def sigkill_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
         proc.wait()
-    print("", flush=True)
+    print(flush=True)
     killed = proc.returncode == -signal.SIGKILL
     kept = read_partial(partial) if partial.exists() else None
     count = len(kept.benchmarks) if kept else 0
@@ -624,7 +628,8 @@ def _write(out: Path, info: dict, steps: list[Step], rows: list[CheckRow], code:
 
 
 def plan(ctx: CheckContext, out: Path) -> list[tuple[str, Callable[[float], list[CheckRow]]]]:
-    """The steps in order (FIRST_STEPS, other families' checks, LAST_STEPS): (name, run(timeout_s) -> rows)."""
+    """The steps in order (FIRST_STEPS, other families' checks, LAST_STEPS): (name, run(timeout_s) ->
+    rows)."""
     from suite.cases import FAMILIES, family_module
 
     steps: dict[str, Callable[[float], list[CheckRow]]] = {
@@ -661,7 +666,8 @@ def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S) -> int:
         estimate = step_estimate(name)
         left = ctx.seconds_left()
         if not ctx.dry_run and left < estimate:
-            note = f"not run: {max(left, 0):.0f} s of the {budget_s:g} s budget left, it needs ~{estimate:.0f} s"
+            note = (f"not run: {max(left, 0):.0f} s of the {budget_s:g} s budget left, it needs "
+                    f"~{estimate:.0f} s")
             steps.append(Step(name, 0.0, False, note, ran=False, estimate_s=estimate))
             rows.append(CheckRow(f"{name}: not run (out of time)", None, None, "", None, note, not_run=True))
             print(f"\n== {name}: NOT RUN ({note})", flush=True)
@@ -723,11 +729,13 @@ def main(argv: list[str] | None = None) -> int:
                              "figures are shown, not judged")
     parser.add_argument("--device", default="cuda:0", help="the GPU to check (default cuda:0)")
     parser.add_argument("--budget-s", type=float, default=BUDGET_S,
-                        help=f"do not start a step that no longer fits in this many seconds (default {BUDGET_S})")
+                        help=f"do not start a step that no longer fits in this many seconds (default "
+                             f"{BUDGET_S})")
     parser.add_argument("--no-table", action="store_true",
                         help="do not print the table at the end (scripts/gpu-check.sh prints it last itself)")
     parser.add_argument("--keep-work", action="store_true",
-                        help="keep the working folder (configs, each run's raw results) instead of removing it")
+                        help="keep the working folder (configs, each run's raw results) instead of removing "
+                             "it")
     args = parser.parse_args(argv)
     import torch
 
@@ -741,12 +749,13 @@ def main(argv: list[str] | None = None) -> int:
         return 64
     out = args.out or Path(tempfile.mkdtemp(prefix="gpu-check-out-"))
     out.mkdir(parents=True, exist_ok=True)
-    # Not under OUTDIR: the device tool brings back at most 8 files from there, and every run's raw results are
-    # merged into OUTDIR/results.json as they come.
+    # Not under OUTDIR: the device tool brings back at most 8 files from there, and every run's raw results
+    # are merged into OUTDIR/results.json as they come.
     work = Path(tempfile.mkdtemp(prefix="gpu-check-work-"))
     ctx = CheckContext(device="cpu" if args.dry_run else args.device, dry_run=args.dry_run, workdir=work,
                        rounds=DRY_ROUNDS if args.dry_run else ROUNDS,
-                       timing=dict(DRY_TIMING if args.dry_run else CHECK_TIMING), print_table=not args.no_table)
+                       timing=dict(DRY_TIMING if args.dry_run else CHECK_TIMING),
+                       print_table=not args.no_table)
     if not args.dry_run:
         print(f"gpu-check on {torch.cuda.get_device_name(args.device)} x{torch.cuda.device_count()}, torch "
               f"{torch.__version__}, CUDA {torch.version.cuda}", flush=True)

@@ -151,7 +151,7 @@ MAMF_FLUSH_BYTES = 256 * 2**20
 
 
 # REFERENCE.md's figure was read on an H200 SXM at its full board power (700 W, NVIDIA H200 datasheet); the
-# H200 NVL card (600 W) and a node that caps the power lower hold less, so only an SXM at this limit is judged.
+# H200 NVL card (600 W) and a node that caps the power lower hold less: only an SXM at this limit is judged.
 H200_SXM_POWER_W = 700.0
 
 
@@ -165,8 +165,8 @@ def h200_target(name: str, power_limit_w: object = None) -> tuple[bool, str]:
     if not isinstance(power_limit_w, (int, float)) or isinstance(power_limit_w, bool):
         return True, f"{target}; power limit not read (no NVML): judged as a full-power SXM"
     if power_limit_w < H200_SXM_POWER_W:
-        return False, (f"not judged: power limit {power_limit_w:.0f} W, below the SXM's {H200_SXM_POWER_W:.0f} W "
-                       "the figure was read at")
+        return False, (f"not judged: power limit {power_limit_w:.0f} W, below the SXM's "
+                       f"{H200_SXM_POWER_W:.0f} W the figure was read at")
     return True, f"{target}; power limit {power_limit_w:.0f} W"
 
 
@@ -192,9 +192,9 @@ def gpu_checks(ctx) -> list:
     judge, why = h200_target(str(entry.get("name") or ctx.device), entry.get("power_limit_w"))
     ceiling = info["tflops"]
     shape = f"{info['m']}x{info['n']}x{info['k']}"
+    verdict = judged(ctx, ceiling >= CEILING_TARGET * H200_BF16_MAMF) if judge else None
     rows = [CheckRow(f"ceiling {dtype} (sustained median, best of {len(sweep)}) vs H200 figure", ceiling,
-                     H200_BF16_MAMF, "TFLOP/s", judged(ctx, ceiling >= CEILING_TARGET * H200_BF16_MAMF) if judge
-                     else None, f"at {shape}; {why}")]
+                     H200_BF16_MAMF, "TFLOP/s", verdict, f"at {shape}; {why}")]
     tdtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
     a = randn(info["m"], info["k"], dtype=tdtype, device=ctx.device, seed=1)
     b = randn(info["k"], info["n"], dtype=tdtype, device=ctx.device, seed=2)
