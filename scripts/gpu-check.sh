@@ -4,15 +4,19 @@
 #
 #   scripts/gpu-check.sh [--dry-run] OUTDIR
 #
-# OUTDIR gets table.txt, check.json (every row and step, the node's facts), quick.json (configs/quick.yaml on
-# every device) and gpu-check.log. Exit status: 0 all checks passed, 1 a check failed, 2 no GPU (without
-# --dry-run), 124 the hard stop killed it. PYTHON picks the interpreter (default python3), GPU_CHECK_WHEELS the
-# wheel folder (default .whl); docs/gpu-check.md.
+# OUTDIR gets at most six files: table.txt, check.json (every row and step, the node's facts), results.json
+# (every suite run of the check merged: one pytest-benchmark file), quick.json (configs/quick.yaml's CUDA
+# cases), gpu-check.log, and quick.partial.jsonl only if the quick run was cut short. Exit status: 0 every
+# check that ran passed (steps out of time are NOT RUN, said in the table, and no failure), 1 a check failed,
+# 2 no GPU (without --dry-run), 3 the carried wheels could not be installed, 124 the hard stop killed it.
+# Environment: PYTHON (default python3), GPU_CHECK_WHEELS (default .whl), GPU_CHECK_BUDGET_S (default 240),
+# GPU_CHECK_HARD_STOP_S (default budget + 30). docs/gpu-check.md.
 set -uo pipefail
 
-# The check budgets itself to ~5.5 minutes (suite.gpu_check.BUDGET_S); this kills it, whatever it does, well
-# before 9 minutes, and the table written so far is still printed.
-HARD_STOP_S=${GPU_CHECK_HARD_STOP_S:-510}
+# The check starts no step that no longer fits its budget (suite.gpu_check.BUDGET_S); the hard stop kills it,
+# whatever it does, soon after, so that the whole command ends before 6 minutes and a rerun fits the lease.
+BUDGET_S=${GPU_CHECK_BUDGET_S:-240}
+HARD_STOP_MARGIN_S=30
 KILL_AFTER_S=15
 
 usage() { echo "usage: $0 [--dry-run] OUTDIR" >&2; exit 64; }
@@ -27,6 +31,13 @@ for arg in "$@"; do
     esac
 done
 [ -n "$out" ] || usage
+case "$BUDGET_S" in
+    ''|*[!0-9]*) echo "$0: GPU_CHECK_BUDGET_S=$BUDGET_S: expected whole seconds, e.g. 240" >&2; exit 64 ;;
+esac
+HARD_STOP_S=${GPU_CHECK_HARD_STOP_S:-$((BUDGET_S + HARD_STOP_MARGIN_S))}
+case "$HARD_STOP_S" in
+    ''|*[!0-9]*) echo "$0: GPU_CHECK_HARD_STOP_S=$HARD_STOP_S: expected whole seconds" >&2; exit 64 ;;
+esac
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 python=${PYTHON:-python3}
@@ -40,14 +51,15 @@ start=$SECONDS
 {
     echo "== node facts (before anything is installed)"
     date -u +"%Y-%m-%dT%H:%M:%SZ"
+    echo "machine: $(uname -m) (carried wheels are for x86_64; an aarch64 node, a GH200, needs others)"
     "$python" --version
-    nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.max --format=csv,noheader 2>&1 \
-        || echo "nvidia-smi: not available"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,pcie.link.gen.max \
+        --format=csv,noheader 2>&1 || echo "nvidia-smi: not available"
     "$python" - <<'EOF'
 import importlib.metadata as md
 for name in ("torch", "pydantic", "pydantic-core", "annotated-types", "typing-inspection", "typing-extensions",
              "jsonschema", "pytest", "pytest-benchmark", "pytest-timeout", "pandas", "matplotlib", "jinja2",
-             "pyyaml", "nvidia-ml-py", "py-cpuinfo", "hypothesis", "pyarrow"):
+             "pyyaml", "nvidia-ml-py", "py-cpuinfo", "hypothesis", "pyarrow", "pip"):
     try:
         print(f"  {name:<20} {md.version(name)}")
     except md.PackageNotFoundError:
@@ -58,8 +70,17 @@ EOF
     wheels=("$wheel_dir"/*.whl)
     if [ ${#wheels[@]} -gt 0 ]; then
         echo "== installing ${#wheels[@]} carried wheel(s) into $site (not the system)"
-        "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
-            --root-user-action=ignore --target "$site" "${wheels[@]}" || { echo "gpu-check: installing the carried wheels failed"; exit 3; }
+        if "$python" -m pip --version >/dev/null 2>&1; then
+            "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+                --disable-pip-version-check --root-user-action=ignore --target "$site" "${wheels[@]}" \
+                || { echo "gpu-check: pip could not install the carried wheels (see above)"; exit 3; }
+        else
+            # No pip on the node: a wheel is a zip of importable files (the carried ones need no build step).
+            echo "   (no pip here: unpacking each wheel with python -m zipfile)"
+            for w in "${wheels[@]}"; do
+                "$python" -m zipfile -e "$w" "$site" || { echo "gpu-check: could not unpack $w"; exit 3; }
+            done
+        fi
         ls "$site"
     else
         echo "== no carried wheels in $wheel_dir (scripts/prepare-device.sh makes them); using what is installed"
@@ -71,10 +92,12 @@ status=${PIPESTATUS[0]}
 export PYTHONPATH="$root:$site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 cd "$root" || exit 1
-echo "== suite.gpu_check ${dry[*]} (hard stop after ${HARD_STOP_S} s)" | tee -a "$log"
+echo "== suite.gpu_check ${dry[*]} (budget ${BUDGET_S} s, hard stop after ${HARD_STOP_S} s)" | tee -a "$log"
+# Its output goes to the console as well as the log: if the command is killed from outside, what it printed
+# up to then is still on the console.
 timeout --kill-after="$KILL_AFTER_S" "$HARD_STOP_S" "$python" -m suite.gpu_check "${dry[@]}" --out "$out" \
-    >>"$log" 2>&1
-status=$?
+    --budget-s "$BUDGET_S" --no-table 2>&1 | tee -a "$log"
+status=${PIPESTATUS[0]}
 echo "== finished with status $status after $((SECONDS - start)) s; log: $log" | tee -a "$log"
 if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
     echo "gpu-check: HARD STOP after ${HARD_STOP_S} s; the table below holds the steps finished before it" \
@@ -83,9 +106,9 @@ if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
 fi
 # The table last, as the check wrote it (after every step, so a hard stop still leaves one).
 if [ -f "$out/table.txt" ]; then
-    cat "$out/table.txt"
+    echo | tee -a "$log"
+    tee -a "$log" < "$out/table.txt"
 else
-    echo "gpu-check: no table was written; the end of the log:"
-    tail -n 40 "$log"
+    echo "gpu-check: no table was written; see the log above"
 fi
 exit "$status"

@@ -298,7 +298,9 @@ def _nvml_info(index: int, uuid: str | None = None) -> dict:
     CUDA_VISIBLE_DEVICES is unset, and CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA use NVML's order. A MIG
     instance ('MIG-' UUID) has no PCIe link, clocks or power limit of its own: they are read from its GPU.
     The PCIe link is recorded twice: `*_max` is what the link can do; `*_current` is what it ran at when read,
-    which at idle is often a power-saving down-shift (gen 1), not a fault.
+    which at idle is often a power-saving down-shift (gen 1), not a fault. `pcie_gen_max` is the link's: the
+    lower of the GPU's and the slot's (NVML's MaxPcieLinkGeneration), what bounds host copies;
+    `pcie_gen_gpu_max` is the GPU's own (a gen-5 GPU in a gen-4 slot: 5 there, 4 in pcie_gen_max).
     """
     if uuid is None and (os.environ.get("CUDA_VISIBLE_DEVICES") is not None
                          or os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID"):
@@ -326,6 +328,7 @@ def _nvml_info(index: int, uuid: str | None = None) -> dict:
             "driver_version": lambda: pynvml.nvmlSystemGetDriverVersion(),
             "pcie_gen_current": lambda: pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle),
             "pcie_gen_max": lambda: pynvml.nvmlDeviceGetMaxPcieLinkGeneration(handle),
+            "pcie_gen_gpu_max": lambda: pynvml.nvmlDeviceGetGpuMaxPcieLinkGeneration(handle),
             "pcie_width_current": lambda: pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle),
             "pcie_width_max": lambda: pynvml.nvmlDeviceGetMaxPcieLinkWidth(handle),
             "sm_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),

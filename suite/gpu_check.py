@@ -9,14 +9,18 @@
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
+import shlex
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -24,31 +28,116 @@ from pathlib import Path
 
 import yaml
 
+from suite.plan import DEFAULT_OVERHEAD_S, OVERHEAD_S, SESSION_OVERHEAD_S, TORCHRUN_OVERHEAD_S
+from suite.timing import DEFAULT_PRECISION, SUSTAINED_WARMUP_S
+
 ROOT = Path(__file__).resolve().parent.parent
 # Timing truth: the median of the paired ratios (suite / reference) may differ from 1 by this much.
 RATIO_TOLERANCE = 0.10
 # Alternations of (suite run, reference) per case: pairs taken seconds apart, as scripts/accuracy_cpu.py does,
-# so a clock or thermal phase of the GPU affects both sides of a pair alike.
+# so a clock or thermal phase of the GPU affects both sides of a pair alike. Odd, so the median is one pair.
 ROUNDS = 3
 DRY_ROUNDS = 2
-# The suite's timing in the check: the default config's second of timed rounds per case, so the reference
-# (which runs as long as those rounds did, after the same warm-up) sees the same sustained state.
-CHECK_TIMING = {"warmup_s": 0.2, "max_time": 1.0, "min_rounds": 5}
+# The suite's timing in the check's configs, set here rather than inherited so the step estimates below hold
+# whatever the defaults become:
+# - precision +-1% (the default): the check judges the figures a default run produces; on a GPU it ends most
+#   cases after min_rounds, and the reference then runs exactly as long as the suite's timed rounds did;
+# - compute_warmup_s = the default sustained warm-up: the ceiling is judged against a sustained figure, and a
+#   shorter warm-up would time a boosting GPU (suite.timing.SUSTAINED_WARMUP_S);
+# - max_time 0.5 s, not the default 1 s: it only bounds the cases precision stopping does not end (a kernel of
+#   1-30 ms still gets 15+ rounds), and halves what those cost the check's 4-minute budget;
+# - time_limit_s: a case hung on the GPU fails after this long instead of eating the whole budget.
+CHECK_TIMING = {"warmup_s": 0.05, "compute_warmup_s": SUSTAINED_WARMUP_S, "max_time": 0.5, "min_rounds": 5,
+                "precision": DEFAULT_PRECISION, "time_limit_s": 60}
+# The OOM and SIGKILL steps show structure, not speed: a short warm-up. SIGKILL keeps max_time 1 s so the run
+# is still busy with its later cases when it is killed after the first one.
+STRUCTURE_TIMING = {**CHECK_TIMING, "compute_warmup_s": 0.1}
 # The dry run only shows that every step works: tiny sizes, short rounds.
-DRY_TIMING = {"warmup_s": 0.01, "max_time": 0.05, "min_rounds": 3}
-# The check aims to end within this many seconds on an H200 (issue: under 6 minutes); a step whose estimate
-# no longer fits is not run, and its row fails. scripts/gpu-check.sh kills it all at HARD_STOP_S.
-BUDGET_S = 330
-HARD_STOP_S = 510
+DRY_TIMING = {"warmup_s": 0.01, "compute_warmup_s": 0.01, "max_time": 0.05, "min_rounds": 3,
+              "time_limit_s": 60}
+# The check aims to end within this many seconds (review of issue 10: ~200-240 s on an H200, so that a second
+# run fits a 15-minute lease with the machine's start-up); a step whose estimate no longer fits is not run and
+# says so ("NOT RUN", not a failure). scripts/gpu-check.sh passes GPU_CHECK_BUDGET_S as --budget-s and kills
+# everything HARD_STOP_MARGIN_S later.
+BUDGET_S = 240
+HARD_STOP_MARGIN_S = 30
+# A subprocess step may run past its estimate up to STEP_TIMEOUT_FACTOR x the estimate, and never more than
+# this much past the budget (the hard stop must not be what ends it).
+STEP_TIMEOUT_FACTOR = 2.0
+STEP_GRACE_S = 20
+# Schema of check.json; raise it when a key changes meaning.
+CHECK_SCHEMA = 2
+# The merged results file under OUTDIR (tests/data/real/h200_check.json once committed).
+RESULTS_NAME = "results.json"
+
+# --- how long each step takes on one H200: upper bounds built from the check's timing ---------------------
+
+# A new Python process on the node: the interpreter, importing torch, the CUDA context, pytest's collection.
+PROCESS_START_S = 8.0
+# One in-process `pytest benchmarks/test_<family>.py` (torch already imported): collection, the inventory,
+# writing the JSON.
+IN_PROCESS_RUN_S = 1.5
+# ceiling's own 0.5 s at its shape before the warm-up (suite.cases.ceiling.measure.SUSTAINED_WARMUP_S) and
+# the MAMF-style figure (150 calls of the best shape, ~5 ms each, with the L2 flushed).
+CEILING_EXTRA_S, MAMF_S = 0.5, 1.5
+# NCCL's start with one rank, and the two Gloo ranks' collectives after torchrun's start.
+NCCL_START_S, GLOO_CASES_S = 3.0, 3.0
+# `pytest tests -m gpu`: collecting every test module (~5 s) and a dozen short in-process GPU tests.
+GPU_TESTS_S = 35.0
+
+
+def _bench_s(family: str, compute: bool, timing: dict = CHECK_TIMING, overhead: bool = True) -> float:
+    """At most one benchmark (or its reference, overhead=False): warm-up, timed rounds to max_time (precision
+    stopping usually ends them far sooner), and suite.plan's measured per-benchmark overhead."""
+    warm = timing["compute_warmup_s"] if compute else timing["warmup_s"]
+    return warm + timing["max_time"] + (OVERHEAD_S.get(family, DEFAULT_OVERHEAD_S) if overhead else 0.0)
+
+
+def _truth_s(family: str, cases: int, references: int, compute: bool) -> float:
+    """ROUNDS alternations of an in-process suite run of `cases` benchmarks and `references` references."""
+    return ROUNDS * (IN_PROCESS_RUN_S + cases * _bench_s(family, compute)
+                     + references * _bench_s(family, compute, overhead=False))
+
+
+def quick_estimate_s(gpus: int = 1) -> float:
+    """`pytest benchmarks -k cuda` on configs/quick.yaml: suite.plan's figures for its CUDA cases on a node of
+    `gpus` GPUs (its own warm-up, max_time and per-family overheads) and one session's start."""
+    from suite.config import load_config
+    from suite.devices import check_spec, use_platform
+    from suite.plan import NodePlatform, fixed_seconds, runs_here, select
+
+    config = load_config(ROOT / "configs" / "quick.yaml")
+    total = SESSION_OVERHEAD_S
+    with use_platform(NodePlatform(gpus)):
+        for family, cases in select(config, check_spec(config.devices)).items():
+            for case in cases:
+                if "cuda" in case.id and runs_here(case):
+                    total += fixed_seconds(case, config) + config.timing_for(family).max_time
+    return total
+
+
 # Estimated seconds of each step on one H200 (what the budget reserves for it); the dry run takes less.
 STEP_ESTIMATES_S = {
-    "gpu tests": 90, "quick config": 90, "matmul": 25, "ceiling": 20, "conv": 15, "model": 12, "copy": 45,
-    "habits": 15, "collectives": 45, "out of memory": 25, "sigkill": 25,
+    "collectives": PROCESS_START_S + NCCL_START_S + TORCHRUN_OVERHEAD_S + GLOO_CASES_S,
+    "out of memory": PROCESS_START_S + 2 * _bench_s("matmul", True, STRUCTURE_TIMING),
+    "sigkill": PROCESS_START_S + _bench_s("matmul", True, {**STRUCTURE_TIMING, "max_time": 1.0}),
+    # bf16 8192^3 against events; fp32 with TF32 on and off.
+    "matmul": _truth_s("matmul", 1, 1, True) + IN_PROCESS_RUN_S + 2 * _bench_s("matmul", True),
+    # pinned and pageable both ways and the same-device copy; three of them against events.
+    "copy": _truth_s("copy", 5, 3, False),
+    "habits": IN_PROCESS_RUN_S + 6 * _bench_s("habits", False),
+    "ceiling": IN_PROCESS_RUN_S + 4 * (_bench_s("ceiling", True) + CEILING_EXTRA_S) + MAMF_S,
+    "conv": _truth_s("conv", 2, 2, True),  # fwd and fwd+bwd
+    "model": _truth_s("model", 1, 1, True),  # the LeNet step
+    "gpu tests": GPU_TESTS_S,
 }
-# Subprocess steps may run this much longer than their estimate before they are stopped.
-STEP_TIMEOUT_FACTOR = 2.0
-# Schema of check.json; raise it when a key changes meaning.
-CHECK_SCHEMA = 1
+# Run first: what only this check shows (the suite's figures against references, OOM, SIGKILL, collectives);
+# last: the quick config and the gpu tests, which a normal run on the GPU also shows. A family's own step
+# not named here runs after these and before the last two.
+FIRST_STEPS = ("collectives", "out of memory", "sigkill", "matmul", "copy", "habits", "ceiling", "conv",
+               "model")
+LAST_STEPS = ("quick config", "gpu tests")
+DEFAULT_STEP_ESTIMATE_S = 30.0
 
 
 @dataclass
@@ -62,6 +151,7 @@ class CheckRow:
     ok: bool | None  # None: shown, not judged (see note)
     note: str = ""
     pairs: list[float] | None = None  # paired ratios suite / reference, one per alternation
+    not_run: bool = False  # its step did not fit the budget: neither passed nor failed
 
     @property
     def ratio(self) -> float | None:
@@ -73,6 +163,8 @@ class CheckRow:
 
     @property
     def verdict(self) -> str:
+        if self.not_run:
+            return "NOT RUN"
         return "n/a" if self.ok is None else ("PASS" if self.ok else "FAIL")
 
     def as_dict(self) -> dict:
@@ -85,6 +177,8 @@ class Step:
     seconds: float
     ok: bool
     note: str = ""
+    ran: bool = True
+    estimate_s: float | None = None
 
 
 def median(values: list[float]) -> float:
@@ -96,6 +190,48 @@ def judged(ctx: CheckContext, ok: bool) -> bool | None:
     return None if ctx.dry_run else ok
 
 
+# Added to extra_info when the JSON is written (suite.cases.ceiling.measure.annotate) from that run's own
+# ceilings: the merged file recomputes them from all of the check's runs.
+ANNOTATION_KEYS = ("ceiling_tflops", "pct_of_ceiling", "datasheet_tflops", "pct_of_datasheet",
+                   "datasheet_gpu")
+
+
+def merge_results(runs: list[tuple[str, dict, dict]]) -> dict | None:
+    """One pytest-benchmark JSON from the check's suite runs [(step, config as written, results JSON)]: one
+    benchmark per case (its fullname), the run whose median is the median of that case's runs (the check's
+    alternations; the lower one of an even count), annotated anew against the ceilings of all the runs."""
+    from suite.cases.ceiling.measure import annotate
+
+    runs = [(step, config, data) for step, config, data in runs if isinstance(data.get("benchmarks"), list)]
+    if not runs:
+        return None
+    seen: dict[str, list[dict]] = {}
+    for _, _, data in runs:
+        for bench in data["benchmarks"]:
+            seen.setdefault(str(bench.get("fullname") or bench.get("name")), []).append(bench)
+    benchmarks = []
+    for group in seen.values():
+        ordered = sorted(group, key=lambda b: b["stats"]["median"])
+        bench = copy.deepcopy(ordered[(len(ordered) - 1) // 2])
+        for key in ANNOTATION_KEYS:
+            bench.get("extra_info", {}).pop(key, None)
+        benchmarks.append(bench)
+    first, last = runs[0][2], runs[-1][2]
+    block = dict(last.get("suite") or {})
+    block.pop("config", None)  # each run had its own; they are listed under gpu_check.runs
+    devices = list(dict.fromkeys(d for _, _, data in runs
+                                 for d in (data.get("suite") or {}).get("devices", [])))
+    block.update(config_path=f"suite.gpu_check ({len(runs)} runs merged)", devices=devices, gpu_check={
+        "rule": "one benchmark per case: the run whose median is the median of the check's runs of it",
+        "runs": [{"step": step, "config": config, "benchmarks": len(data["benchmarks"])}
+                 for step, config, data in runs]})
+    merged = {"machine_info": last.get("machine_info", {}), "commit_info": first.get("commit_info", {}),
+              "benchmarks": benchmarks, "datetime": first.get("datetime"), "version": first.get("version"),
+              "suite": block}
+    annotate(merged)
+    return merged
+
+
 @dataclass
 class CheckContext:
     device: str = "cuda:0"
@@ -104,6 +240,10 @@ class CheckContext:
     rounds: int = ROUNDS
     timing: dict = field(default_factory=lambda: dict(CHECK_TIMING))
     deadline: float = float("inf")  # time.monotonic() by which the whole check should be done
+    results_path: Path | None = None  # the merged results of every suite run (OUTDIR/results.json)
+    step: str = ""  # the step now running (named in the merged results)
+    runs: list[tuple[str, dict, dict]] = field(default_factory=list)
+    print_table: bool = True
 
     def pick(self, gpu, dry):
         """The GPU's value, or the dry run's (tiny) one."""
@@ -118,6 +258,16 @@ class CheckContext:
         path.write_text(yaml.safe_dump(config), encoding="utf-8")
         return path
 
+    def keep_results(self, results: Path, config: dict | None = None) -> dict:
+        """Read a results file and add it to the merged results (rewritten at once: a hard stop keeps it)."""
+        data = json.loads(results.read_text())
+        self.runs.append((self.step, config or {}, data))
+        if self.results_path is not None:
+            merged = merge_results(self.runs)
+            if merged is not None:
+                self.results_path.write_text(json.dumps(merged, indent=1, default=str), encoding="utf-8")
+        return data
+
     def run_suite(self, config: dict | Path, tests: str = "benchmarks",
                   args: tuple[str, ...] = ()) -> list[dict]:
         """`pytest <tests>` on a config, in this process (the reference runs here too); its benchmarks."""
@@ -131,17 +281,20 @@ class CheckContext:
                             "--assert=plain", f"--suite-config={cfg}", f"--benchmark-json={out}", *args])
         if not out.exists():
             raise RuntimeError(f"pytest {tests} wrote no results (exit code {int(code)}); see the log above")
-        return json.loads(out.read_text())["benchmarks"]
+        written = yaml.safe_load(cfg.read_text())
+        return self.keep_results(out, {"tests": tests, "args": list(args), **written})["benchmarks"]
 
     def reference(self, family: str, cfg: Path, bench: dict) -> float:
-        """Median seconds per call of the same case as `bench`, built anew in this process, warmed up as the
-        suite does, then timed by CUDA events (host clock in the dry run) for as long as its timed rounds."""
+        """Median seconds per call of the same case as `bench`, built anew in this process, warmed up as long
+        as the suite warmed it up (suite.plan.warmup_seconds: the sustained warm-up for compute on a GPU),
+        then timed by CUDA events (host clock in the dry run) for as long as its timed rounds lasted."""
         import torch
 
         from suite.cases import family_module
         from suite.cases.precision import mode_for
         from suite.config import load_config
         from suite.devices import resolve_spec, synchronize
+        from suite.plan import warmup_seconds
         from suite.timing import SyncTimer, reference_times, warm_up
 
         config = load_config(cfg)
@@ -149,10 +302,13 @@ class CheckContext:
         cases = {c.id: c for c in module.enumerate_cases(config, resolve_spec(config.devices))}
         case = cases[bench["param"]]
         device = next((d for d in case.devices if d != "cpu"), "cpu")
+        # pytest-benchmark's stats are per call: its timed rounds lasted total x iterations (calls per round).
+        seconds = bench["stats"]["total"] * bench["stats"].get("iterations", 1)
         with mode_for(case):
             work = module.build(case, config)
-            warm_up(work.fn, SyncTimer([torch.device(d) for d in case.devices]), config.timing.warmup_s)
-            times = reference_times(work.fn, device, seconds=bench["stats"]["total"])
+            warm_up(work.fn, SyncTimer([torch.device(d) for d in case.devices]),
+                    warmup_seconds(case, config.timing_for(family)))
+            times = reference_times(work.fn, device, seconds=seconds)
         synchronize(*case.devices)
         del work
         return median(times)
@@ -208,21 +364,61 @@ def _rate_note(bench: dict) -> str:
 
 # --- steps of the check itself (the families add theirs) --------------------------------------------------
 
+# torchrun's variables: a subprocess started inside a torchrun rank must not think it is one.
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+# A subprocess that outlives its time gets SIGTERM (torchrun then stops its ranks), then SIGKILL this much
+# later.
+TERMINATE_GRACE_S = 5.0
+
+
+def subprocess_env() -> dict:
+    """The environment of every process the check starts: ours (with the carried wheels' folder that
+    scripts/gpu-check.sh put on PYTHONPATH), the checkout first on PYTHONPATH, no torchrun variables,
+    unbuffered output (so the log has what a process printed before it was killed)."""
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != ROOT]
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *rest])
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
 
 def run_command(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str]:
-    """Run a command from the checkout, its output copied to ours (the log): (exit code, or None if it timed
-    out; its output)."""
-    print(f"+ {' '.join(cmd)}", flush=True)
+    """Run a command from the checkout (environment: subprocess_env()), its output copied line by line to ours
+    (the console and the log) as it comes: (exit code, or None if it ran past `timeout` and was stopped; its
+    output)."""
+    print(f"+ {shlex.join(cmd)}", flush=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env or subprocess_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, errors="replace")
+    lines: list[str] = []
+
+    def pump() -> None:
+        with proc.stdout:  # closed at its end of file, when the last process holding it has exited
+            for line in proc.stdout:
+                lines.append(line)
+                sys.stdout.write(line)
+                sys.stdout.flush()
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, timeout=timeout, capture_output=True, text=True, env=env,
-                              check=False)
-    except subprocess.TimeoutExpired as exc:
-        text = exc.stdout or ""
-        text = text.decode(errors="replace") if isinstance(text, bytes) else text
-        print(text, flush=True)
-        return None, text
-    print(proc.stdout + proc.stderr, flush=True)
-    return proc.returncode, proc.stdout + proc.stderr
+        code: int | None = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        print(f"gpu-check: stopping it after {timeout:.0f} s", flush=True)
+        _stop(proc)
+        code = None
+    # A grandchild that outlived its parent may hold the pipe open: do not wait for it.
+    reader.join(timeout=TERMINATE_GRACE_S)
+    return code, "".join(lines)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=TERMINATE_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _last_line(text: str) -> str:
@@ -256,20 +452,24 @@ DRY_QUICK = {
 
 
 def quick_rows(ctx: CheckContext, out: Path, timeout: float) -> list[CheckRow]:
-    """The quick config on every device (the dry run: a tiny one on the CPU), its JSON kept as quick.json."""
+    """configs/quick.yaml on the GPU (its CUDA cases: `-k cuda`; the CPU's cases show nothing about the GPU),
+    its JSON kept as quick.json. The dry run: a tiny config on the CPU."""
     if ctx.dry_run:
         config = ctx.workdir / "quick-dry.yaml"
         config.write_text(yaml.safe_dump(DRY_QUICK), encoding="utf-8")
+        select: list[str] = []
     else:
         config = ROOT / "configs" / "quick.yaml"
+        select = ["-k", "cuda"]
     result = out / "quick.json"
     code, text = run_command([sys.executable, "-m", "pytest", "benchmarks", "-q", "-rs", "-p",
-                              "no:cacheprovider", f"--suite-config={config}", f"--benchmark-json={result}"],
-                             timeout)
+                              "no:cacheprovider", f"--suite-config={config}", f"--benchmark-json={result}",
+                              *select], timeout)
     count = len(json.loads(result.read_text())["benchmarks"]) if result.exists() else 0
     note = "timed out" if code is None else f"{count} results in quick.json; {_last_line(text)}"
     ok = code == 0 and count > 0
-    return [CheckRow(f"quick config ({config.name})", count or None, None, "results", ok, note)]
+    title = f"quick config ({' '.join([config.name, *select])})"
+    return [CheckRow(title, count or None, None, "results", ok, note)]
 
 
 def _fake_suite_dir(ctx: CheckContext) -> Path:
@@ -281,10 +481,8 @@ def _fake_suite_dir(ctx: CheckContext) -> Path:
     return folder
 
 
-def _env_with_root() -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-    return env
+def _structure_timing(ctx: CheckContext, **override) -> dict:
+    return {**(ctx.timing if ctx.dry_run else STRUCTURE_TIMING), **override}
 
 
 def oom_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
@@ -302,12 +500,12 @@ def oom_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
         # The output alone (n x n bf16) is twice the GPU's memory; the inputs (n x 64) stay small.
         n = int((2 * total / 2) ** 0.5) + 1
         after = f"{ctx.device}-bfloat16-1024x1024x1024"
-        cfg = ctx.write_config({"devices": [ctx.device], "cases": {"matmul": {
-            "dtypes": ["bfloat16"], "shapes": [f"{n}x{n}x64", "1024x1024x1024"]}}})
+        cfg = ctx.write_config({"devices": [ctx.device], "timing": _structure_timing(ctx), "cases": {
+            "matmul": {"dtypes": ["bfloat16"], "shapes": [f"{n}x{n}x64", "1024x1024x1024"]}}})
         cmd = [sys.executable, "-m", "pytest", str(ROOT / "benchmarks" / "test_matmul.py"),
                f"--rootdir={ROOT}"]
     cmd += ["-q", "-rs", "-p", "no:cacheprovider", f"--suite-config={cfg}", f"--benchmark-json={out}"]
-    code, text = run_command(cmd, timeout, env=_env_with_root())
+    code, text = run_command(cmd, timeout)
     skips = [line for line in text.splitlines() if line.startswith("SKIPPED") and "out of memory" in line]
     passed = [b["param"] for b in json.loads(out.read_text())["benchmarks"]] if out.exists() else []
     names_free = any("GiB free" in line for line in skips)
@@ -329,13 +527,15 @@ def sigkill_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
     shapes = ctx.pick(["2048x2048x2048", "4096x4096x4096", "8192x8192x8192", "8192x8192x8192"],
                       ["64x64x64", "96x96x96", "128x128x128", "160x160x160"])
     dtype = ctx.pick("bfloat16", "float32")
-    cfg = ctx.write_config({"devices": [ctx.device], "timing": {**ctx.timing, "max_time": 1.0},
+    cfg = ctx.write_config({"devices": [ctx.device], "timing": _structure_timing(ctx, max_time=1.0),
                             "cases": {"matmul": {"dtypes": [dtype], "shapes": shapes}}})
+    # Not -q: its header and progress in the log show how far it got before the kill.
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "benchmarks" / "test_matmul.py"), f"--rootdir={ROOT}",
-           "-q", "-p", "no:cacheprovider", f"--suite-config={cfg}", f"--benchmark-json={out}"]
-    print(f"+ {' '.join(cmd)}  (SIGKILL after its first finished case)", flush=True)
+           "-p", "no:cacheprovider", f"--suite-config={cfg}", f"--benchmark-json={out}"]
+    print(f"+ {shlex.join(cmd)}  (SIGKILL after its first finished case)", flush=True)
     partial = partial_path(out)
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Its output goes where ours goes (the console and the log): what it printed before the kill stays there.
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=subprocess_env())
     stop = time.monotonic() + timeout
     finished = 0
     try:
@@ -349,6 +549,7 @@ def sigkill_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
         proc.wait()
+    print(flush=True)
     killed = proc.returncode == -signal.SIGKILL
     kept = read_partial(partial) if partial.exists() else None
     count = len(kept.benchmarks) if kept else 0
@@ -377,14 +578,32 @@ def facts() -> dict:
         spec = importlib.util.find_spec(name)
         found[name] = spec.origin if spec is not None else None
     return {"python": platform.python_version(), "executable": sys.executable,
-            "platform": platform.platform(),
+            "platform": platform.platform(), "machine": platform.machine(),
             "modules": found, "machine_info": inventory().as_machine_info()}
 
 
+def _summary(steps: list[Step], rows: list[CheckRow]) -> str:
+    passed, failed = sum(r.ok is True and not r.not_run for r in rows), sum(r.ok is False for r in rows)
+    shown = sum(r.ok is None and not r.not_run for r in rows)
+    broken = [s.name for s in steps if s.ran and not s.ok]
+    skipped = [s.name for s in steps if not s.ran]
+    text = f"{len(rows)} rows: {passed} PASS, {failed} FAIL, {shown} not judged"
+    if skipped:
+        text += f", {len(skipped)} NOT RUN"
+    text += "; " + ("all checks that ran passed" if not failed and not broken
+                    else f"{failed + len(broken)} failure(s)")
+    if skipped:
+        text += (f"\nNOT RUN (out of time, not a failure): {', '.join(skipped)}; raise GPU_CHECK_BUDGET_S "
+                 f"(scripts/gpu-check.sh) or --budget-s to run them")
+    return text
+
+
 def format_table(steps: list[Step], rows: list[CheckRow]) -> str:
-    lines = ["steps (seconds):"]
-    lines += [f"  {s.seconds:6.1f}  {'ok  ' if s.ok else 'FAIL'}  {s.name}{': ' + s.note if s.note else ''}"
-              for s in steps]
+    lines = ["steps (seconds, estimate):"]
+    for s in steps:
+        state = "ok  " if s.ok and s.ran else ("--  " if not s.ran else "FAIL")
+        estimate = f"~{s.estimate_s:3.0f}" if s.estimate_s is not None else "    "
+        lines.append(f"  {s.seconds:6.1f} {estimate}  {state}  {s.name}{': ' + s.note if s.note else ''}")
     lines.append("")
     lines.append(f"{'check':<58} {'suite':>11} {'reference':>11} {'unit':<9} {'ratio':>6}  verdict  note")
     for row in rows:
@@ -394,12 +613,8 @@ def format_table(steps: list[Step], rows: list[CheckRow]) -> str:
         ratio = f"{row.ratio:6.3f}" if row.ratio is not None else f"{'-':>6}"
         lines.append(f"{row.name:<58} {fmt(row.suite)} {fmt(row.reference)} {row.unit:<9} {ratio}  "
                      f"{row.verdict:<7}  {row.note}")
-    failed = sum(r.ok is False for r in rows) + sum(not s.ok for s in steps)
     lines.append("")
-    passed, failed_rows = sum(r.ok is True for r in rows), sum(r.ok is False for r in rows)
-    lines.append(f"{len(rows)} rows: {passed} PASS, {failed_rows} "
-                 f"FAIL, {sum(r.ok is None for r in rows)} not judged; "
-                 + ("all checks passed" if not failed else f"{failed} failure(s)"))
+    lines.append(_summary(steps, rows))
     return "\n".join(lines)
 
 
@@ -413,42 +628,57 @@ def _write(out: Path, info: dict, steps: list[Step], rows: list[CheckRow], code:
 
 
 def plan(ctx: CheckContext, out: Path) -> list[tuple[str, Callable[[float], list[CheckRow]]]]:
-    """The steps in order: (name, run(timeout_s) -> rows)."""
+    """The steps in order (FIRST_STEPS, other families' checks, LAST_STEPS): (name, run(timeout_s) ->
+    rows)."""
     from suite.cases import FAMILIES, family_module
 
-    steps: list[tuple[str, Callable[[float], list[CheckRow]]]] = [
-        ("gpu tests", lambda t: gpu_tests_rows(ctx, t)),
-        ("quick config", lambda t: quick_rows(ctx, out, t)),
-    ]
+    steps: dict[str, Callable[[float], list[CheckRow]]] = {
+        "out of memory": lambda t: oom_rows(ctx, t),
+        "sigkill": lambda t: sigkill_rows(ctx, t),
+        "quick config": lambda t: quick_rows(ctx, out, t),
+        "gpu tests": lambda t: gpu_tests_rows(ctx, t),
+    }
     for name in FAMILIES:
         checks = getattr(family_module(name), "gpu_checks", None)
         if checks is not None:
-            steps.append((name, lambda t, checks=checks: checks(ctx)))
-    steps += [("out of memory", lambda t: oom_rows(ctx, t)), ("sigkill", lambda t: sigkill_rows(ctx, t))]
-    return steps
+            steps[name] = lambda t, checks=checks: checks(ctx)
+    order = [*FIRST_STEPS, *(n for n in steps if n not in FIRST_STEPS + LAST_STEPS), *LAST_STEPS]
+    return [(name, steps[name]) for name in order if name in steps]
+
+
+def step_estimate(name: str) -> float:
+    if name == "quick config":
+        return quick_estimate_s()
+    return STEP_ESTIMATES_S.get(name, DEFAULT_STEP_ESTIMATE_S)
 
 
 def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S) -> int:
     started = time.monotonic()
     ctx.deadline = started + budget_s
+    if ctx.results_path is None:
+        ctx.results_path = out / RESULTS_NAME
     info = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "dry_run": ctx.dry_run, "device": ctx.device,
-            "budget_s": budget_s, "facts": facts()}
+            "budget_s": budget_s, "timing": ctx.timing, "facts": facts()}
     steps: list[Step] = []
     rows: list[CheckRow] = []
     _write(out, info, steps, rows, None)
     for name, run in plan(ctx, out):
-        estimate = STEP_ESTIMATES_S.get(name, 30)
+        estimate = step_estimate(name)
         left = ctx.seconds_left()
         if not ctx.dry_run and left < estimate:
-            steps.append(Step(name, 0.0, False, f"not run: {left:.0f} s of the {budget_s:g} s budget left, "
-                                                f"it needs ~{estimate} s"))
-            rows.append(CheckRow(f"{name}: not run (out of time)", None, None, "", False, steps[-1].note))
+            note = (f"not run: {max(left, 0):.0f} s of the {budget_s:g} s budget left, it needs "
+                    f"~{estimate:.0f} s")
+            steps.append(Step(name, 0.0, False, note, ran=False, estimate_s=estimate))
+            rows.append(CheckRow(f"{name}: not run (out of time)", None, None, "", None, note, not_run=True))
+            print(f"\n== {name}: NOT RUN ({note})", flush=True)
             _write(out, info, steps, rows, None)
             continue
-        print(f"\n== {name} (~{estimate} s on an H200; {left:.0f} s of the budget left)", flush=True)
+        print(f"\n== {name} (~{estimate:.0f} s on an H200; {left:.0f} s of the budget left)", flush=True)
         t0 = time.monotonic()
+        ctx.step = name
         try:
-            got = run(STEP_TIMEOUT_FACTOR * estimate)
+            # A subprocess step may overrun its estimate, but not the budget by more than STEP_GRACE_S.
+            got = run(min(STEP_TIMEOUT_FACTOR * estimate, max(left, estimate) + STEP_GRACE_S))
             ok, note = not any(r.ok is False for r in got), ""
         except Exception as exc:  # noqa: BLE001 - a crashed step is a failed row; the other steps still run
             import traceback
@@ -458,7 +688,7 @@ def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S) -> int:
             got = [CheckRow(f"{name}: the check crashed", None, None, "", False, why)]
             ok, note = False, "crashed (traceback in the log)"
         rows += got
-        steps.append(Step(name, time.monotonic() - t0, ok, note))
+        steps.append(Step(name, time.monotonic() - t0, ok, note, estimate_s=estimate))
         _free_device_memory()
         _write(out, info, steps, rows, None)
     if not ctx.dry_run:
@@ -467,12 +697,14 @@ def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S) -> int:
         if torch.cuda.device_count() < 2:
             rows.append(CheckRow("peer copies, all GPUs at once, NCCL with 2+ ranks", None, None, "", None,
                                  "not checked: needs two GPUs (covered by the fake multi-GPU tests)"))
-    code = 1 if any(r.ok is False for r in rows) or not all(s.ok for s in steps) else 0
+    # Out of time is said in the table and the summary, and is no failure by itself.
+    code = 1 if any(r.ok is False for r in rows) or any(s.ran and not s.ok for s in steps) else 0
     info["seconds"] = time.monotonic() - started
     table = _write(out, info, steps, rows, code)
     kind = "(dry run) " if ctx.dry_run else ""
-    print(f"\n== gpu-check {kind}done in {info['seconds']:.0f} s; files in {out}\n")
-    print(table, flush=True)
+    print(f"\n== gpu-check {kind}done in {info['seconds']:.0f} s; files in {out}", flush=True)
+    if ctx.print_table:
+        print(f"\n{table}", flush=True)
     return code
 
 
@@ -490,13 +722,20 @@ def _free_device_memory() -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m suite.gpu_check", description=__doc__)
     parser.add_argument("--out", type=Path, default=None,
-                        help="folder for table.txt, check.json, quick.json (default: a new temporary folder)")
+                        help=f"folder for table.txt, check.json, quick.json, {RESULTS_NAME} (default: a new "
+                             "temporary folder)")
     parser.add_argument("--dry-run", action="store_true",
                         help="run every step that can run without CUDA, on the CPU with tiny sizes; the "
                              "figures are shown, not judged")
     parser.add_argument("--device", default="cuda:0", help="the GPU to check (default cuda:0)")
     parser.add_argument("--budget-s", type=float, default=BUDGET_S,
-                        help=f"skip the steps that no longer fit in this many seconds (default {BUDGET_S})")
+                        help=f"do not start a step that no longer fits in this many seconds (default "
+                             f"{BUDGET_S})")
+    parser.add_argument("--no-table", action="store_true",
+                        help="do not print the table at the end (scripts/gpu-check.sh prints it last itself)")
+    parser.add_argument("--keep-work", action="store_true",
+                        help="keep the working folder (configs, each run's raw results) instead of removing "
+                             "it")
     args = parser.parse_args(argv)
     import torch
 
@@ -504,16 +743,29 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu-check: torch sees no CUDA device; run on a GPU node, or pass --dry-run to check the steps "
               "on the CPU")
         return 2
+    if args.budget_s <= 0:
+        print(f"gpu-check: --budget-s {args.budget_s:g}: expected a positive number of seconds (default "
+              f"{BUDGET_S})")
+        return 64
     out = args.out or Path(tempfile.mkdtemp(prefix="gpu-check-out-"))
     out.mkdir(parents=True, exist_ok=True)
-    ctx = CheckContext(device="cpu" if args.dry_run else args.device, dry_run=args.dry_run,
-                       workdir=Path(tempfile.mkdtemp(prefix="gpu-check-work-")),
+    # Not under OUTDIR: the device tool brings back at most 8 files from there, and every run's raw results
+    # are merged into OUTDIR/results.json as they come.
+    work = Path(tempfile.mkdtemp(prefix="gpu-check-work-"))
+    ctx = CheckContext(device="cpu" if args.dry_run else args.device, dry_run=args.dry_run, workdir=work,
                        rounds=DRY_ROUNDS if args.dry_run else ROUNDS,
-                       timing=dict(DRY_TIMING if args.dry_run else CHECK_TIMING))
+                       timing=dict(DRY_TIMING if args.dry_run else CHECK_TIMING),
+                       print_table=not args.no_table)
     if not args.dry_run:
         print(f"gpu-check on {torch.cuda.get_device_name(args.device)} x{torch.cuda.device_count()}, torch "
               f"{torch.__version__}, CUDA {torch.version.cuda}", flush=True)
-    return run_check(ctx, out, args.budget_s)
+    try:
+        return run_check(ctx, out, args.budget_s)
+    finally:
+        if args.keep_work:
+            print(f"gpu-check: working folder kept: {work}", flush=True)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,36 +1,59 @@
 """The GPU check (suite/gpu_check.py, scripts/gpu-check.sh): its CPU dry run end to end, so a broken step
-shows in CI and not in a scarce minute on a GPU; its table, budget and verdicts with fake steps."""
+shows in CI and not in a scarce minute on a GPU; its table, budget, order, verdicts and merged results."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
+import zipfile
 
 import pytest
 
 from suite import gpu_check
+from suite.cases.ceiling.measure import H200_BF16_MAMF, h200_target
+from suite.cli import main as suite_main
 from suite.gpu_check import CheckContext, CheckRow, run_check
 from tests.conftest import ROOT
 
-STEPS = ["gpu tests", "quick config", "matmul", "ceiling", "conv", "model", "copy", "habits", "collectives",
-         "out of memory", "sigkill"]
+SCRIPT = ROOT / "scripts" / "gpu-check.sh"
+STEPS = ["collectives", "out of memory", "sigkill", "matmul", "copy", "habits", "ceiling", "conv", "model",
+         "quick config", "gpu tests"]
+# What the device tool brings back from $OUT: at most this many files (docs/gpu-check.md).
+MAX_OUT_FILES = 8
+
+
+def _script_env(tmp_path, **extra) -> dict:
+    env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_WHEELS": str(tmp_path / "no-wheels"), **extra}
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """scripts/gpu-check.sh --dry-run OUT, once for the tests below: (process, OUT)."""
+    tmp = tmp_path_factory.mktemp("gpu-check")
+    out = tmp / "out"
+    proc = subprocess.run(["bash", str(SCRIPT), "--dry-run", str(out)], env=_script_env(tmp),
+                          capture_output=True, text=True, timeout=600, check=False)
+    return proc, out
 
 
 @pytest.mark.slow
-def test_dry_run_of_the_shell_script_runs_every_step(tmp_path):
-    out = tmp_path / "out"
-    env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_WHEELS": str(tmp_path / "no-wheels")}
-    env.pop("PYTHONPATH", None)
-    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu-check.sh"), "--dry-run", str(out)], env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+def test_dry_run_of_the_shell_script_runs_every_step(dry_run):
+    proc, out = dry_run
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
-    assert {p.name for p in out.iterdir()} >= {"table.txt", "check.json", "quick.json", "gpu-check.log"}
+    files = sorted(p.name for p in out.rglob("*"))
+    assert files == ["check.json", "gpu-check.log", "quick.json", gpu_check.RESULTS_NAME, "table.txt"]
+    assert len(files) <= MAX_OUT_FILES and all(p.is_file() for p in out.iterdir()), "flat, few files"
     check = json.loads((out / "check.json").read_text())
-    assert [s["name"] for s in check["steps"]] == STEPS and all(s["ok"] for s in check["steps"])
+    assert [s["name"] for s in check["steps"]] == STEPS and all(s["ok"] and s["ran"] for s in check["steps"])
     assert check["dry_run"] is True and check["exit_code"] == 0
     assert check["facts"]["modules"]["pydantic"], "the node facts name where each needed module comes from"
+    assert check["facts"]["machine"], "the node facts name the processor architecture"
     rows = {r["name"]: r for r in check["rows"]}
     # The steps that need no GPU are judged in the dry run too.
     for name in ("out of memory: a skip naming free memory, next case passes",
@@ -42,10 +65,41 @@ def test_dry_run_of_the_shell_script_runs_every_step(tmp_path):
     paired = [r for r in check["rows"] if r["pairs"]]
     assert paired and all(len(r["pairs"]) == gpu_check.DRY_ROUNDS and r["verdict"] == "n/a" for r in paired)
     assert json.loads((out / "quick.json").read_text())["benchmarks"]
-    # The table comes last, with each step's duration.
+    # The Python output reaches the console (not only the log), and the table comes last, once.
+    assert "== collectives" in proc.stdout and "+ " in proc.stdout
     table = (out / "table.txt").read_text().strip()
-    assert proc.stdout.strip().endswith(table.splitlines()[-1])
-    assert "no carried wheels" in proc.stdout and "steps (seconds):" in proc.stdout
+    assert proc.stdout.strip().endswith(table) and proc.stdout.count("steps (seconds") == 1
+    assert "no carried wheels" in proc.stdout and "machine: " in proc.stdout
+    log = (out / "gpu-check.log").read_text()
+    killed_run = log.split("SIGKILL after its first finished case")[1].split("\n== ")[0]
+    assert "collected 4 items" in killed_run, "the SIGKILLed run's own output is in the log"
+
+
+@pytest.mark.slow
+def test_the_merged_results_load_in_report_and_compare(dry_run, tmp_path, capsys):
+    proc, out = dry_run
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    results = out / gpu_check.RESULTS_NAME
+    data = json.loads(results.read_text())
+    names = [b["fullname"] for b in data["benchmarks"]]
+    assert len(names) == len(set(names)), "one benchmark per case, however many alternations ran"
+    families = {b["extra_info"]["case"] for b in data["benchmarks"]}
+    assert {"matmul", "ceiling", "conv", "model", "copy", "habits", "collectives"} <= families
+    runs = data["suite"]["gpu_check"]["runs"]
+    assert {r["step"] for r in runs} >= {"matmul", "ceiling", "copy", "collectives"}
+    # pct_of_ceiling is relative to the best matmul of all the check's runs, not of each run alone.
+    best = data["suite"]["ceilings"]["cpu"]["float32"]["tflops"]
+    for bench in data["benchmarks"]:
+        if bench["extra_info"]["case"] == "matmul" and bench["extra_info"].get("precision") == "float32":
+            assert bench["extra_info"]["ceiling_tflops"] == best
+    html = tmp_path / "report.html"
+    assert suite_main(["report", str(results), "-o", str(html)]) == 0
+    assert "suite.gpu_check" in html.read_text(), "the report names where the results come from"
+    capsys.readouterr()
+    assert suite_main(["compare", str(results), str(results), "--format", "json"]) == 0
+    compared = json.loads(capsys.readouterr().out)["results"]
+    # Every benchmark lines up with itself (too few rounds on a shared CPU leave some not judged).
+    assert len(compared) == len(names) and {r["status"] for r in compared} <= {"unchanged", "not judged"}
 
 
 def _fake_plan(steps):
@@ -72,13 +126,77 @@ def test_a_crashing_step_fails_its_row_and_the_others_still_run(tmp_path, monkey
     assert "1 PASS, 1 FAIL" in (tmp_path / "table.txt").read_text()
 
 
-def test_a_step_that_no_longer_fits_the_budget_is_not_run_and_fails(tmp_path, monkeypatch):
+def test_a_step_out_of_time_is_not_run_and_is_no_failure(tmp_path, monkeypatch, capsys):
     ran = []
-    monkeypatch.setattr(gpu_check, "plan", _fake_plan([("matmul", lambda t: ran.append(t) or [])]))
-    code = run_check(CheckContext(device="cuda:0", dry_run=False, workdir=tmp_path), tmp_path, budget_s=1)
-    rows = json.loads((tmp_path / "check.json").read_text())["rows"]
-    assert code == 1 and not ran
-    assert rows[0]["verdict"] == "FAIL" and "not run" in rows[0]["note"]
+    monkeypatch.setattr(gpu_check, "plan", _fake_plan([
+        ("collectives", lambda t: ran.append("collectives") or [CheckRow("gloo", None, None, "", True)]),
+        ("gpu tests", lambda t: ran.append("gpu tests") or []),
+    ]))
+    monkeypatch.setitem(gpu_check.STEP_ESTIMATES_S, "collectives", 0.0)
+    monkeypatch.setitem(gpu_check.STEP_ESTIMATES_S, "gpu tests", 3600.0)
+    code = run_check(CheckContext(device="cuda:0", dry_run=False, workdir=tmp_path), tmp_path, budget_s=60)
+    check = json.loads((tmp_path / "check.json").read_text())
+    assert ran == ["collectives"] and code == 0 and check["exit_code"] == 0
+    row = check["rows"][-1] if check["rows"][-1]["name"].startswith("gpu tests") else check["rows"][-2]
+    assert row["verdict"] == "NOT RUN" and "3600 s" in row["note"]
+    assert [s["ran"] for s in check["steps"]] == [True, False]
+    table = (tmp_path / "table.txt").read_text()
+    assert "1 NOT RUN" in table and "NOT RUN (out of time, not a failure): gpu tests" in table
+    assert "GPU_CHECK_BUDGET_S" in table, "the table says how to get the missing steps run"
+
+
+def test_unique_checks_run_first_and_the_general_ones_last(tmp_path):
+    names = [name for name, _ in gpu_check.plan(CheckContext(device="cpu", dry_run=True, workdir=tmp_path),
+                                                tmp_path)]
+    assert names == STEPS
+
+
+def test_the_default_budget_holds_every_step_and_a_rerun_fits_the_lease():
+    estimates = {name: gpu_check.step_estimate(name) for name in STEPS}
+    assert sum(estimates.values()) <= gpu_check.BUDGET_S, estimates
+    # Each estimate counts the sustained warm-up of every compute benchmark it runs (and its reference's).
+    warm = gpu_check.CHECK_TIMING["compute_warmup_s"]
+    assert estimates["matmul"] >= (gpu_check.ROUNDS * 2 + 2) * warm
+    assert estimates["conv"] >= gpu_check.ROUNDS * 4 * warm
+    # Hard stop: the budget and its margin, well under 6 minutes; the script's defaults are the module's.
+    assert gpu_check.BUDGET_S + gpu_check.HARD_STOP_MARGIN_S <= 330
+    script = SCRIPT.read_text()
+    assert f"BUDGET_S=${{GPU_CHECK_BUDGET_S:-{gpu_check.BUDGET_S}}}" in script
+    assert f"HARD_STOP_MARGIN_S={gpu_check.HARD_STOP_MARGIN_S}" in script
+    doc = (ROOT / "docs" / "gpu-check.md").read_text()
+    timeout = int(re.search(r"timeout_s[^0-9]*(\d+)", doc).group(1))
+    hard_stop = gpu_check.BUDGET_S + gpu_check.HARD_STOP_MARGIN_S
+    assert hard_stop + 30 <= timeout <= 360, "room for the node facts and the install, and for a rerun"
+
+
+def test_the_check_times_its_cases_as_a_default_run_does():
+    from suite.sections import TimingConfig
+
+    defaults = TimingConfig()
+    timing = gpu_check.CHECK_TIMING
+    assert timing["precision"] == defaults.precision
+    assert timing["compute_warmup_s"] == defaults.compute_warmup_s
+    assert timing["max_time"] <= defaults.max_time
+    TimingConfig(**timing)  # every key is one the config knows
+
+
+def test_run_command_streams_output_and_stops_a_command_past_its_time(capsys):
+    script = "import time; print('first line', flush=True); time.sleep(60)"
+    started = time.monotonic()
+    code, text = gpu_check.run_command([sys.executable, "-c", script], timeout=2)
+    assert code is None and "first line" in text
+    assert time.monotonic() - started < 30, "stopped, not waited for"
+    assert "first line" in capsys.readouterr().out, "what it printed is in our output (the log)"
+
+
+def test_every_subprocess_gets_the_checkout_and_the_carried_site(monkeypatch, tmp_path):
+    site = tmp_path / "site"
+    monkeypatch.setenv("PYTHONPATH", str(site))
+    monkeypatch.setenv("RANK", "3")
+    show = "import os; print(os.environ['PYTHONPATH']); print(os.environ.get('RANK'))"
+    code, text = gpu_check.run_command([sys.executable, "-c", show], 60)
+    paths, rank = text.strip().splitlines()[-2:]
+    assert code == 0 and paths.split(os.pathsep) == [str(ROOT), str(site)] and rank == "None"
 
 
 def test_without_a_gpu_the_check_says_so_and_points_to_the_dry_run(capsys, monkeypatch):
@@ -87,3 +205,110 @@ def test_without_a_gpu_the_check_says_so_and_points_to_the_dry_run(capsys, monke
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert gpu_check.main([]) == 2
     assert "--dry-run" in capsys.readouterr().out
+
+
+def test_the_script_refuses_a_budget_that_is_not_seconds(tmp_path):
+    env = _script_env(tmp_path, GPU_CHECK_BUDGET_S="4min")
+    proc = subprocess.run(["bash", str(SCRIPT), "--dry-run", str(tmp_path / "out")], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 64 and "GPU_CHECK_BUDGET_S=4min" in proc.stderr
+
+
+@pytest.mark.slow
+def test_without_pip_the_wheels_are_unpacked_and_the_hard_stop_still_prints_the_table(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with zipfile.ZipFile(wheels / "carried_probe-1.0-py3-none-any.whl", "w") as whl:
+        whl.writestr("carried_probe.py", "VALUE = 1\n")
+    # An interpreter whose `-m pip` fails, as on a node without pip.
+    python = tmp_path / "python-no-pip"
+    python.write_text(f'#!/bin/bash\n[ "$1 $2" = "-m pip" ] && exit 1\nexec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    out = tmp_path / "out"
+    env = _script_env(tmp_path, PYTHON=str(python), GPU_CHECK_WHEELS=str(wheels), GPU_CHECK_HARD_STOP_S="4")
+    proc = subprocess.run(["bash", str(SCRIPT), "--dry-run", str(out)], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert "no pip here" in proc.stdout and "carried_probe.py" in proc.stdout, proc.stdout[-2000:]
+    assert proc.returncode == 124 and "HARD STOP after 4 s" in proc.stdout
+    table = (out / "table.txt").read_text().strip()
+    assert proc.stdout.strip().endswith(table), "the table, as far as it got"
+
+
+def test_merged_results_keep_the_median_run_of_each_case(monkeypatch):
+    def bench(param, case, median, tflops=None):
+        info = {"case": case, "device": "cpu", "precision": "float32", "ceiling_tflops": 1.0}
+        if tflops is not None:
+            info["tflops"] = tflops
+        name = f"test_{case}[{param}]"
+        return {"name": name, "fullname": f"benchmarks/test_{case}.py::{name}", "param": param,
+                "stats": {"median": median}, "extra_info": info}
+
+    def run(*benches):
+        return {"machine_info": {"node": "n"}, "commit_info": {}, "datetime": "d", "version": "5",
+                "suite": {"version": "x", "schema_version": 1, "devices": ["cpu"], "config": {}},
+                "benchmarks": list(benches)}
+
+    merged = gpu_check.merge_results([
+        ("matmul", {}, run(bench("a", "matmul", 3.0, 2.0))),
+        ("matmul", {}, run(bench("a", "matmul", 1.0, 6.0))),
+        ("matmul", {}, run(bench("a", "matmul", 2.0, 3.0))),
+        ("ceiling", {}, run(bench("b", "ceiling", 1.0, 10.0))),
+    ])
+    by_case = {b["extra_info"]["case"]: b for b in merged["benchmarks"]}
+    assert len(merged["benchmarks"]) == 2 and by_case["matmul"]["stats"]["median"] == 2.0
+    # Annotated against the best of all the runs (the ceiling step's 10 TFLOP/s), not the stale figure.
+    assert by_case["matmul"]["extra_info"]["ceiling_tflops"] == 10.0
+    assert by_case["matmul"]["extra_info"]["pct_of_ceiling"] == pytest.approx(30.0)
+    assert [r["step"] for r in merged["suite"]["gpu_check"]["runs"]] == ["matmul"] * 3 + ["ceiling"]
+    assert "config" not in merged["suite"]
+
+
+@pytest.mark.parametrize("name, power, judged, says", [
+    ("NVIDIA H200", 700.0, True, "power limit 700 W"),
+    ("NVIDIA H200", None, True, "power limit not read"),
+    ("NVIDIA H200", 500.0, False, "power limit 500 W"),
+    ("NVIDIA H200 NVL", 600.0, False, "not an H200 SXM (H200 NVL)"),
+    ("NVIDIA GH200 480GB", 900.0, False, "not an H200 SXM (GH200)"),
+    ("NVIDIA H100 80GB HBM3", 700.0, False, "not an H200 SXM"),
+])
+def test_the_ceiling_is_judged_against_the_h200_figure_on_a_full_power_sxm_only(name, power, judged, says):
+    ok, note = h200_target(name, power)
+    assert ok is judged and says in note
+    assert H200_BF16_MAMF == 790.0
+
+
+def test_nvml_records_the_gpus_own_pcie_generation_beside_the_links(monkeypatch):
+    from suite import devices as dev
+    from tests.test_devices import FakeNvml
+
+    class GenFiveGpuInGenFourSlot(FakeNvml):
+        def nvmlDeviceGetMaxPcieLinkGeneration(self, h):
+            return self._link("gen_max", h, 4)
+
+        def nvmlDeviceGetGpuMaxPcieLinkGeneration(self, h):
+            return self._link("gpu_gen_max", h, 5)
+
+    monkeypatch.setitem(sys.modules, "pynvml", GenFiveGpuInGenFourSlot())
+    info = dev._nvml_info(0, "GPU-parent")
+    assert info["pcie_gen_max"] == 4 and info["pcie_gen_gpu_max"] == 5
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())  # an older nvidia-ml-py: the link's max only
+    assert "pcie_gen_gpu_max" not in dev._nvml_info(0, "GPU-parent")
+
+
+def test_gpu_tests_show_torch_warnings_instead_of_failing(pytester):
+    pytester.makeconftest(
+        "import tests.conftest as shared\n"
+        "shared.has_accelerator = lambda: True  # as on a GPU node\n"
+        "pytest_collection_modifyitems = shared.pytest_collection_modifyitems\n")
+    pytester.makeini("[pytest]\nmarkers =\n    gpu: real accelerator\nfilterwarnings =\n    error\n")
+    pytester.makepyfile(
+        "import warnings, pytest\n"
+        "@pytest.mark.gpu\n"
+        "def test_on_gpu():\n"
+        "    warnings.warn('a newer torch deprecates this', FutureWarning)\n"
+        "    warnings.warn('cuDNN plan fell back', UserWarning)\n"
+        "def test_on_cpu():\n"
+        "    warnings.warn('a newer torch deprecates this', FutureWarning)\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*FAILED*test_on_cpu*"])

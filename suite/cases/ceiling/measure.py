@@ -150,6 +150,26 @@ MAMF_ITERATIONS = 100
 MAMF_FLUSH_BYTES = 256 * 2**20
 
 
+# REFERENCE.md's figure was read on an H200 SXM at its full board power (700 W, NVIDIA H200 datasheet); the
+# H200 NVL card (600 W) and a node that caps the power lower hold less: only an SXM at this limit is judged.
+H200_SXM_POWER_W = 700.0
+
+
+def h200_target(name: str, power_limit_w: object = None) -> tuple[bool, str]:
+    """Whether the ceiling is judged against H200_BF16_MAMF on the GPU called `name` with this NVML power
+    limit (None: not read), and the note that says why or why not."""
+    peak = find_gpu(name)
+    if peak is None or peak.gpu != "H200 SXM":
+        return False, f"not judged: {name} is not an H200 SXM ({peak.gpu if peak else 'unknown GPU'})"
+    target = f"target >= {CEILING_TARGET:.0%}"
+    if not isinstance(power_limit_w, (int, float)) or isinstance(power_limit_w, bool):
+        return True, f"{target}; power limit not read (no NVML): judged as a full-power SXM"
+    if power_limit_w < H200_SXM_POWER_W:
+        return False, (f"not judged: power limit {power_limit_w:.0f} W, below the SXM's "
+                       f"{H200_SXM_POWER_W:.0f} W the figure was read at")
+    return True, f"{target}; power limit {power_limit_w:.0f} W"
+
+
 def gpu_checks(ctx) -> list:
     """The suite's bf16 ceiling (best sustained median of a sweep) against REFERENCE.md's H200 figure, and the
     same best shape measured mamf-finder's way, named as such."""
@@ -157,6 +177,7 @@ def gpu_checks(ctx) -> list:
 
     from suite.cases.common import randn
     from suite.cases.matmul.measure import flops
+    from suite.devices import inventory
     from suite.gpu_check import CheckRow, judged
     from suite.timing import reference_times
 
@@ -167,14 +188,13 @@ def gpu_checks(ctx) -> list:
     if not benches:
         return [CheckRow(f"ceiling {dtype}", None, None, "TFLOP/s", False, "no result (see the log)")]
     info = max(benches, key=lambda b: b["extra_info"]["tflops"])["extra_info"]
-    name = torch.cuda.get_device_name(ctx.device) if ctx.device.startswith("cuda") else "cpu"
-    is_h200 = "h200" in name.lower()
+    entry = next((d for d in inventory().devices if d.get("id") == ctx.device), {})
+    judge, why = h200_target(str(entry.get("name") or ctx.device), entry.get("power_limit_w"))
     ceiling = info["tflops"]
     shape = f"{info['m']}x{info['n']}x{info['k']}"
+    verdict = judged(ctx, ceiling >= CEILING_TARGET * H200_BF16_MAMF) if judge else None
     rows = [CheckRow(f"ceiling {dtype} (sustained median, best of {len(sweep)}) vs H200 figure", ceiling,
-                     H200_BF16_MAMF, "TFLOP/s", judged(ctx, ceiling >= CEILING_TARGET * H200_BF16_MAMF) if is_h200
-                     else None, f"at {shape}; target >= {CEILING_TARGET:.0%}" if is_h200
-                     else f"not judged: {name} is not an H200")]
+                     H200_BF16_MAMF, "TFLOP/s", verdict, f"at {shape}; {why}")]
     tdtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
     a = randn(info["m"], info["k"], dtype=tdtype, device=ctx.device, seed=1)
     b = randn(info["k"], info["n"], dtype=tdtype, device=ctx.device, seed=2)
@@ -193,4 +213,5 @@ def gpu_checks(ctx) -> list:
     return rows
 
 
-__all__ = ["CEILING_FAMILIES", "NAME", "annotate", "build", "ceilings", "enumerate_cases", "gpu_checks"]
+__all__ = ["CEILING_FAMILIES", "NAME", "annotate", "build", "ceilings", "enumerate_cases", "gpu_checks",
+           "h200_target"]

@@ -307,8 +307,6 @@ def gpu_checks(ctx) -> list:
     """NCCL starts on the GPU with one rank (the only size one GPU allows) through the suite's own start-up and
     timer, and 2 Gloo ranks run the collectives file end to end through torchrun on the same machine. The dry
     run starts Gloo in place of NCCL."""
-    import json
-    import os
     import subprocess
     import sys
     import tempfile
@@ -316,11 +314,9 @@ def gpu_checks(ctx) -> list:
 
     import yaml
 
-    from suite.gpu_check import ROOT, CheckRow, run_command
+    from suite.gpu_check import CheckRow, run_command
 
     rows = []
-    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     backend = ctx.pick("nccl", "gloo")
     expected_device = ctx.pick("cuda:0", "cpu")
     probe = (
@@ -334,24 +330,27 @@ def gpu_checks(ctx) -> list:
         "      torch.cuda.nccl.version() if st.device.startswith('cuda') else '')\n"
         "d.shutdown()\n"
     )
-    code, text = run_command([sys.executable, "-c", probe], CHECK_TIMEOUT_S, env=env)
+    code, text = run_command([sys.executable, "-c", probe], CHECK_TIMEOUT_S)
     ok = code == 0 and f"{float(1 << 20)}" in text
     lines = [line for line in text.strip().splitlines() if line.strip()]
     rows.append(CheckRow(f"collectives: {backend} starts, all_reduce with 1 rank", None, None, "", ok,
                          lines[-1][:90] if lines else "timed out" if code is None else f"exit {code}"))
     work = Path(tempfile.mkdtemp(prefix="gpu-check-coll-", dir=ctx.workdir))
     cfg = work / "gloo.yaml"
-    cfg.write_text(yaml.safe_dump({"devices": "cpu", "cases": {"collectives": {
+    config = {"devices": "cpu", "cases": {"collectives": {
         "backend": "gloo", "ops": ["all_reduce", "all_gather"], "sizes": ["1MiB"], "in_place": False,
-        "rounds": 5, "iterations": 3, "warmup_rounds": 1, "timeout_s": CHECK_TIMEOUT_S}}}))
+        "rounds": 5, "iterations": 3, "warmup_rounds": 1, "timeout_s": CHECK_TIMEOUT_S}}}
+    cfg.write_text(yaml.safe_dump(config))
     out = work / "gloo.json"
     cmd = distributed.torchrun_command(2, ["benchmarks/test_collectives.py", "-q", "-p", "no:cacheprovider",
                                            f"--suite-config={cfg}", f"--benchmark-json={out}"])
     try:
-        code, text = run_command(cmd, 2 * CHECK_TIMEOUT_S, env=env)
+        code, text = run_command(cmd, 2 * CHECK_TIMEOUT_S)
     except subprocess.SubprocessError as exc:
         code, text = None, str(exc)
-    benches = json.loads(out.read_text())["benchmarks"] if out.exists() else []
+    # Kept in the check's merged results too: the node's Gloo figures on its CPU.
+    benches = ctx.keep_results(out, {"tests": "torchrun x2 benchmarks/test_collectives.py", **config})[
+        "benchmarks"] if out.exists() else []
     for bench in benches:
         info = bench["extra_info"]
         good = code == 0 and info["world_size"] == 2 and info["busbw"] > 0
