@@ -172,7 +172,7 @@ def test_every_file_a_page_names_is_in_the_repository(doc):
 
 def test_the_citation_check_finds_files_that_are_not_there():
     text = ("see `scripts/accuracy_cpu.py`, REFERENCE.md, ../shared/REFERENCE.md, `accuracy_cpu.py`;\n"
-            "    python scripts/bench_timing.py   # suite/plugin.py, families.md, network/README.md, <x>.md\n")
+            "    python scripts/bench_timing.py # suite/plugin.py, families.md, network/README.md, <x>.md\n")
     missing = missing_citations(ROOT / "docs" / "timing.md", text, project_file_names())
     gone = ["scripts/accuracy_cpu.py", "REFERENCE.md", "../shared/REFERENCE.md", "accuracy_cpu.py"]
     assert missing == gone
