@@ -34,8 +34,8 @@ from suite.timing import DEFAULT_PRECISION, SUSTAINED_WARMUP_S
 ROOT = Path(__file__).resolve().parent.parent
 # Timing truth: the median of the paired ratios (suite / reference) may differ from 1 by this much.
 RATIO_TOLERANCE = 0.10
-# Alternations of (suite run, reference) per case: pairs taken seconds apart, as scripts/accuracy_cpu.py does,
-# so a clock or thermal phase of the GPU affects both sides of a pair alike. Odd, so the median is one pair.
+# Alternations of (suite run, reference) per case: pairs taken seconds apart, as `python -m suite accuracy`
+# does, so a clock or thermal phase of the GPU affects both sides of a pair alike. Odd: the median is a pair.
 ROUNDS = 3
 DRY_ROUNDS = 2
 # The suite's timing in the check's configs, set here rather than inherited so the step estimates below hold

@@ -41,8 +41,8 @@ SESSION_OVERHEAD_S = 5.0
 # A torchrun launch of the collectives (every rank imports torch and joins the process group).
 TORCHRUN_OVERHEAD_S = 15.0
 # Collectives run fixed rounds, so their time depends on the link: the plan assumes this algbw (GB/s) and
-# this latency per call. NCCL: well below an 8-GPU NVLink node's ~270 GB/s all_reduce algbw (REFERENCE.md),
-# near a PCIe node's; Gloo on a CPU moves well under 1 GB/s (README).
+# this latency per call. NCCL: well below an 8-GPU NVLink node's ~270 GB/s all_reduce algbw
+# (docs/reference.md), near a PCIe node's; Gloo on a CPU moves well under 1 GB/s (README).
 ASSUMED_COLLECTIVE_GBPS = {"nccl": 20.0, "gloo": 0.5}
 ASSUMED_COLLECTIVE_LATENCY_S = {"nccl": 50e-6, "gloo": 200e-6}
 # The least max_time a budget hands out: pytest-benchmark still runs min_rounds, so the budget is overrun

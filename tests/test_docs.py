@@ -3,11 +3,13 @@
 Every ```yaml block is a complete config (parsed as `--suite-config` would); a YAML example that is not a
 suite config belongs in a ```text block. Key paths: backticked `cases.<family>.<key>` and `timing.<key>`
 spans, and the rows of a `| key |` table under a heading naming `cases.<family>`. Every link to a file of
-the project, and to a heading in it, must resolve.
+the project, and to a heading in it, must resolve; so must every file a page names in its text (a path such as
+`scripts/gpu-check.sh`, or a bare name such as `plugin.py` or REFERENCE.md), unless it is outside by nature.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -26,6 +28,21 @@ KEY_PATH = re.compile(r"`((?:cases\.[a-z_]+|timing)(?:\.[a-z_]+)*)(?::[^`]*)?`")
 # A table of keys (first header cell "key") under a heading that names its section: ## Config (`cases.x`).
 KEY_TABLE = re.compile(r"^#+ .*`(cases\.[a-z_]+)`.*\n+\| key \|.*\n\|[- |]+\n((?:\|.*\n)+)", re.MULTILINE)
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+# A file a page names: a path from the repository root (`scripts/gpu-check.sh`), a path up from the page
+# (`../shared/x.md`) or a bare name (`plugin.py`, REFERENCE.md). Not the tail of a longer path or of a URL
+# (ml-engineering's network/README.md), not a <placeholder>; results (.json) are data, not citations.
+_EXT = r"\.(?:py|md|ya?ml|sh|toml)"
+CITED_FILE = re.compile(rf"(?<![\w./<>$-])((?:suite|scripts|docs|configs|benchmarks|tests)/[\w./-]*{_EXT}"
+                        rf"|(?:\.\./)+[\w./-]*{_EXT}|[\w-]+{_EXT})(?![\w/-])")
+# Files a page may name that are not in the repository, each outside it by nature; everything else must exist.
+EXTERNAL_FILES = {
+    "mamf-finder.py": "ml-engineering's MAMF script, cited in reference.md",
+    "configs/my.yaml": "the reader's own config in command examples",
+    "benchmarks/test_fill.py": "the test file adding-a-family.md has the reader write",
+    "tests/test_fill.py": "the tests adding-a-family.md has the reader write",
+}
+# Folders whose files are not the project's (environments, caches, run outputs).
+NOT_PROJECT = {".git", ".venv", "venv", "__pycache__", "results", "reports", "build", "dist", ".whl"}
 
 
 def rel(path: Path) -> str:
@@ -119,6 +136,46 @@ def test_every_link_between_the_pages_resolves(doc, target):
     assert page.exists(), f"{rel(doc)} links to {target}, which does not exist"
     if anchor:
         assert anchor in anchors(page), f"{rel(doc)} links to {target}: no such heading in {rel(page)}"
+
+
+def project_file_names() -> set[str]:
+    names: set[str] = set()
+    for folder, subfolders, files in os.walk(ROOT):
+        # Prune in place: a virtual environment beside the checkout holds tens of thousands of files.
+        subfolders[:] = [d for d in subfolders if d not in NOT_PROJECT and not d.endswith(".egg-info")]
+        names.update(files)
+    return names
+
+
+def missing_citations(doc: Path, text: str, names: set[str]) -> list[str]:
+    """The files `text` (of page `doc`) names that are neither in the repository nor in EXTERNAL_FILES."""
+    missing = []
+    for cited in dict.fromkeys(CITED_FILE.findall(text)):
+        if cited in EXTERNAL_FILES:
+            continue
+        if "/" in cited:
+            path = ((doc.parent if cited.startswith("..") else ROOT) / cited).resolve()
+            found = path.is_relative_to(ROOT) and path.is_file()
+        else:
+            found = cited in names
+        if not found:
+            missing.append(cited)
+    return missing
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=rel)
+def test_every_file_a_page_names_is_in_the_repository(doc):
+    missing = missing_citations(doc, doc.read_text(encoding="utf-8"), project_file_names())
+    assert not missing, (f"{rel(doc)} names files that are not in the repository: {missing} (EXTERNAL_FILES "
+                         "is only for files outside it by nature)")
+
+
+def test_the_citation_check_finds_files_that_are_not_there():
+    text = ("see `scripts/accuracy_cpu.py`, REFERENCE.md, ../shared/REFERENCE.md, `accuracy_cpu.py`;\n"
+            "    python scripts/bench_timing.py # suite/plugin.py, families.md, network/README.md, <x>.md\n")
+    missing = missing_citations(ROOT / "docs" / "timing.md", text, project_file_names())
+    gone = ["scripts/accuracy_cpu.py", "REFERENCE.md", "../shared/REFERENCE.md", "accuracy_cpu.py"]
+    assert missing == gone
 
 
 def test_readme_links_every_page_in_docs():

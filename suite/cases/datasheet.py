@@ -4,7 +4,7 @@ Vendors quote tensor-core figures "with sparsity" (2:4 structured sparsity doubl
 the dense one (the sparse figure halved where a datasheet gives only that). float32 is the plain FP32 (CUDA
 core) peak, tf32 the TF32 tensor-core peak, float16 the FP16 tensor-core peak with FP32 accumulation (what
 PyTorch uses), float64 the FP64 tensor-core peak where the chip has one. Peaks are upper bounds at boost clock:
-a good matmul reaches 70-90% of them (REFERENCE.md, MAMF).
+the best published matmul (MAMF) reaches 78-87% of them on NVIDIA GPUs, 51% on the MI300X (docs/reference.md).
 
 Device names are matched by tokens (`NVIDIA H100 80GB HBM3` -> h100, 80gb, hbm3). Where the name does not say
 the form factor (SXM, PCIe, NVL) and the peaks differ, the lowest (most conservative) row is taken and says so.
@@ -80,7 +80,7 @@ PEAKS: tuple[Peak, ...] = (
          note=_AMBIGUOUS),
     Peak("T4", _peaks(None, 8.1, None, None, 65.0), "NVIDIA T4 Tensor Core GPU datasheet", ("t4",)),
     Peak("B200", {"bfloat16": 2250.0, "float16": 2250.0},
-         "REFERENCE.md (ml-engineering compute/accelerator README); bf16/fp16 only", ("b200",)),
+         "docs/reference.md (ml-engineering compute/accelerator README); bf16/fp16 only", ("b200",)),
     Peak("MI300X", _peaks(163.4, 163.4, 653.7, 1307.4, 1307.4), "AMD Instinct MI300X data sheet (matrix cores)",
          ("mi300x",)),
 )

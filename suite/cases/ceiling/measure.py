@@ -5,8 +5,9 @@ in its statistic: mamf-finder reports a mean with the L2 flushed; the GPU check 
 When the JSON is written, `annotate` adds
 `pct_of_ceiling` and `pct_of_datasheet` to every compute result.
 The ceiling of (device, precision) is the best `tflops` of the run's single-device matmul results, the sweep of
-this family and the matmul family alike. It is a realistic ceiling (below the datasheet peak: REFERENCE.md);
-conv results may exceed it where cuDNN uses Winograd/FFT (fewer multiplies than the FLOP the suite counts).
+this family and the matmul family alike. It is a realistic ceiling (below the datasheet peak:
+docs/reference.md); conv results may exceed it where cuDNN uses Winograd/FFT (fewer multiplies than the FLOP
+the suite counts), and on the CPU where oneDNN's convolution outruns the small sgemm sweep (docs/families.md).
 """
 
 from __future__ import annotations
@@ -137,8 +138,8 @@ def annotate(output_json: dict) -> None:
 
 # --- GPU check --------------------------------------------------------------------------------------------
 
-# REFERENCE.md: one H200 reaches ~790 TFLOP/s bf16 dense through PyTorch (8192^3, random data); the suite's own
-# ceiling should come within 10% of it.
+# docs/reference.md: one H200 reaches ~790 TFLOP/s bf16 dense through PyTorch (8192^3, random data); the
+# suite's own ceiling should come within 10% of it.
 H200_BF16_MAMF = 790.0
 CEILING_TARGET = 0.90
 CHECK_SWEEP = ("4096x4096x4096", "8192x8192x8192", "8192x8192x16384", "12288x12288x12288")
@@ -150,8 +151,9 @@ MAMF_ITERATIONS = 100
 MAMF_FLUSH_BYTES = 256 * 2**20
 
 
-# REFERENCE.md's figure was read on an H200 SXM at its full board power (700 W, NVIDIA H200 datasheet); the
-# H200 NVL card (600 W) and a node that caps the power lower hold less: only an SXM at this limit is judged.
+# docs/reference.md's figure was read on an H200 SXM at its full board power (700 W, NVIDIA H200 datasheet);
+# the H200 NVL card (600 W) and a node that caps the power lower hold less: only an SXM at this limit is
+# judged.
 H200_SXM_POWER_W = 700.0
 
 
@@ -171,8 +173,8 @@ def h200_target(name: str, power_limit_w: object = None) -> tuple[bool, str]:
 
 
 def gpu_checks(ctx) -> list:
-    """The suite's bf16 ceiling (best sustained median of a sweep) against REFERENCE.md's H200 figure, and the
-    same best shape measured mamf-finder's way, named as such."""
+    """The suite's bf16 ceiling (best sustained median of a sweep) against docs/reference.md's H200 figure,
+    and the same best shape measured mamf-finder's way, named as such."""
     import torch
 
     from suite.cases.common import randn

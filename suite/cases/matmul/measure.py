@@ -182,8 +182,8 @@ def per_device_rates(gpus: list[str], operands: list, flop: int) -> dict:
     return {"per_device_tflops": rates, "slowest_device": slowest, "slowest_tflops": rates[slowest]}
 
 
-# The GPU check's large matmul: big enough that launch and synchronisation costs vanish (REFERENCE.md's MAMF
-# figure for one H200 is quoted at 8192^3 bf16).
+# The GPU check's large matmul: big enough that launch and synchronisation costs vanish (docs/reference.md's
+# MAMF figure for one H200 is quoted at 8192^3 bf16).
 CHECK_SHAPE = 8192
 # TF32 on must make an fp32 matmul at least this much faster than IEEE fp32 (H200 datasheet: 494 vs 67 dense
 # TFLOP/s, ~7x): far below the datasheet ratio, far above noise, so a switch that does nothing fails.
