@@ -1,6 +1,6 @@
 """The measured matmul ceiling per device and precision: the best TFLOP/s over a sweep of shapes (MAMF-style).
 
-Every compute result's `pct_of_ceiling` is taken against it when the JSON is written (suite/cases/ceiling.py).
+Every compute result's `pct_of_ceiling` is taken against it when the JSON is written (suite/cases/ceiling/).
 """
 
 from suite.cases.precision import mode_for

@@ -1,4 +1,4 @@
-"""Collective algbw/busbw per op, dtype, size and mode (cases in suite/cases/collectives.py); run under torchrun:
+"""Collective algbw/busbw per op, dtype, size and mode (cases in suite/cases/collectives/); run under torchrun:
 
     torchrun --nproc-per-node=N -m pytest benchmarks/test_collectives.py --benchmark-json out.json
 """

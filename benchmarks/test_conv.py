@@ -1,4 +1,4 @@
-"""conv2d TFLOP/s per device, precision, memory layout, step and layer shape (suite/cases/conv.py)."""
+"""conv2d TFLOP/s per device, precision, memory layout, step and layer shape (suite/cases/conv/)."""
 
 from suite.cases.precision import mode_for
 

@@ -1,4 +1,4 @@
-"""Transfer habits as slow/fast pairs of equal work (suite/cases/habits.py)."""
+"""Transfer habits as slow/fast pairs of equal work (suite/cases/habits/)."""
 
 
 def test_habits(case, measure):

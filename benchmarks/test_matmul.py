@@ -1,4 +1,4 @@
-"""Matmul TFLOP/s per device, precision and shape (cases in suite/cases/matmul.py)."""
+"""Matmul TFLOP/s per device, precision and shape (cases in suite/cases/matmul/)."""
 
 from suite.cases.precision import mode_for
 

@@ -2,7 +2,7 @@
 
 The classic first try is `net = nn.Sequential(nn.Linear(3, 1)); net.to(device); net(x)` with x on the device; a
 realistic small network is measured as a whole training step.
-FLOP per call, counted per weight layer (nn.Linear 2*B*in*out, nn.Conv2d as in suite/cases/conv.py); a training
+FLOP per call, counted per weight layer (nn.Linear 2*B*in*out, nn.Conv2d as in suite/cases/conv/measure.py); a training
 step counts the forward, the weight gradients and the input gradients (3x the forward) minus the first layer's
 input gradient, which nothing needs. Activations, pooling, the loss and the optimizer are not counted: their
 FLOP are few, their memory traffic is not, so tflops understates the work of a small network.
