@@ -73,6 +73,7 @@ def node_lines(health: Health, fail_on: tuple[str, ...]) -> list[tuple[str, str,
                 f"missing: {measure} on {', '.join(devices)} (no result at the size its expected "
                 "figure needs)"
             )
+        lines += [f"no results: {path} {NOTHING_MEASURED}" for path in node.empty]
         out.append((node.status(fail_on), node.node, lines))
     return out
 
@@ -148,10 +149,10 @@ def run(args: argparse.Namespace) -> int:
     health = judge(loaded, expectations)
     for warning in health.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    empty = [m for m in map(loaded.machines.get, health.judged_labels) if not m.n_benchmarks]
+    empty = [(n.node, path) for n in health.nodes for path in n.empty]
     if empty:  # judging nothing would call the node healthy; judging its older run would hide the failure
         raise UserError(
-            f"{empty[0].file}: the latest run of {empty[0].node} {NOTHING_MEASURED}, so the node cannot be "
+            f"{empty[0][1]}: the latest run of {empty[0][0]} {NOTHING_MEASURED}, so the node cannot be "
             "judged; rerun it there, or move the file away to judge the run before it"
         )
     emit(render(health, args.fmt, fail_on))
