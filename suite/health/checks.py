@@ -29,7 +29,7 @@ KINDS = ("wrong", "low", "straggler", "fleet", "missing")
 # missing is reported, not failed: a run may skip a case. wrong: another tool's data check failed
 # (nccl-tests #wrong).
 DEFAULT_FAIL_ON = ("wrong", "low", "straggler", "fleet")
-NO_RESULTS = "no results"  # the status of a node whose latest run measured nothing: neither healthy nor judged
+NO_RESULTS = "no results"  # status of a node whose latest run measured nothing: neither healthy nor judged
 
 
 @dataclass
