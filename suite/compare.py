@@ -11,7 +11,7 @@ import math
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
@@ -20,6 +20,7 @@ from suite.report.tables import format_time
 from suite.results import (
     FAMILY_RATE,
     FOREIGN_CASE,
+    NOTHING_MEASURED,
     benchmark_keys,
     latest_runs,
     load_results,
@@ -36,9 +37,10 @@ NOISE_IQR_SHARE = 0.5
 MIN_ROUNDS_TO_JUDGE = 5
 METRICS = ("median", "min", "mean")
 FORMATS = ("text", "markdown", "csv", "json")
-STATUS_ORDER = (
-    "regression", "improvement", "unchanged", "not judged", "only in baseline", "only in candidate"
-)
+# "missing": measured by the baseline, absent from the candidate (a crash, a skip, a narrower config). It
+# fails the gate like a regression unless --allow-missing says the subset is deliberate: a run that measured
+# less must never pass for one that measured the same and was as fast.
+STATUS_ORDER = ("regression", "improvement", "unchanged", "not judged", "missing", "only in candidate")
 _THRESHOLD_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*%?\s*$")
 _FAMILY_RE = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*=(.*)$")
 
@@ -141,37 +143,66 @@ def _zero(value: float) -> float:
 
 @dataclass
 class Side:
-    """One side's latest runs: (identity, tool) -> (label, table), and (node, tool) of each."""
+    """One side's latest runs: (identity, tool) -> (label, table), (node, tool) of each, and the device ids
+    its runs have (machine_info devices and the devices its benchmarks name)."""
 
     runs: dict[tuple[str, str], tuple[str, pd.DataFrame]]
     nodes: dict[tuple[str, str], tuple[str, str]]
     families: set[str]
+    devices: set[str] = field(default_factory=set)
 
 
 def _side(path: str, labels: dict[str, str], what: str) -> Side:
-    """identity -> (label, table) of each machine's latest run; a file is its one machine."""
+    """identity -> (label, table) of each machine's latest run; a file is its one machine.
+
+    A latest run that measured nothing is a UserError: comparing it would pass a crashed run, and comparing
+    the run before it would judge the wrong run.
+    """
     loaded = load_results([path], labels=labels)
     warnings = list(loaded.warnings)
     latest = latest_runs(loaded.machines, warnings=warnings)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    runs, nodes = {}, {}
+    runs, nodes, devices = {}, {}, set()
     for label in latest:
         m = loaded.machines[label]
+        if not m.n_benchmarks:
+            raise UserError(
+                f"{what} {m.file} {NOTHING_MEASURED}: nothing to compare; rerun it, or pass the run to judge"
+            )
         key = (m.identity, m.tool)
-        runs[key] = (label, loaded.table[loaded.table["label"] == label].drop_duplicates("match_key"))
+        table = loaded.table[loaded.table["label"] == label].drop_duplicates("match_key")
+        runs[key] = (label, table)
         nodes[key] = (m.node, m.tool)
-    return Side(runs, nodes, set(loaded.table["case"].unique()))
+        devices |= {str(d["id"]) for d in m.devices if d.get("id")}
+        for column in ("device", "src", "dst"):
+            devices |= {v for v in table[column] if isinstance(v, str)}
+    return Side(runs, nodes, set(loaded.table["case"].unique()), devices)
 
 
-def pair_sides(base: Side, cand: Side, base_path: str, cand_path: str) -> list[tuple[tuple, tuple]]:
-    """Pairs of (label, table): one file against one file as given; folders by machine identity.
+def check_device_map(device_map: dict[str, str], base: Side, cand: Side) -> None:
+    """Each --map names a baseline device the baseline has and a candidate device the candidate has."""
+    for src, dst in device_map.items():
+        for what, device, side in (("baseline", src, base), ("candidate", dst, cand)):
+            if device not in side.devices:
+                raise UserError(
+                    f"--map {src}={dst}: the {what} has no device {device} (it has: "
+                    f"{', '.join(sorted(side.devices)) or 'none named'}); write --map "
+                    "BASELINE_DEV=CANDIDATE_DEV with devices of the two runs"
+                )
+
+
+def pair_sides(
+    base: Side, cand: Side, base_path: str, cand_path: str
+) -> tuple[list[tuple[tuple, tuple]], list[str]]:
+    """Pairs of (label, table), and the labels of baseline machines the candidate lacks: one file against one
+    file as given; folders by machine identity.
 
     A machine whose driver changed keeps its host and GPUs: it is paired by those, with a warning. Machines
     on one side only are listed in a warning, never dropped silently.
     """
     if len(base.runs) == 1 and len(cand.runs) == 1:
-        return [(next(iter(base.runs.values())), next(iter(cand.runs.values())))]
+        return [(next(iter(base.runs.values())), next(iter(cand.runs.values())))], []
     common = sorted(base.runs.keys() & cand.runs.keys())
     pairs = [(base.runs[k], cand.runs[k]) for k in common]
     rest_base = [k for k in sorted(base.runs) if k not in cand.runs]
@@ -200,7 +231,7 @@ def pair_sides(base: Side, cand: Side, base_path: str, cand_path: str) -> list[t
             f"no machine of {base_path} ({len(base.runs)} machine(s)) is in {cand_path} ({len(cand.runs)}): "
             "machines are paired by host and GPUs; pass two files to compare different machines"
         )
-    return sorted(pairs, key=lambda p: p[0][0])
+    return sorted(pairs, key=lambda p: p[0][0]), [base.runs[k][0] for k in rest_base]
 
 
 def compare_tables(
@@ -224,7 +255,7 @@ def compare_tables(
         if key not in cand.index:
             rows.append(
                 Row(
-                    "only in baseline",
+                    "missing",
                     b["case"],
                     b["name"],
                     b[metric],
@@ -382,20 +413,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="FILE=NAME",
         help="name a side in the output (repeatable)",
     )
+    parser.add_argument(
+        "--allow-missing",
+        action="store_true",
+        help="pass although benchmarks (or, with folders, machines) of the baseline are missing from the "
+        "candidate: for a candidate that measures a deliberate subset",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     threshold, thresholds = parse_thresholds(args.threshold)
     device_map = parse_device_map(args.map)
     labels = parse_label_args(args.label)
-    base, cand = _side(args.baseline, labels, "BASELINE"), _side(args.candidate, labels, "CANDIDATE")
+    base, cand = _side(args.baseline, labels, "baseline"), _side(args.candidate, labels, "candidate")
     check_families(thresholds, base.families | cand.families)
-    pairs = pair_sides(base, cand, args.baseline, args.candidate)
-    regression, outputs = False, []
+    check_device_map(device_map, base, cand)
+    pairs, missing_machines = pair_sides(base, cand, args.baseline, args.candidate)
+    regression, missing, outputs = False, 0, []
     for (base_label, base), (cand_label, cand) in pairs:
         rows = compare_tables(base, cand, metric=args.metric, threshold=threshold, device_map=device_map,
                               thresholds=thresholds)
         regression |= any(r.status == "regression" for r in rows)
+        missing += sum(r.status == "missing" for r in rows)
         if args.fmt == "json" and len(pairs) > 1:
             outputs.append(_as_json(rows, base_label, cand_label, args.metric, threshold, thresholds))
         else:
@@ -404,4 +443,15 @@ def run(args: argparse.Namespace) -> int:
         emit(json.dumps({"comparisons": outputs}, indent=1))
     else:
         emit("\n\n".join(outputs))
+    if (missing or missing_machines) and not args.allow_missing:
+        what = ", ".join(
+            filter(None, [f"{missing} benchmark(s)" if missing else "",
+                          f"{len(missing_machines)} machine(s)" if missing_machines else ""])
+        )
+        print(
+            f"compare: {what} of the baseline missing from the candidate (a crash, a skip or a narrower "
+            "config): failing; pass --allow-missing if the candidate measures a subset on purpose",
+            file=sys.stderr,
+        )
+        return 1
     return 1 if regression else 0

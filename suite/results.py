@@ -22,6 +22,8 @@ PARTIAL_SUFFIX = ".partial.jsonl"
 TEXT_SUFFIXES = (".txt", ".log", ".out")
 FOREIGN_CASE = "other"  # family given to rows of a pytest-benchmark file that is not ours
 OUR_TOOL = "gpubench-suite"
+# What a results file with no benchmark is: a run whose every benchmark was skipped, or that stopped first.
+NOTHING_MEASURED = "holds no benchmark results (every benchmark skipped, or the run stopped before the first)"
 
 # Higher-is-better rates, in the order a row's headline metric is picked; the first one present wins.
 RATE_UNITS: dict[str, str] = {
@@ -654,6 +656,10 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
         )
         columns = _rows(data, machine, foreign, warnings, path, extra_keys)
         machine.n_benchmarks = len(columns["label"])
+        if not machine.n_benchmarks:
+            # Kept as a machine: where it is the latest run, compare and health must see that it measured
+            # nothing rather than judge an older run in its place.
+            warnings.append(f"{path}: {NOTHING_MEASURED}")
         machines[label] = machine
         parts.append((machine.n_benchmarks, columns))
     for key in labels.keys() - used_labels:
@@ -663,6 +669,13 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
         raise UserError(
             f"no results could be read ({detail}); pass results JSON files (ours or pytest-benchmark's), "
             "nccl-tests text output, nvbandwidth -j JSON, or folders of them"
+        )
+    if not any(n for n, _ in parts):
+        empty = [m.file for m in machines.values()]
+        more = f" and {len(empty) - 1} more file(s)" if len(empty) > 1 else ""
+        raise UserError(
+            f"no results: {empty[0]}{more} {NOTHING_MEASURED}; see the run's skip reasons "
+            "(pytest -rs) and rerun it, or pass files that hold results"
         )
     return LoadedResults(table=_frame(parts, list(extra_keys)), machines=machines, warnings=warnings)
 

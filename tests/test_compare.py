@@ -145,10 +145,10 @@ def test_device_map_matches_runs_on_different_devices(pair, capsys):
     cand = candidate(moved)
     main(["compare", base_path, cand])
     out = capsys.readouterr().out
-    assert "only in baseline" in out and "only in candidate" in out
+    assert "missing" in out and "only in candidate" in out
     assert main(["compare", base_path, cand, "--map", "cuda:0=cuda:1"]) == 0
     out = capsys.readouterr().out
-    assert "0 only in baseline, 0 only in candidate" in out
+    assert "0 missing, 0 only in candidate" in out
 
 
 def test_matching_is_by_parameters_not_test_name(pair, capsys):
@@ -158,7 +158,7 @@ def test_matching_is_by_parameters_not_test_name(pair, capsys):
         bench["name"] = "renamed_" + bench["name"]
     assert main(["compare", base_path, candidate(renamed), "--format", "json"]) == 0
     result = json.loads(capsys.readouterr().out)
-    assert result["counts"]["unchanged"] == 20 and result["counts"]["only in baseline"] == 0
+    assert result["counts"]["unchanged"] == 20 and result["counts"]["missing"] == 0
 
 
 def test_foreign_files_match_by_fullname_and_formats_parse(tmp_path, capsys):
@@ -196,7 +196,7 @@ def test_two_real_runs_of_one_machine_line_up(capsys):
     """Run-dependent figures in extra_info (ceiling_tflops, ...) are not parameters: shared cases match."""
     real = Path(__file__).parent / "data" / "real"
     code = main(["compare", str(real / "cpu_quick_run.json"), str(real / "cpu_default_run.json"),
-                 "--format", "json", "--threshold", "1000%"])
+                 "--format", "json", "--threshold", "1000%", "--allow-missing"])  # two configs: a subset
     assert code == 0
     rows = json.loads(capsys.readouterr().out)["results"]
     matched = [r for r in rows if r["status"] in ("unchanged", "regression", "improvement")]
@@ -254,7 +254,7 @@ def test_how_a_run_stopped_does_not_change_which_benchmarks_match(pair, capsys):
     assert main(["compare", base_path, candidate(scaled(stopped, 0, 1.5))]) == 1
     out = capsys.readouterr().out
     assert "1 regression" in out and "19 unchanged" in out
-    assert "0 only in baseline, 0 only in candidate" in out
+    assert "0 missing, 0 only in candidate" in out
 
 
 @pytest.mark.parametrize(
@@ -309,3 +309,62 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path):
         shell=True, capture_output=True, text=True, cwd=Path(__file__).parents[1], check=False,
     )
     assert done.stdout.strip() == "{" and "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr
+
+
+def test_a_candidate_that_measured_nothing_is_an_error_not_a_pass(pair, tmp_path, capsys):
+    base_path, base, candidate = pair
+    for empty in ({"benchmarks": []}, {**base, "benchmarks": []}):
+        assert main(["compare", base_path, candidate(empty)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err[-1].startswith("error: ") and "holds no benchmark results" in err[-1]
+    # In a folder, the machine's newest run measured nothing: not passed, nor an older run judged instead.
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    old, new = {**base, "datetime": "2026-01-01T00:00:00"}, {**base, "datetime": "2026-02-01T00:00:00"}
+    (runs / "a_old.json").write_text(json.dumps(old), encoding="utf-8")
+    (runs / "b_new.json").write_text(json.dumps({**new, "benchmarks": []}), encoding="utf-8")
+    assert main(["compare", base_path, str(runs)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "candidate" in err and "b_new.json" in err and "holds no benchmark results" in err
+
+
+def test_benchmarks_missing_from_the_candidate_fail_unless_allowed(pair, capsys):
+    base_path, base, candidate = pair
+    subset = {**base, "benchmarks": base["benchmarks"][:2]}
+    cand = candidate(subset)
+    assert main(["compare", base_path, cand]) == 1
+    captured = capsys.readouterr()
+    assert "2 unchanged" in captured.out and "18 missing" in captured.out
+    assert "18 benchmark(s) of the baseline missing from the candidate" in captured.err
+    assert "--allow-missing" in captured.err
+    assert main(["compare", base_path, cand, "--allow-missing"]) == 0
+    assert "18 missing" in capsys.readouterr().out  # still listed, no longer failing
+    # A regression still fails when the subset is allowed.
+    assert main(["compare", base_path, candidate(scaled(subset, 0, 2.0)), "--allow-missing"]) == 1
+
+
+def test_a_machine_missing_from_the_candidate_folder_fails_unless_allowed(tmp_path, capsys):
+    old_dir, new_dir = tmp_path / "old", tmp_path / "new"
+    old_dir.mkdir()
+    new_dir.mkdir()
+    for host in ("box", "gone"):
+        data = fixtures().synthetic_results(host, n_gpus=1, seed=3, limit=20)
+        (old_dir / f"{host}.json").write_text(json.dumps(data), encoding="utf-8")
+    same = fixtures().synthetic_results("box", n_gpus=1, seed=3, limit=20)
+    (new_dir / "box.json").write_text(json.dumps(same), encoding="utf-8")
+    assert main(["compare", str(old_dir), str(new_dir)]) == 1
+    assert "1 machine(s) of the baseline missing from the candidate" in capsys.readouterr().err
+    assert main(["compare", str(old_dir), str(new_dir), "--allow-missing"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("mapping", "message"),
+    [("cuda:7=cuda:0", "the baseline has no device cuda:7 (it has: cpu, cuda:0)"),
+     ("cuda:0=cuda:3", "the candidate has no device cuda:3 (it has: cpu, cuda:0)")],
+)
+def test_map_naming_a_device_a_run_lacks_is_a_one_line_error(pair, mapping, message, capsys):
+    base_path, base, candidate = pair
+    assert main(["compare", base_path, candidate(base), "--map", mapping]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len([line for line in err if line.startswith("error:")]) == 1
+    assert err[-1].startswith("error: --map") and message in err[-1]

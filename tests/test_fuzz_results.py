@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -36,7 +37,43 @@ def load_or_user_error(path: Path) -> None:
         assert "\n" not in str(exc)
         return
     assert all("\n" not in w for w in loaded.warnings)
-    assert len(loaded.table) >= 0
+    # A file that loads has results: one that holds none is a UserError, never an empty table that the
+    # report and health would have to survive.
+    assert len(loaded.table) > 0
+
+# Files that parse but measured nothing: each is "no results" (exit 2), never a crash or a verdict.
+OURS = json.loads(GOOD["h200x2.json"])
+EMPTY = {
+    "bare.json": json.dumps({"benchmarks": []}),
+    "ours.json": json.dumps({**OURS, "benchmarks": []}),
+    "no_stats.json": json.dumps({**OURS, "benchmarks": [{"name": "x", "stats": {}}]}),
+    # The partial file of a run whose every benchmark was skipped: the header and progress lines only.
+    "skipped.partial.jsonl": PARTIAL.decode().splitlines()[0] + '\n{"started": "test_matmul[cpu]"}\n',
+}
+
+
+@pytest.mark.parametrize("name", sorted(EMPTY))
+def test_files_without_results_are_one_line_errors(tmp_path, name):
+    path = tmp_path / name
+    path.write_text(EMPTY[name], encoding="utf-8")
+    with pytest.raises(UserError, match="no results: .* holds no benchmark results") as info:
+        load_results([path])
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("command", ["health", "report", "compare"])
+@pytest.mark.parametrize("name", sorted(EMPTY))
+def test_commands_on_files_without_results_exit_2_with_one_line(tmp_path, capsys, command, name):
+    from suite.cli import main
+
+    path = tmp_path / name
+    path.write_text(EMPTY[name], encoding="utf-8")
+    argv = {"health": [str(path)], "report": [str(path), "-o", str(tmp_path / "r.html")],
+            "compare": [str(DATA / "h200x2.json"), str(path)]}[command]
+    assert main([command, *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: no results: ")
+    assert not (tmp_path / "r.html").exists()
 
 
 @FUZZ

@@ -79,6 +79,19 @@ def test_only_the_latest_run_of_a_machine_is_judged(tmp_path, capsys):
     assert code == 0 and len(node(result, "box")["runs"]) == 1  # the old run's straggler would exit 1
 
 
+def test_a_node_whose_latest_run_measured_nothing_is_not_called_healthy(tmp_path, capsys):
+    """An all-skipped or crashed run is the node's news: neither a healthy verdict nor its older run's."""
+    fleet.write(tmp_path, "other", fleet.machine("other", when="2026-02-01T00:00:00+00:00"))
+    fleet.write(tmp_path, "old", fleet.machine("box", when="2026-01-01T00:00:00+00:00"))
+    empty = {**fleet.machine("box", when="2026-02-01T00:00:00+00:00"), "benchmarks": []}
+    path = fleet.write(tmp_path, "new", empty)
+    assert main(["health", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"error: {path}: the latest run of box")
+    assert "holds no benchmark results" in err[-1]
+    assert sum(line.startswith("error:") for line in err) == 1
+
+
 def test_nvbandwidth_issue_6_slow_link_is_low_and_a_straggler(capsys):
     code, result = health_json(capsys, str(IMPORTED / "nvbandwidth" / "constructed_issue6_h100x4.json"))
     assert code == 1

@@ -270,3 +270,105 @@ def test_a_real_run_reports_the_stopping_it_recorded(run_benchmarks, tmp_path):
         assert info["stopped_on"] in ("precision", "time") and info["rounds"] == bench["stats"]["rounds"]
         cell = f"{info['rounds']} · {info['stopped_on']} ±{100 * info['margin']:.2g}%"
         assert cell in _row_of(html, bench["name"])
+
+
+# --- what the charts and headings say (the walkthrough of a CPU-only run) -----------------------------------
+
+REAL = DATA / "real" / "cpu_default_run.json"
+
+
+@pytest.fixture
+def figures(monkeypatch):
+    """The matplotlib figures the charts draw, captured instead of encoded, so their text can be read."""
+    from suite.report import charts
+
+    drawn = []
+    monkeypatch.setattr(charts, "_png", lambda fig: drawn.append(fig) or "")
+    return drawn
+
+
+def _family(path: Path, case: str) -> tuple[pd.DataFrame, list[str]]:
+    loaded = load_results([path])
+    return loaded.table[loaded.table["case"] == case], list(loaded.machines)
+
+
+def test_conv_and_model_bars_are_labelled_by_layer_and_batch_not_every_parameter(figures):
+    from suite.report.charts import charts_for
+
+    for case, expected in (
+        ("conv", {"cpu · float32 · resnet50-conv2-3x3 · nchw · fwd · b2",
+                  "cpu · float32 · resnet50-conv4-1x1 · channels_last · fwd+bwd · b2"}),
+        ("model", {"cpu · float32 · linear-b64", "cpu · float32 · mlp-b64", "cpu · float32 · lenet-b64"}),
+    ):
+        rows, machines = _family(REAL, case)
+        charts_for(case, rows, machines)
+        labels = [t.get_text() for t in figures[-1].axes[0].get_yticklabels()]
+        assert len(labels) == len(rows) and expected <= set(labels), labels
+        assert all("=" not in label and len(label) < 70 for label in labels), labels
+
+
+def test_conv_layer_without_a_name_is_labelled_by_its_dimensions(figures):
+    from suite.report.charts import charts_for
+
+    rows, machines = _family(REAL, "conv")
+    charts_for("conv", rows.assign(layer=None), machines)
+    labels = [t.get_text() for t in figures[-1].axes[0].get_yticklabels()]
+    assert "cpu · float32 · 56×56 64→64 k3×3 · nchw · fwd · b2" in labels
+
+
+def test_cpu_to_cpu_copies_are_titled_host_not_same_device(figures):
+    from suite.report.charts import copy_curves
+
+    rows, machines = _family(REAL, "copy")
+    copy_curves(rows, machines)
+    titles = [ax.get_title(loc="left") for ax in figures[-1].axes]
+    assert titles == ["host (CPU → CPU)"]
+
+
+@pytest.mark.parametrize(
+    ("path", "says", "never"),
+    [(REAL, "host copies from pageable memory (no pinned copies measured)", "pinned memory."),
+     (DATA / "h200x2.json", "host copies from pinned memory.", "pageable")],
+)
+def test_heatmap_caption_names_the_host_memory_it_shows(path, says, never):
+    from suite.report.charts import copy_heatmaps
+
+    rows, machines = _family(path, "copy")
+    (chart,) = copy_heatmaps(rows, machines)
+    assert says in chart.caption and never not in chart.caption
+
+
+def _runs_of_one_machine(tmp_path: Path, n: int) -> list[Path]:
+    data = json.loads(REAL.read_text(encoding="utf-8"))
+    paths = []
+    for i in range(n):
+        path = tmp_path / f"run{i}.json"
+        when = f"2026-12-0{i + 1}T00:00:00+00:00"
+        path.write_text(json.dumps({**data, "datetime": when}), encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def test_history_counts_runs_in_whole_numbers(tmp_path, figures):
+    from suite.report.charts import history_charts
+
+    assert history_charts(load_results(_runs_of_one_machine(tmp_path, 2)))
+    for ax in figures[-1].axes:
+        shown = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+        assert shown == [1, 2], shown
+
+
+def test_one_machine_measured_twice_is_one_machine_two_runs(tmp_path):
+    out = tmp_path / "r.html"
+    assert main(["report", *map(str, _runs_of_one_machine(tmp_path, 2)), "-o", str(out)]) == 0
+    assert '<p class="meta">1 machine (2 runs) · ' in out.read_text(encoding="utf-8")
+    assert main(["report", str(REAL), str(DATA / "h200x2.json"), "-o", str(out)]) == 0
+    assert '<p class="meta">2 machines · ' in out.read_text(encoding="utf-8")
+
+
+def test_ceiling_and_conv_sections_have_titles_and_notes(tmp_path):
+    out = tmp_path / "r.html"
+    assert main(["report", str(REAL), "-o", str(out)]) == 0
+    html = out.read_text(encoding="utf-8")
+    assert 'Compute ceiling <span class="count">' in html and 'Convolutions <span class="count">' in html
+    assert "the measured ceiling that % of ceiling" in html and "can exceed 100% of the ceiling" in html

@@ -34,6 +34,16 @@ def test_other_tools_results_join_the_same_verdict(tmp_path):
     assert "(nvbandwidth)" in html and "(nccl-tests)" in html
 
 
+def test_a_node_whose_latest_run_measured_nothing_is_not_shown_healthy(tmp_path):
+    fleet.write(tmp_path, "old", fleet.machine("box", when="2026-01-01T00:00:00+00:00"))
+    empty = fleet.write(tmp_path, "new", {**fleet.machine("box", when="2026-02-01T00:00:00+00:00"),
+                                          "benchmarks": []})
+    html = render_report(load_results([tmp_path]))
+    health = html[html.index('<section id="health">') : html.index('<section id="machines">')]
+    assert '<b class="slower">no results</b>' in health and ">healthy<" not in health
+    assert f"no results: {empty} holds no benchmark results" in health
+
+
 def test_many_machines_get_a_compact_sortable_table(tmp_path):
     for i in range(MAX_MACHINE_CARDS + 1):
         fleet.write(tmp_path, f"n{i:02d}", fleet.machine(f"node-{i:02d}", n_gpus=1, seed=i))

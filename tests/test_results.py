@@ -106,6 +106,19 @@ def test_unreadable_file_is_one_warning_and_skipped(name, reason):
         load_results([DATA / name])
 
 
+def test_a_file_without_results_beside_others_is_a_machine_and_a_warning(tmp_path):
+    """Kept as a machine (compare and health must see that a machine's latest run measured nothing)."""
+    data = json.loads((DATA / "h200x2.json").read_text())
+    empty = tmp_path / "skipped.json"
+    empty.write_text(json.dumps({**data, "benchmarks": []}), encoding="utf-8")
+    loaded = load_results([DATA / "h200x2.json", empty])
+    assert loaded.warnings == [
+        f"{empty}: holds no benchmark results (every benchmark skipped, or the run stopped before the first)"
+    ]
+    assert sorted(m.n_benchmarks for m in loaded.machines.values()) == [0, 110]
+    assert set(loaded.table["file"]) == {str(DATA / "h200x2.json")}
+
+
 def test_empty_folder_and_missing_path_are_user_errors(tmp_path):
     with pytest.raises(UserError, match="folder holds no results files"):
         load_results([tmp_path])

@@ -29,6 +29,7 @@ KINDS = ("wrong", "low", "straggler", "fleet", "missing")
 # missing is reported, not failed: a run may skip a case. wrong: another tool's data check failed
 # (nccl-tests #wrong).
 DEFAULT_FAIL_ON = ("wrong", "low", "straggler", "fleet")
+NO_RESULTS = "no results"  # status of a node whose latest run measured nothing: neither healthy nor judged
 
 
 @dataclass
@@ -56,8 +57,11 @@ class NodeVerdict:
     tools: list[str]
     findings: list[Finding] = field(default_factory=list)
     expectations: list[dict] = field(default_factory=list)
+    empty: list[str] = field(default_factory=list)  # files of its judged runs that hold no results
 
     def status(self, fail_on: tuple[str, ...]) -> str:
+        if self.empty:  # a run that measured nothing says nothing of the node's health
+            return NO_RESULTS
         return "flagged" if any(f.kind in fail_on for f in self.findings) else "healthy"
 
 
@@ -75,8 +79,9 @@ class Health:
 
     def as_dict(self, fail_on: tuple[str, ...]) -> dict:
         counts = {k: sum(f.kind == k for n in self.nodes for f in n.findings) for k in KINDS}
+        unjudged = any(n.empty for n in self.nodes)
         return {
-            "verdict": "flagged" if self.flagged(fail_on) else "healthy",
+            "verdict": "flagged" if self.flagged(fail_on) else NO_RESULTS if unjudged else "healthy",
             "fail_on": list(fail_on),
             "counts": {"nodes": len(self.nodes), "flagged": len(self.flagged(fail_on)), **counts},
             "tolerances": {
@@ -480,6 +485,8 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
         node = nodes.setdefault(m.node, NodeVerdict(m.node, m.gpu_model, [], []))
         node.labels.append(label)
         node.tools.append(m.tool)
+        if not m.n_benchmarks:
+            node.empty.append(m.file)
     order = {k: i for i, k in enumerate(KINDS)}
     for f in sorted(findings, key=lambda f: (f.node, order[f.kind], f.device, f.family, f.text)):
         if f.node in nodes:

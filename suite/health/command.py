@@ -11,7 +11,13 @@ from suite.compare import emit
 from suite.errors import UserError
 from suite.health.checks import DEFAULT_FAIL_ON, KINDS, MAX_EXAMPLES, Health, judge
 from suite.health.expect import OK_AT_PCT, load_expectations
-from suite.results import PARTIAL_SUFFIX, LoadedResults, load_results, parse_label_args
+from suite.results import (
+    NOTHING_MEASURED,
+    PARTIAL_SUFFIX,
+    LoadedResults,
+    load_results,
+    parse_label_args,
+)
 
 FORMATS = ("text", "markdown", "json")
 
@@ -67,6 +73,7 @@ def node_lines(health: Health, fail_on: tuple[str, ...]) -> list[tuple[str, str,
                 f"missing: {measure} on {', '.join(devices)} (no result at the size its expected "
                 "figure needs)"
             )
+        lines += [f"no results: {path} {NOTHING_MEASURED}" for path in node.empty]
         out.append((node.status(fail_on), node.node, lines))
     return out
 
@@ -142,5 +149,11 @@ def run(args: argparse.Namespace) -> int:
     health = judge(loaded, expectations)
     for warning in health.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    empty = [(n.node, path) for n in health.nodes for path in n.empty]
+    if empty:  # judging nothing would call the node healthy; judging its older run would hide the failure
+        raise UserError(
+            f"{empty[0][1]}: the latest run of {empty[0][0]} {NOTHING_MEASURED}, so the node cannot be "
+            "judged; rerun it there, or move the file away to judge the run before it"
+        )
     emit(render(health, args.fmt, fail_on))
     return 1 if health.flagged(fail_on) else 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from suite.report.tables import format_time
+from suite.results import route_kinds
 from suite.units import format_size
 
 # Limits that keep a report of hundreds of machines readable and fast; the tables always list everything.
@@ -119,12 +121,52 @@ def _shape(rows: pd.DataFrame) -> pd.Series:
     return rows["params"]
 
 
-def tflops_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
+def _pair(value: object) -> str:
+    """A [h, w] parameter (stored as JSON text) as `h×w`; anything else as it is."""
+    try:
+        dims = json.loads(value) if isinstance(value, str) else value
+    except ValueError:
+        return str(value)
+    return "×".join(str(d) for d in dims) if isinstance(dims, list) else str(value)
+
+
+def _count(value: object) -> str:
+    """A whole-number parameter (an int, or a float in a column with gaps) as text; `?` where absent."""
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return "?" if math.isnan(value) else f"{int(value)}"
+    return "?"
+
+
+def _conv_layer(rows: pd.DataFrame) -> pd.Series:
+    """`resnet50-conv2-3x3 · nchw · fwd · b32`: the layer's name (or its dimensions), layout, step, batch.
+
+    Never the whole parameter dump, which made each bar label wider than the chart.
+    """
+    def one(r: dict) -> str:
+        layer = r.get("layer")
+        if not isinstance(layer, str) or not layer:  # a shape without a name: 56×56 64→64 k3×3
+            layer = (f"{_pair(r.get('size'))} {_count(r.get('in_channels'))}→{_count(r.get('out_channels'))}"
+                     f" k{_pair(r.get('kernel'))}")
+        return f"{layer} · {r.get('layout')} · {r.get('step')} · b{_count(r.get('batch'))}"
+
+    return pd.Series([one(r) for r in rows.to_dict("records")], index=rows.index, dtype=object)
+
+
+def conv_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
+    """TFLOP/s per device, precision and layer (layout, step, batch)."""
+    return tflops_bars(rows, machines, _conv_layer)
+
+
+def tflops_bars(
+    rows: pd.DataFrame, machines: list[str], shape: Callable[[pd.DataFrame], pd.Series] = _shape
+) -> list[Chart]:
     """TFLOP/s per device, dtype and shape; across machines, the best device of each kind (cpu, cuda, ...)."""
     rows = rows[rows["tflops"].notna()]
     if rows.empty:
         return []
+    # The precision (tf32, bf16 autocast) where recorded: two precisions of one dtype are different bars.
     dtype = rows["dtype"].fillna("") if "dtype" in rows else pd.Series("", index=rows.index)
+    dtype = rows["precision"].fillna(dtype) if "precision" in rows else dtype
     device = rows["device"].fillna("").astype(str)
     caption = ""
     if len(machines) > 1:  # cuda:0 of one box and cuda:0 of another are different GPUs: compare kinds
@@ -132,7 +174,7 @@ def tflops_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         if (kind != device).any():
             caption = "Best device of each kind per machine; the table lists every device."
         device = kind
-    category = device + " · " + dtype + " · " + _shape(rows)
+    category = device + " · " + dtype + " · " + shape(rows)
     title = "Compute throughput (higher is better)"
     if category.nunique() > MAX_BAR_CATEGORIES:
         category = device + " · " + dtype + " · best shape"
@@ -143,14 +185,14 @@ def tflops_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     return [chart]
 
 
-def _route_kind(src: str, dst: str) -> str:
-    if src == dst:
-        return "same device"
-    if src == "cpu":
-        return "host → device"
-    if dst == "cpu":
-        return "device → host"
-    return "device → device"
+# results.route_kind's codes in the words of a panel title; a CPU -> CPU copy is host memory, not a device's.
+ROUTE_TITLES = {
+    "h2d": "host → device",
+    "d2h": "device → host",
+    "peer": "device → device",
+    "local": "same device",
+    "host": "host (CPU → CPU)",
+}
 
 
 MEMORY_STYLES = {"pinned": "-", "pageable": "--", "device": "-"}  # one line style per kind of host memory
@@ -204,15 +246,11 @@ def copy_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     if rows.empty:
         return []
     rows["route"] = rows["src"].fillna("?") + "→" + rows["dst"].fillna("?")
-    rows["kind"] = [_route_kind(s, d) for s, d in zip(rows["src"], rows["dst"])]
+    rows["kind"] = route_kinds(rows["src"], rows["dst"]).map(ROUTE_TITLES).fillna("").to_numpy()
     rows["mem"] = rows["memory"].fillna("") if "memory" in rows else ""
     if "direction" in rows and rows["direction"].nunique() > 1:
         rows["mem"] = rows["mem"] + " " + rows["direction"].fillna("")
-    kinds = [
-        k
-        for k in ("host → device", "device → host", "device → device", "same device")
-        if k in set(rows["kind"])
-    ]
+    kinds = [k for k in ROUTE_TITLES.values() if k in set(rows["kind"])]
     caption = ""
     many_routes = rows.groupby("kind")["route"].nunique().max() > MAX_LINES_PER_AXES
     if len(machines) > 1 or many_routes:
@@ -244,6 +282,7 @@ def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     ncols = min(2, len(shown))
     nrows = math.ceil(len(shown) / ncols)
     fig = Figure(figsize=(WIDTH_IN * 0.8, 3.4 * nrows))
+    host_memory: set[str] = set()  # the kinds of host memory the matrices show, for a caption true to them
     for i, label in enumerate(shown):
         sub = rows[rows["label"] == label]
         if "direction" in sub and (sub["direction"] != "uni").any():
@@ -254,6 +293,9 @@ def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         # Pinned where both kinds were measured; a CPU-only machine has pageable (host) memory alone.
         if "memory" in sub and (sub["memory"] == "pageable").any() and (sub["memory"] != "pageable").any():
             sub = sub[sub["memory"] != "pageable"]
+        if "memory" in sub:
+            host = (sub["src"] == "cpu") | (sub["dst"] == "cpu")
+            host_memory |= {m for m in sub.loc[host, "memory"] if isinstance(m, str)}
         grid = sub.pivot_table(index="src", columns="dst", values="gbps", aggfunc="max")
         names = sorted(set(grid.index) | set(grid.columns), key=lambda d: (d != "cpu", len(d), d))
         grid = grid.reindex(index=names, columns=names)
@@ -282,7 +324,11 @@ def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         fig.colorbar(im, ax=ax, label="GB/s")
     fig.tight_layout()
     extra = len([m for m in machines if (rows["label"] == m).any()]) - len(shown)
-    caption = "Largest size per machine, pinned host memory where both were measured."
+    caption = "Largest size per machine" + {
+        frozenset({"pinned"}): "; host copies from pinned memory.",
+        frozenset({"pageable"}): "; host copies from pageable memory (no pinned copies measured).",
+        frozenset({"pinned", "pageable"}): "; host copies from pinned memory where measured, else pageable.",
+    }.get(frozenset(host_memory), ".")
     if extra > 0:
         caption += f" {extra} more machine(s) in the table."
     return [Chart("Copy bandwidth matrix, src × dst (GB/s)", _png(fig), caption)]
@@ -394,12 +440,14 @@ def model_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     rows = rows[rows["samples_per_s"].notna()]
     if rows.empty:
         return []
-    parts = [rows[c].astype(str) for c in ("model", "device") if c in rows]
-    if "batch_size" in rows:
-        parts.append("bs " + rows["batch_size"].map(lambda b: "" if math.isnan(b) else f"{int(b)}"))
-    category = parts[0]
-    for p in parts[1:]:
-        category = category + " · " + p
+    precision = rows["precision"] if "precision" in rows else rows.get("dtype", pd.Series("", rows.index))
+    batch = rows["batch_size"] if "batch_size" in rows else pd.Series(math.nan, index=rows.index)
+    # `cpu · float32 · lenet-b64`: the test id's own words (model-b{batch}), after the device and precision.
+    category = pd.Series(
+        [f"{d} · {p} · {m}-b{_count(b)}" for d, p, m, b in
+         zip(rows["device"].fillna("?"), precision.fillna("?"), rows["model"].fillna("?"), batch)],
+        index=rows.index, dtype=object,
+    )
     cats, series = _bars_by(rows, machines, category, "samples_per_s")
     return [
         _grouped_barh(
@@ -432,6 +480,7 @@ CHARTS: dict[str, list[Callable[[pd.DataFrame, list[str]], list[Chart]]]] = {
     "habits": [habit_bars],
     "collectives": [busbw_curves],
     "model": [model_bars],
+    "conv": [conv_bars],
 }
 
 
@@ -479,12 +528,13 @@ def history_charts(loaded) -> list[Chart]:
         for identity, ms, speed in shown:
             mine = speed[speed["case"] == case]
             by_label = dict(zip(mine["label"], mine["speed"]))
-            points = [(j, 1.0 if j == 0 else by_label.get(m.label, math.nan)) for j, m in enumerate(ms)]
+            points = [(j, 1.0 if j == 1 else by_label.get(m.label, math.nan)) for j, m in enumerate(ms, 1)]
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
                     color=colors[identity])
         ax.axhline(1.0, color="#999", linewidth=0.8)
         ax.set_title(_text(case), fontsize=10, loc="left")
-        ax.set_xlabel("run (oldest first)")
+        ax.set_xlabel("run (1 = oldest)")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))  # runs are counted
         ax.set_ylabel("× first run")
         ax.grid(alpha=0.3)
         ax.spines[["top", "right"]].set_visible(False)

@@ -26,6 +26,8 @@ MAX_MACHINE_CARDS = 12
 # Section order and titles of the families we know; others follow alphabetically, foreign rows last.
 FAMILIES: dict[str, str] = {
     "matmul": "Matmul",
+    "ceiling": "Compute ceiling",
+    "conv": "Convolutions",
     "copy": "Copies between host and devices",
     "placement": "Tensor placement",
     "habits": "Habits",
@@ -33,6 +35,11 @@ FAMILIES: dict[str, str] = {
     "model": "Models",
 }
 NOTES: dict[str, str] = {
+    "ceiling": "A sweep of matmul shapes per device and precision: the best sustained rate among these and "
+    "the matmul results is the measured ceiling that % of ceiling (matmul, conv, model) divides by.",
+    "conv": "TFLOP/s counts the direct convolution's multiply-adds (fwd+bwd: 3 × the forward). A faster "
+    "algorithm (cuDNN Winograd or FFT; oneDNN on the CPU against a small matmul sweep) can exceed 100% of "
+    "the ceiling.",
     "placement": "`.to(device)` on a tensor already on that device returns the same tensor and copies nothing: "
     "its time is the call's overhead, and it has no bandwidth. clone, copy_ and .to(copy=True) always copy.",
     "habits": "Each habit is measured both ways on the same work; the ratio is the slow way's median time over "
@@ -134,6 +141,8 @@ def render_report(
         suite_version=__version__,
         built=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         machines=machine_views(loaded.machines),
+        # Runs of one node (host and accelerators, as health counts nodes) are one machine measured again.
+        n_machines=len({m.node for m in loaded.machines.values()}),
         machine_cards=len(loaded.machines) <= MAX_MACHINE_CARDS,
         status_of=status_of,
         health_rows=health_rows,
