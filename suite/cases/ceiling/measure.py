@@ -161,8 +161,8 @@ def gpu_checks(ctx) -> list:
 
     from suite.cases.common import randn
     from suite.cases.matmul.measure import flops
+    from suite.checks import CheckRow, judged
     from suite.devices import inventory
-    from suite.gpu_check import CheckRow, judged
     from suite.timing import reference_times
 
     dtype = ctx.pick("bfloat16", "float32")
