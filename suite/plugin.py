@@ -582,7 +582,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    if _RUN not in config.stash or config.getoption("suite_summary") == "off":
+    from suite.summary import render, shown_on_this_rank
+
+    if _RUN not in config.stash or config.getoption("suite_summary") == "off" or not shown_on_this_rank():
         return
     bs = getattr(config, "_benchmarksession", None)
     benchmarks = [copy.deepcopy(b.as_dict(include_data=False)) for b in getattr(bs, "benchmarks", [])
@@ -593,7 +595,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if not benchmarks:
         return
     from suite.cases.ceiling import annotate
-    from suite.summary import render
 
     doc = {"machine_info": dev.inventory().as_machine_info(), "benchmarks": benchmarks}
     annotate(doc)

@@ -164,6 +164,8 @@ def test_toy_family_end_to_end(pytester, monkeypatch):
     info = next(b["extra_info"] for b in data["benchmarks"] if b["name"] == "test_toy[cpu-1MiB]")
     assert info["case"] == "toy" and info["bytes"] == 2**20 and info["gbps"] > 0
     assert data["suite"]["config"]["cases"]["toy"]["value"] == 2.5
+    # The end-of-run summary has no section written for it, and shows it anyway (its rate).
+    result.stdout.fnmatch_lines(["toy: rate, or median time per call", "*cpu-1MiB*GB/s"])
 
     cfg.write_text(yaml.safe_dump({"cases": {"toy": {"sizez": [1]}}}))
     result = pytester.runpytest_subprocess("benchmarks", f"--suite-config={cfg}", "-p", "no:cacheprovider")
