@@ -37,6 +37,7 @@ def test_config_and_every_family_section_stay_torch_free():
     code = ("import json, sys, suite.config, suite.cases as c\n"
             "[c.family_config(n) for n in c.FAMILIES]\n"
             "suite.config.json_schema()\n"
+            "assert not suite.config.selects_nothing(suite.config.parse_config({}))\n"
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
