@@ -107,6 +107,6 @@ def test_a_judged_run_needs_enough_rounds_for_a_median(capsys):
     from suite.cli import main
 
     assert main(["accuracy", "--rounds", str(MIN_PAIRS_FOR_RATIO - 1)]) == 2
-    assert capsys.readouterr().err.splitlines() == [
-        f"error: --rounds {MIN_PAIRS_FOR_RATIO - 1}: give at least {MIN_PAIRS_FOR_RATIO} (a verdict is on the "
-        "median of the paired ratios; default 7), or add --quick to check only that it runs"]
+    expected = (f"error: --rounds {MIN_PAIRS_FOR_RATIO - 1}: give at least {MIN_PAIRS_FOR_RATIO} (a verdict is on "
+                "the median of the paired ratios; default 7), or add --quick to check only that it runs")
+    assert capsys.readouterr().err.splitlines() == [expected]
