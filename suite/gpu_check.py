@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from suite.checks import RATIO_TOLERANCE, CheckRow, judged, median, run_command, subprocess_env
+from suite.checkrow import RATIO_TOLERANCE, CheckRow, judged, median, run_command, subprocess_env
 from suite.plan import DEFAULT_OVERHEAD_S, OVERHEAD_S, SESSION_OVERHEAD_S, TORCHRUN_OVERHEAD_S
 from suite.timing import DEFAULT_PRECISION, SUSTAINED_WARMUP_S
 

@@ -161,7 +161,7 @@ def gpu_checks(ctx) -> list:
 
     from suite.cases.common import randn
     from suite.cases.matmul.measure import flops
-    from suite.checks import CheckRow, judged
+    from suite.checkrow import CheckRow, judged
     from suite.devices import inventory
     from suite.timing import reference_times
 
