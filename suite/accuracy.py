@@ -34,6 +34,9 @@ KiB, MiB = 2**10, 2**20
 ROUNDS = 7
 # --quick: the machinery end to end in seconds (tests); too few pairs and too small sizes for a verdict.
 QUICK_ROUNDS = 2
+# A row's ratio is the median of at least this many paired ratios: the median of two is their mean, which one
+# disturbed pair moves anywhere (--quick once showed 43.197 for 0.110 vs 0.109 TFLOP/s); fewer pairs show '-'.
+MIN_PAIRS_FOR_RATIO = 3
 # The full run times the suite as users run it: the shipped default config's timing (precision stopping
 # included); see shipped_timing(). --quick only exercises the machinery.
 SHIPPED_TIMING_KEYS = ("warmup_s", "max_time", "min_rounds", "precision", "confidence")
@@ -386,14 +389,15 @@ class Row:
     target: Target
     suite: float  # median over rounds
     ref: float
-    ratio: float  # median of the paired ratios suite / reference: the verdict's figure
+    ratio: float | None  # median of the paired ratios suite / reference: the verdict's figure (None: too few)
     low: float  # the paired ratios' range: the machine's noise
     high: float
-    passed: bool | None  # None: not judged (--quick)
+    passed: bool | None  # None: not judged (--quick, or fewer than MIN_PAIRS_FOR_RATIO pairs)
 
 
 def summarise(pairs: list[Pair], judge: bool = True) -> list[Row]:
-    """One row per (family, title), in first-seen order: medians and the median of the paired ratios."""
+    """One row per (family, title), in first-seen order: medians and the median of the paired ratios (with at
+    least MIN_PAIRS_FOR_RATIO pairs; a row with fewer has no ratio and no verdict)."""
     groups: dict[tuple[str, str], list[Pair]] = {}
     for p in pairs:
         groups.setdefault((p.family, p.title), []).append(p)
@@ -401,10 +405,12 @@ def summarise(pairs: list[Pair], judge: bool = True) -> list[Row]:
     for group in groups.values():
         first = group[0]
         ratios = [p.suite / p.ref for p in group]
-        suite, ratio = statistics.median(p.suite for p in group), statistics.median(ratios)
+        enough = len(ratios) >= MIN_PAIRS_FOR_RATIO
+        suite = statistics.median(p.suite for p in group)
+        ratio = statistics.median(ratios) if enough else None
         rows.append(Row(first.family, first.title, first.unit, first.reference, first.target, suite,
                         statistics.median(p.ref for p in group), ratio, min(ratios), max(ratios),
-                        first.target.passed(suite, ratio) if judge else None))
+                        first.target.passed(suite, ratio) if judge and enough else None))
     return rows
 
 
@@ -419,8 +425,9 @@ def table(rows: list[Row]) -> str:
     cells = [HEADER]
     for r in rows:
         verdict = "-" if r.passed is None else "PASS" if r.passed else "FAIL"
+        ratio = "-" if r.ratio is None else fmt_ratio(r.ratio)
         cells.append((r.family, r.title, fmt_value(r.suite, r.unit),
-                      f"{fmt_value(r.ref, r.unit)} ({r.reference})", fmt_ratio(r.ratio),
+                      f"{fmt_value(r.ref, r.unit)} ({r.reference})", ratio,
                       f"{fmt_ratio(r.low)}-{fmt_ratio(r.high)}", r.target.describe(), verdict))
     widths = [max(len(row[i]) for row in cells) for i in range(len(HEADER))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
@@ -448,8 +455,12 @@ def run(args) -> int:
     if not (ROOT / "benchmarks").is_dir():
         raise UserError(f"{ROOT / 'benchmarks'} not found: the accuracy check runs the project's benchmarks/; "
                         "install the project from its checkout (pip install -e .)")
-    if args.rounds is not None and args.rounds < 1:
-        raise UserError(f"--rounds {args.rounds}: give at least 1 (default {ROUNDS})")
+    if args.rounds is not None and args.rounds < (1 if args.quick else MIN_PAIRS_FOR_RATIO):
+        if args.quick:
+            raise UserError(f"--rounds {args.rounds}: give at least 1")
+        raise UserError(f"--rounds {args.rounds}: give at least {MIN_PAIRS_FOR_RATIO} (a verdict is on the "
+                        f"median of the paired ratios; default {ROUNDS}), or add --quick to check only that "
+                        "it runs")
     scale = QUICK if args.quick else FULL
     if args.rounds is not None:
         scale = replace(scale, rounds=args.rounds)
@@ -469,11 +480,14 @@ def run(args) -> int:
                     pairs += ROUNDS_OF[family](runner, scale)
             print(f"  {family}: {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
     rows = summarise(pairs, judge=not args.quick)
-    bad = [r for r in rows if not (math.isfinite(r.ratio) and r.ratio > 0)]
+    bad = [r for r in rows if not (r.low > 0 and math.isfinite(r.high))]
     # Other processes on the cores make a multi-threaded op wait for a descheduled thread (milliseconds), on
     # both sides: the load says how far a run's figures can be trusted.
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end ({os.cpu_count()} CPUs)\n")
     print(table(rows))
+    if any(r.ratio is None for r in rows):
+        print(f"\nratio '-': fewer than {MIN_PAIRS_FOR_RATIO} paired rounds; the median of two is their "
+              "mean, which one disturbed pair moves anywhere (each pair's ratio is in the range beside it)")
     if args.quick:
         print("\n--quick: sizes and rounds too small for the targets; nothing judged")
     if bad:

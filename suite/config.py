@@ -225,6 +225,17 @@ def resolved(config: SuiteConfig) -> dict:
 # --- `python -m suite schema` ---------------------------------------------------------------------------
 
 
+def selects_nothing(config: SuiteConfig) -> bool:
+    """Every case family's section is disabled: pytest would refuse the config (nothing_selected), torch-free."""
+    return not any(getattr(config.cases, name).enabled for name in type(config.cases).model_fields)
+
+
+def nothing_selected(source: object) -> str:
+    """The one line pytest and `schema --check` give for a config that selects no benchmarks."""
+    return (f"{source} selects no benchmarks (every case family is disabled or empty); enable a family under "
+            "`cases:` or pick another --suite-config")
+
+
 def json_schema() -> dict:
     schema = suite_model().model_json_schema(mode="validation")
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
@@ -234,13 +245,15 @@ def json_schema() -> dict:
 
 def add_arguments(parser) -> None:
     parser.add_argument("-o", "--output", help="write the schema to this file instead of stdout")
-    parser.add_argument("--check", metavar="CONFIG", nargs="*", help="validate these config files and exit")
+    parser.add_argument("--check", metavar="CONFIG", nargs="*",
+                        help="validate these config files (and that each selects some benchmarks) and exit")
 
 
 def run(args) -> int:
     if args.check:
         for name in args.check:
-            load_config(name)
+            if selects_nothing(load_config(name)):
+                raise UserError(nothing_selected(name))
             print(f"{name}: ok")
         return 0
     text = json.dumps(json_schema(), indent=2)
@@ -262,7 +275,9 @@ __all__ = [
     "TimingConfig",
     "json_schema",
     "load_config",
+    "nothing_selected",
     "parse_config",
     "resolved",
+    "selects_nothing",
     "suite_model",
 ]

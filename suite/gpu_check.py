@@ -16,11 +16,9 @@ import platform
 import shlex
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -28,12 +26,11 @@ from pathlib import Path
 
 import yaml
 
+from suite.checkrow import RATIO_TOLERANCE, CheckRow, judged, median, run_command, subprocess_env
 from suite.plan import DEFAULT_OVERHEAD_S, OVERHEAD_S, SESSION_OVERHEAD_S, TORCHRUN_OVERHEAD_S
 from suite.timing import DEFAULT_PRECISION, SUSTAINED_WARMUP_S
 
 ROOT = Path(__file__).resolve().parent.parent
-# Timing truth: the median of the paired ratios (suite / reference) may differ from 1 by this much.
-RATIO_TOLERANCE = 0.10
 # Alternations of (suite run, reference) per case: pairs taken seconds apart, as `python -m suite accuracy`
 # does, so a clock or thermal phase of the GPU affects both sides of a pair alike. Odd: the median is a pair.
 ROUNDS = 3
@@ -77,9 +74,9 @@ PROCESS_START_S = 8.0
 # One in-process `pytest benchmarks/test_<family>.py` (torch already imported): collection, the inventory,
 # writing the JSON.
 IN_PROCESS_RUN_S = 1.5
-# ceiling's own 0.5 s at its shape before the warm-up (suite.cases.ceiling.measure.SUSTAINED_WARMUP_S) and
-# the MAMF-style figure (150 calls of the best shape, ~5 ms each, with the L2 flushed).
-CEILING_EXTRA_S, MAMF_S = 0.5, 1.5
+# The MAMF-style figure (150 calls of the best shape, ~5 ms each, with the L2 flushed); the ceiling's sweep
+# shapes get only the general compute warm-up (counted in _bench_s).
+MAMF_S = 1.5
 # NCCL's start with one rank, and the two Gloo ranks' collectives after torchrun's start.
 NCCL_START_S, GLOO_CASES_S = 3.0, 3.0
 # `pytest tests -m gpu`: collecting every test module (~5 s) and a dozen short in-process GPU tests.
@@ -126,7 +123,7 @@ STEP_ESTIMATES_S = {
     # pinned and pageable both ways and the same-device copy; three of them against events.
     "copy": _truth_s("copy", 5, 3, False),
     "habits": IN_PROCESS_RUN_S + 6 * _bench_s("habits", False),
-    "ceiling": IN_PROCESS_RUN_S + 4 * (_bench_s("ceiling", True) + CEILING_EXTRA_S) + MAMF_S,
+    "ceiling": IN_PROCESS_RUN_S + 4 * _bench_s("ceiling", True) + MAMF_S,
     "conv": _truth_s("conv", 2, 2, True),  # fwd and fwd+bwd
     "model": _truth_s("model", 1, 1, True),  # the LeNet step
     "gpu tests": GPU_TESTS_S,
@@ -141,37 +138,6 @@ DEFAULT_STEP_ESTIMATE_S = 30.0
 
 
 @dataclass
-class CheckRow:
-    """One row of the table: the suite's figure, an independent reference, their ratio, a verdict."""
-
-    name: str
-    suite: float | None
-    reference: float | None
-    unit: str
-    ok: bool | None  # None: shown, not judged (see note)
-    note: str = ""
-    pairs: list[float] | None = None  # paired ratios suite / reference, one per alternation
-    not_run: bool = False  # its step did not fit the budget: neither passed nor failed
-
-    @property
-    def ratio(self) -> float | None:
-        if self.pairs:
-            return statistics.median(self.pairs)
-        if self.suite is None or not self.reference:
-            return None
-        return self.suite / self.reference
-
-    @property
-    def verdict(self) -> str:
-        if self.not_run:
-            return "NOT RUN"
-        return "n/a" if self.ok is None else ("PASS" if self.ok else "FAIL")
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "ratio": self.ratio, "verdict": self.verdict}
-
-
-@dataclass
 class Step:
     name: str
     seconds: float
@@ -179,15 +145,6 @@ class Step:
     note: str = ""
     ran: bool = True
     estimate_s: float | None = None
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values)
-
-
-def judged(ctx: CheckContext, ok: bool) -> bool | None:
-    """A timing verdict on the GPU; the dry run checks only the plumbing and leaves the figures unjudged."""
-    return None if ctx.dry_run else ok
 
 
 # Added to extra_info when the JSON is written (suite.cases.ceiling.measure.annotate) from that run's own
@@ -363,62 +320,6 @@ def _rate_note(bench: dict) -> str:
 
 
 # --- steps of the check itself (the families add theirs) --------------------------------------------------
-
-# torchrun's variables: a subprocess started inside a torchrun rank must not think it is one.
-TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-                 "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
-# A subprocess that outlives its time gets SIGTERM (torchrun then stops its ranks), then SIGKILL this much
-# later.
-TERMINATE_GRACE_S = 5.0
-
-
-def subprocess_env() -> dict:
-    """The environment of every process the check starts: ours (with the carried wheels' folder that
-    scripts/gpu-check.sh put on PYTHONPATH), the checkout first on PYTHONPATH, no torchrun variables,
-    unbuffered output (so the log has what a process printed before it was killed)."""
-    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARS}
-    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and Path(p).resolve() != ROOT]
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *rest])
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
-
-
-def run_command(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str]:
-    """Run a command from the checkout (environment: subprocess_env()), its output copied line by line to ours
-    (the console and the log) as it comes: (exit code, or None if it ran past `timeout` and was stopped; its
-    output)."""
-    print(f"+ {shlex.join(cmd)}", flush=True)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env or subprocess_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace")
-    lines: list[str] = []
-
-    def pump() -> None:
-        with proc.stdout:  # closed at its end of file, when the last process holding it has exited
-            for line in proc.stdout:
-                lines.append(line)
-                sys.stdout.write(line)
-                sys.stdout.flush()
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    try:
-        code: int | None = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        print(f"gpu-check: stopping it after {timeout:.0f} s", flush=True)
-        _stop(proc)
-        code = None
-    # A grandchild that outlived its parent may hold the pipe open: do not wait for it.
-    reader.join(timeout=TERMINATE_GRACE_S)
-    return code, "".join(lines)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=TERMINATE_GRACE_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def _last_line(text: str) -> str:

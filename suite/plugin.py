@@ -22,7 +22,7 @@ import torch  # noqa: E402 - after taking the start time
 from suite import SCHEMA_VERSION, __version__
 from suite import devices as dev
 from suite.cases import Case, SkipCase, family_module, FAMILIES
-from suite.config import DEFAULT_CONFIG, SuiteConfig, load_config, resolved
+from suite.config import DEFAULT_CONFIG, SuiteConfig, load_config, nothing_selected, resolved
 from suite.errors import UserError
 from suite.partial import MAX_DEATHS, PartialRun, PartialWriter, check_writable, partial_path, read_partial, rewrite_clean
 from suite.timing import SyncTimer, cap_rounds_by_time, parse_duration, stopping_info, warm_up  # noqa: E402
@@ -148,10 +148,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     items = [i for i in session.items if getattr(i, "callspec", None) and "case" in i.callspec.params]
     if items and all(i.callspec.params["case"] is None for i in items) and len(items) == len(session.items):
-        raise pytest.UsageError(
-            f"{session.config.stash[_CONFIG_PATH]} selects no benchmarks (every case family is disabled or "
-            "empty); enable a family under `cases:` or pick another --suite-config"
-        )
+        raise pytest.UsageError(nothing_selected(session.config.stash[_CONFIG_PATH]))
 
 
 def _user_set(config: pytest.Config, option: str) -> bool:
@@ -582,7 +579,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    if _RUN not in config.stash or config.getoption("suite_summary") == "off":
+    from suite.summary import render, shown_on_this_rank
+
+    if _RUN not in config.stash or config.getoption("suite_summary") == "off" or not shown_on_this_rank():
         return
     bs = getattr(config, "_benchmarksession", None)
     benchmarks = [copy.deepcopy(b.as_dict(include_data=False)) for b in getattr(bs, "benchmarks", [])
@@ -593,7 +592,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if not benchmarks:
         return
     from suite.cases.ceiling import annotate
-    from suite.summary import render
 
     doc = {"machine_info": dev.inventory().as_machine_info(), "benchmarks": benchmarks}
     annotate(doc)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
 
@@ -14,6 +15,11 @@ PROGRESS_MIN_BENCHMARKS = 20
 PROGRESS_INTERVAL_S = 30.0
 # Widest grid shown; wider ones are cut with a note (a 9-device copy matrix has 9 columns).
 MAX_COLUMNS = 12
+# Rows of the generic section (a family without a section of its own): enough to see it ran and its range; the
+# rest is in the JSON and the report.
+GENERIC_MAX_ROWS = 20
+# The rate a generic section shows, the first of these a result has (the plugin's rate keys; collectives' busbw).
+RATE_KEYS = (("tflops", "TFLOP/s"), ("gbps", "GB/s"), ("busbw", "busbw GB/s"), ("samples_per_s", "samples/s"))
 
 
 def _num(value) -> float | None:
@@ -53,16 +59,28 @@ def grid(title: str, rows: dict, columns: list, corner: str = "") -> list[str]:
     return lines
 
 
+def _info(bench: dict) -> dict:
+    """A result's extra_info, {} where it has none (old, partial or hand-written files)."""
+    info = bench.get("extra_info")
+    return info if isinstance(info, dict) else {}
+
+
 def _by_family(benchmarks: list[dict]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = defaultdict(list)
     for bench in benchmarks:
-        info = bench.get("extra_info") or {}
-        out[info.get("case", "other")].append(bench)
+        if isinstance(bench, dict):
+            out[str(_info(bench).get("case") or "other")].append(bench)
     return out
 
 
 def _median(bench: dict) -> float | None:
-    return _num((bench.get("stats") or {}).get("median"))
+    stats = bench.get("stats")
+    return _num(stats.get("median")) if isinstance(stats, dict) else None
+
+
+def _size(info: dict) -> int | None:
+    size = info.get("size")
+    return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
 
 def _compute(name: str, benches: list[dict], key, column) -> list[str]:
@@ -70,7 +88,7 @@ def _compute(name: str, benches: list[dict], key, column) -> list[str]:
     columns: list = []
     pct: dict = {}
     for b in benches:
-        info = b["extra_info"]
+        info = _info(b)
         tf = _num(info.get("tflops"))
         if tf is None:
             continue
@@ -90,23 +108,29 @@ def _compute(name: str, benches: list[dict], key, column) -> list[str]:
     return grid(f"{name}: TFLOP/s (% of ceiling / datasheet: the row's best)", dict(rows), columns + extra)
 
 
+def _precision(info: dict) -> str:
+    """The precision a result ran in (older files named only the storage `dtype`)."""
+    return str(info.get("precision") or info.get("dtype"))
+
+
 def _shape(info: dict) -> str:
     return f"{info.get('m')}x{info.get('n')}x{info.get('k')}"
 
 
 def _copy(benches: list[dict]) -> list[str]:
+    # Results without the keys the tables need (files from before `size`/`path` existed) are left out here.
     uni = [
-        b for b in benches if b["extra_info"].get("direction") == "uni" and _num(b["extra_info"].get("gbps"))
+        i for i in map(_info, benches)
+        if i.get("direction") == "uni" and _num(i.get("gbps")) and _size(i) and i.get("src") and i.get("dst")
     ]
     if not uni:
         return []
-    largest = max(b["extra_info"]["size"] for b in uni)
+    largest = max(i["size"] for i in uni)
     # The matrix at the largest size: pinned host memory where there is a choice (the link's speed), else
     # whatever ran; non_blocking copies first (no host wait in the round).
     rank = {"pinned": 0, "device": 0, "pageable": 1}
     best: dict = {}
-    for b in uni:
-        i = b["extra_info"]
+    for i in uni:
         if i["size"] != largest:
             continue
         key = (i["src"], i["dst"])
@@ -129,13 +153,13 @@ def _copy(benches: list[dict]) -> list[str]:
     accel = next((d for d in devices if d != "cpu"), None)
     sweep: dict = defaultdict(dict)
     columns: list = []
-    for b in uni:
-        i = b["extra_info"]
-        if accel is None and i["path"] != "host":
+    for i in uni:
+        path = i.get("path")
+        if path is None or accel is None and path != "host":
             continue
-        if accel is not None and accel not in (i["src"], i["dst"]) or i["path"] in ("peer", "local"):
+        if accel is not None and accel not in (i["src"], i["dst"]) or path in ("peer", "local"):
             continue
-        col = f"{i['path']} {i['memory']}" + (" nb" if i.get("non_blocking") else "")
+        col = f"{path} {i.get('memory', '-')}" + (" nb" if i.get("non_blocking") else "")
         columns += [col] if col not in columns else []
         sweep[i["size"]][col] = _cell(i["gbps"])
     if sweep:
@@ -148,28 +172,29 @@ def _placement(benches: list[dict]) -> list[str]:
     rows: dict = defaultdict(dict)
     columns: list = []
     for b in benches:
-        i = b["extra_info"]
+        i = _info(b)
         op = i.get("op")
         columns += [op] if op not in columns else []
-        rows[f"{i.get('device')} {format_size(i['size'])}" if i.get("size") else i.get("device")][op] = (
-            format_time(_median(b))
-        )
+        size = _size(i)
+        rows[f"{i.get('device')} {format_size(size)}" if size else i.get("device")][op] = format_time(_median(b))
     return grid("placement: median time per call", dict(rows), columns, "device size")
 
 
 def _habits(benches: list[dict]) -> list[str]:
     pairs: dict = defaultdict(dict)
     for b in benches:
-        i = b["extra_info"]
+        i = _info(b)
         pairs[i.get("pair")][i.get("role")] = (i.get("variant"), _median(b))
     lines = []
     for pair, roles in pairs.items():
         slow, fast = roles.get("slow"), roles.get("fast")
         if not slow or not fast or not slow[1] or not fast[1]:
             continue
+        ratio = slow[1] / fast[1]
+        # The slow habit winning is no finding to report as "0.2x slower": say it, and that it is unexpected.
+        verdict = f"{ratio:.1f}x slower" if ratio >= 1 else f"{1 / ratio:.1f}x faster (unexpected: noise?)"
         lines.append(
-            f"  {pair}: {slow[0]} {format_time(slow[1])} vs {fast[0]} {format_time(fast[1])}: "
-            f"{slow[1] / fast[1]:.1f}x slower"
+            f"  {pair}: {slow[0]} {format_time(slow[1])} vs {fast[0]} {format_time(fast[1])}: {verdict}"
         )
     return ["habits: the slow way against the fast way, equal work", *lines] if lines else []
 
@@ -178,16 +203,17 @@ def _collectives(benches: list[dict]) -> list[str]:
     rows: dict = defaultdict(dict)
     columns: list = []
     for b in benches:
-        i = b["extra_info"]
+        i = _info(b)
         bw = _num(i.get("busbw"))
-        if bw is None:
+        if bw is None or _size(i) is None:
             continue
         col = f"{i.get('op')}" + (
             "" if i.get("in_place") is None else (" ip" if i.get("in_place") else " oop")
         )
         columns += [col] if col not in columns else []
         rows[(i.get("size"), i.get("dtype"))][col] = _cell(bw)
-    labelled = {f"{format_size(s)} {d}": r for (s, d), r in sorted(rows.items())}
+    order = sorted(rows, key=lambda sd: (sd[0], str(sd[1])))
+    labelled = {f"{format_size(s)} {d}": rows[(s, d)] for s, d in order}
     return grid("collectives: busbw GB/s (nccl-tests' definition)", labelled, columns, "size dtype")
 
 
@@ -195,11 +221,11 @@ def _model(benches: list[dict]) -> list[str]:
     rows: dict = defaultdict(dict)
     columns: list = []
     for b in benches:
-        i = b["extra_info"]
+        i = _info(b)
         rate = _num(i.get("samples_per_s"))
         col = f"{i.get('model')}-b{i.get('batch_size')}"
         columns += [col] if col not in columns else []
-        rows[f"{i.get('device')} {i.get('precision')}"][col] = _cell(rate, 4)
+        rows[f"{i.get('device')} {_precision(i)}"][col] = _cell(rate, 4)
     return grid("model: samples/s", dict(rows), columns, "device dtype")
 
 
@@ -207,8 +233,8 @@ def _stopping(benchmarks: list[dict]) -> list[str]:
     counts: dict = defaultdict(int)
     margins = []
     for b in benchmarks:
-        info = b.get("extra_info") or {}
-        counts[info.get("stopped_on", "unknown")] += 1
+        info = _info(b) if isinstance(b, dict) else {}
+        counts[str(info.get("stopped_on") or "unknown")] += 1
         if _num(info.get("margin")) is not None and info.get("stopped_on") == "time":
             margins.append(info["margin"])
     if not counts:
@@ -218,6 +244,34 @@ def _stopping(benchmarks: list[dict]) -> list[str]:
     return [f"stopping: {text}{worst}"]
 
 
+def _rate(info: dict) -> tuple[float, str] | None:
+    for key, unit in RATE_KEYS:
+        value = _num(info.get(key))
+        if value is not None:
+            return value, unit
+    return None
+
+
+def _generic(name: str, benches: list[dict]) -> list[str]:
+    """Any family without a section of its own (or whose section finds none of its keys): each result's rate,
+    else its median time, by the benchmark's parameter id."""
+    rows: dict = {}
+    for b in benches:
+        label = str(b.get("param") or b.get("name") or "?")
+        rate = _rate(_info(b))
+        if rate is not None:
+            rows[label] = {"result": f"{_cell(rate[0])} {rate[1]}"}
+        elif _median(b) is not None:
+            rows[label] = {"result": f"{format_time(_median(b))} per call"}
+    if not rows:
+        return []
+    shown = dict(list(rows.items())[:GENERIC_MAX_ROWS])
+    lines = grid(f"{name}: rate, or median time per call", shown, ["result"], "benchmark")
+    if len(rows) > len(shown):
+        lines.append(f"  ({len(rows) - len(shown)} more in the JSON / report)")
+    return lines
+
+
 def render(benchmarks: list[dict]) -> list[str]:
     """The summary lines for finished benchmarks (pytest-benchmark JSON entries with our extra_info)."""
     families = _by_family(benchmarks)
@@ -225,12 +279,12 @@ def render(benchmarks: list[dict]) -> list[str]:
     sections = [
         (
             "matmul",
-            lambda b: _compute("matmul", b, lambda i: f"{i.get('device')} {i.get('precision')}", _shape),
+            lambda b: _compute("matmul", b, lambda i: f"{i.get('device')} {_precision(i)}", _shape),
         ),
         (
             "ceiling",
             lambda b: _compute(
-                "ceiling", b, lambda i: f"{i.get('device')}", lambda i: f"{i.get('precision')} {_shape(i)}"
+                "ceiling", b, lambda i: f"{i.get('device')}", lambda i: f"{_precision(i)} {_shape(i)}"
             ),
         ),
         (
@@ -238,7 +292,7 @@ def render(benchmarks: list[dict]) -> list[str]:
             lambda b: _compute(
                 "conv",
                 b,
-                lambda i: f"{i.get('device')} {i.get('precision')} {i.get('layout')} {i.get('step')}",
+                lambda i: f"{i.get('device')} {_precision(i)} {i.get('layout')} {i.get('step')}",
                 lambda i: f"{i.get('layer')}",
             ),
         ),
@@ -248,12 +302,22 @@ def render(benchmarks: list[dict]) -> list[str]:
         ("habits", _habits),
         ("collectives", _collectives),
     ]
-    for name, build in sections:
-        if families.get(name):
-            part = build(families[name])
-            if part:
-                lines += part + [""]
+    own = dict(sections)
+    for name in [n for n, _ in sections] + sorted(set(families) - set(own)):
+        benches = families.get(name)
+        if not benches:
+            continue
+        part = own[name](benches) if name in own else []
+        part = part or _generic(name, benches)
+        if part:
+            lines += part + [""]
     return lines + _stopping(benchmarks)
+
+
+def shown_on_this_rank(env=os.environ) -> bool:
+    """Whether this process prints the summary: under torchrun (`suite collectives`) every rank runs the session,
+    and only rank 0 (which writes the results) prints it; a run without RANK always does."""
+    return env.get("RANK", "0").strip() in ("", "0")
 
 
 class Progress:

@@ -18,9 +18,13 @@ from typing import Callable, Iterable
 # Fewest warm-up calls even when one call outlasts warmup_s: the first call pays for context creation,
 # library handles and autotuning; the second for caches the first filled.
 MIN_WARMUP_CALLS = 2
-# A warm-up never runs past this many calls: tiny ops would otherwise spin for millions of iterations.
+# A short warm-up never runs past this many calls: tiny ops would otherwise spin for millions of iterations.
 MAX_WARMUP_CALLS = 10_000
-
+# A warm-up this long is the sustained compute warm-up (timing.compute_warmup_s, 1 s; warmup_s is 0.05 s): its
+# job is to keep the device busy until its clock settles, so it has no call cap and synchronises only after
+# doubling batches of calls (a sync after each 13 us call would idle the GPU between calls, and 10,000 calls
+# would end it after ~0.14 s).
+SUSTAINED_WARMUP_FROM_S = 0.5
 
 class SyncTimer:
     """A clock that first waits for the given devices: a drop-in `timer` for pytest-benchmark."""
@@ -60,7 +64,14 @@ class SyncTimer:
 
 
 def warm_up(fn: Callable[[], object], timer: SyncTimer, seconds: float) -> int:
-    """Call `fn` for about `seconds` (at least MIN_WARMUP_CALLS times), synchronised; return the call count."""
+    """Call `fn` for about `seconds` (at least MIN_WARMUP_CALLS times), synchronised; return the call count.
+
+    Below SUSTAINED_WARMUP_FROM_S: a sync after every call, at most MAX_WARMUP_CALLS calls. From it on: no cap,
+    a sync after batches of 1, 2, 4, ... calls, the last batches sized to end near `seconds` (a few syncs in
+    all, growing with the log of the call count, as in cuda_event_times).
+    """
+    if seconds >= SUSTAINED_WARMUP_FROM_S:
+        return _sustained_warm_up(fn, timer, seconds)
     start = timer()
     calls = 0
     while calls < MAX_WARMUP_CALLS:
@@ -70,6 +81,25 @@ def warm_up(fn: Callable[[], object], timer: SyncTimer, seconds: float) -> int:
             break
     return calls
 
+
+def _sustained_warm_up(fn: Callable[[], object], timer: SyncTimer, seconds: float) -> int:
+    start = timer()
+    calls, batch = 0, 1
+    while True:
+        for _ in range(batch):
+            fn()
+        calls += batch
+        elapsed = timer() - start
+        left = seconds - elapsed
+        if calls >= MIN_WARMUP_CALLS and left <= 0:
+            return calls
+        # Double, but no further than the calls that fill the time left at the rate seen so far (that rate
+        # includes the first calls' one-off costs, so the estimate errs short and the next batch tops it up).
+        if left <= 0:
+            batch = MIN_WARMUP_CALLS - calls
+        else:
+            fits = math.ceil(left * calls / elapsed) if elapsed > 0 else 2 * batch
+            batch = max(1, min(2 * batch, fits))
 
 # A reference measurement (suite.gpu_check) takes at least this many calls, however long each call is.
 MIN_REFERENCE_CALLS = 5

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from suite.accuracy import FAMILIES, HEADER, Pair, Target, summarise
+from suite.accuracy import FAMILIES, HEADER, MIN_PAIRS_FOR_RATIO, QUICK_ROUNDS, Pair, Target, summarise, table
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,14 +38,15 @@ def test_quick_run_prints_one_row_per_target_with_finite_positive_ratios():
     # Every target of the four scripts this command replaced, in family order.
     assert families == ["matmul", "ceiling", "conv", "copy"] + ["placement"] * 4 + ["collectives"]
     assert set(families) == set(FAMILIES)
+    assert QUICK_ROUNDS < MIN_PAIRS_FOR_RATIO
     for row in rows:
-        ratio = float(row["ratio"])
         low, high = (float(x) for x in row["pair ratios"].split("-"))
-        assert all(math.isfinite(x) and x > 0 for x in (ratio, low, high)), row
-        assert low <= ratio <= high, row
-        assert row["verdict"] == "-", row  # --quick judges nothing
+        assert all(math.isfinite(x) and x > 0 for x in (low, high)) and low <= high, row
+        # Two pairs: no median ratio to show (it would be their mean), and no verdict.
+        assert row["ratio"] == "-" and row["verdict"] == "-", row
         assert row["target"].startswith(("within ", ">= ", "< ")), row
     assert "nothing judged" in proc.stdout
+    assert f"ratio '-': fewer than {MIN_PAIRS_FOR_RATIO} paired rounds" in proc.stdout
 
 
 def test_unknown_family_is_one_line_naming_the_families():
@@ -88,3 +89,24 @@ def test_each_kind_of_target_judges_the_right_figure(target, values, passed):
 def test_quick_judges_nothing():
     (row,) = summarise(pairs("x", Target("within", 0.10), [(5.0, 1.0)]), judge=False)
     assert row.passed is None
+
+
+def test_two_pairs_show_no_ratio_and_no_verdict():
+    # One disturbed pair of two: their "median" (the mean) would read 43 for two nearly equal medians.
+    two = pairs("x", Target("within", 0.10), [(0.110, 0.109), (85.0, 1.0)])
+    (row,) = summarise(two)
+    assert row.ratio is None and row.passed is None
+    assert row.low == pytest.approx(0.110 / 0.109) and row.high == 85.0
+    (shown,) = table_rows(table([row]))
+    assert shown["ratio"] == "-" and shown["pair ratios"] == "1.009-85.000" and shown["verdict"] == "-"
+    (three,) = summarise(two + pairs("x", Target("within", 0.10), [(1.0, 1.0)]))
+    assert three.ratio == pytest.approx(0.110 / 0.109) and three.passed
+
+
+def test_a_judged_run_needs_enough_rounds_for_a_median(capsys):
+    from suite.cli import main
+
+    assert main(["accuracy", "--rounds", str(MIN_PAIRS_FOR_RATIO - 1)]) == 2
+    expected = (f"error: --rounds {MIN_PAIRS_FOR_RATIO - 1}: give at least {MIN_PAIRS_FOR_RATIO} (a verdict is on "
+                "the median of the paired ratios; default 7), or add --quick to check only that it runs")
+    assert capsys.readouterr().err.splitlines() == [expected]

@@ -160,6 +160,21 @@ def test_ceiling_cases_share_the_matmul_check():
     assert work.flops == 2 * 32 * 16 * 8
 
 
+
+def test_a_sweep_shape_on_a_gpu_gets_only_the_general_compute_warm_up(monkeypatch):
+    from suite.cases import Work
+    from suite.plan import warmup_seconds
+
+    config = parse_config({"cases": {"ceiling": {"dtypes": ["bfloat16"], "shapes": ["64x64x64"]}}})
+    case = matmul.matmul_case("ceiling", "cuda:0", "bfloat16", 64, 64, 64)
+    calls = []
+    monkeypatch.setattr(ceiling, "build_matmul",
+                        lambda *args: Work(fn=lambda: calls.append(1), check=lambda: None))
+    ceiling.build(case, config).check()
+    assert calls == [], "the ceiling's check must not warm up a second time"
+    timing = config.timing_for("ceiling")
+    assert warmup_seconds(case, timing) == timing.compute_warmup_s
+
 def test_end_to_end_every_compute_result_carries_pct_of_ceiling(run_benchmarks):
     config = {"devices": ["cpu"], "timing": {"warmup_s": 0.0, "max_time": 0.05, "min_rounds": 2},
               "cases": {"ceiling": {"shapes": ["64x64x64", "128x128x128"]},

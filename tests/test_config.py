@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from suite.config import load_config, parse_config
 from suite.errors import UserError
@@ -111,3 +112,20 @@ def test_schema_command_exports_json_schema(capsys):
     schema = json.loads(capsys.readouterr().out)
     assert schema["additionalProperties"] is False
     assert {"devices", "timing", "cases"} <= set(schema["properties"])
+
+
+def test_schema_check_refuses_a_config_that_selects_no_benchmarks(tmp_path, capsys):
+    from suite import cases
+    from suite.cli import main
+    from suite.config import nothing_selected
+
+    off = tmp_path / "off.yaml"
+    off.write_text(yaml.safe_dump({"cases": {name: {"enabled": False} for name in cases.FAMILIES}}))
+    one = tmp_path / "one.yaml"
+    one.write_text(yaml.safe_dump({"cases": {name: {"enabled": name == "copy"} for name in cases.FAMILIES}}))
+    assert main(["schema", "--check", str(one)]) == 0
+    assert capsys.readouterr().out == f"{one}: ok\n"
+    assert main(["schema", "--check", str(off)]) != 0
+    err = capsys.readouterr().err
+    # The line pytest gives for the same config (suite.plugin raises it as a UsageError), one line.
+    assert err == f"error: {nothing_selected(off)}\n" and "selects no benchmarks" in err

@@ -37,6 +37,7 @@ def test_config_and_every_family_section_stay_torch_free():
     code = ("import json, sys, suite.config, suite.cases as c\n"
             "[c.family_config(n) for n in c.FAMILIES]\n"
             "suite.config.json_schema()\n"
+            "assert not suite.config.selects_nothing(suite.config.parse_config({}))\n"
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -58,10 +59,17 @@ def _imports(path: Path, package: str) -> set[str]:
     return {m for m in found if m.split(".")[0] == "suite"}
 
 
-def test_case_modules_have_no_import_circles():
+# The one circle another change is untangling now (suite.distributed imports the plugin's stash keys; the plugin
+# imports suite.plan, which imports suite.distributed): allowed exactly as it is, until that fix lands; delete
+# this then.
+KNOWN_CIRCLE = {"suite.plan", "suite.distributed", "suite.plugin"}
+
+
+def _import_graph(root: Path) -> dict[str, set[str]]:
+    """{module: the suite modules it imports}, for every module under `root` (suite/)."""
     modules = {}
-    for path in (ROOT / "suite" / "cases").rglob("*.py"):
-        parts = path.relative_to(ROOT).with_suffix("").parts
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         package = name if parts[-1] == "__init__" else name.rsplit(".", 1)[0]
         modules[name] = path, package
@@ -69,21 +77,56 @@ def test_case_modules_have_no_import_circles():
              for name, (path, pkg) in modules.items()}
     # A package's __init__ is imported by its submodules implicitly; an edge from a package to its own
     # children (the lazy `measure` access, the Config import) is not a circle a reader has to untangle.
-    graph = {n: {m for m in deps if not m.startswith(n + ".")} for n, deps in graph.items()}
+    return {n: {m for m in deps if not m.startswith(n + ".")} for n, deps in graph.items()}
 
-    def cycle_from(start: str) -> list[str] | None:
-        stack = [(start, [start])]
-        while stack:
-            node, path = stack.pop()
-            for nxt in graph[node]:
-                if nxt == start:
-                    return path + [start]
-                if nxt not in path:
-                    stack.append((nxt, path + [nxt]))
-        return None
 
-    cycles = [c for c in map(cycle_from, sorted(graph)) if c]
-    assert not cycles, f"import circles: {cycles[0]}"
+def _circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected groups of two or more modules (Tarjan): each module in one reaches every other."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = set()
+            while True:
+                member = stack.pop()
+                group.add(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(group)
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_suite_modules_have_no_import_circles():
+    graph = _import_graph(ROOT / "suite")
+    circles = [c for c in _circles(graph) if c != KNOWN_CIRCLE]
+    shown = [{m: sorted(graph[m] & c) for m in sorted(c)} for c in circles]
+    assert not circles, f"import circles (module: what it imports in the circle): {shown}"
+
+
+def test_the_circle_test_finds_a_circle_through_a_function_level_import(tmp_path):
+    pkg = tmp_path / "suite"
+    (pkg / "cases").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "cases" / "__init__.py").write_text("")
+    (pkg / "checkrows.py").write_text("from suite.cases import toy\n")
+    (pkg / "cases" / "toy.py").write_text("def rows():\n    from suite.checkrows import Row\n")
+    assert _circles(_import_graph(pkg)) == [{"suite.checkrows", "suite.cases.toy"}]
 
 
 def test_a_registered_family_gets_its_config_section_and_schema(monkeypatch):
@@ -122,6 +165,8 @@ def test_toy_family_end_to_end(pytester, monkeypatch):
     info = next(b["extra_info"] for b in data["benchmarks"] if b["name"] == "test_toy[cpu-1MiB]")
     assert info["case"] == "toy" and info["bytes"] == 2**20 and info["gbps"] > 0
     assert data["suite"]["config"]["cases"]["toy"]["value"] == 2.5
+    # The end-of-run summary has no section written for it, and shows it anyway (its rate).
+    result.stdout.fnmatch_lines(["toy: rate, or median time per call", "*cpu-1MiB*GB/s"])
 
     cfg.write_text(yaml.safe_dump({"cases": {"toy": {"sizez": [1]}}}))
     result = pytester.runpytest_subprocess("benchmarks", f"--suite-config={cfg}", "-p", "no:cacheprovider")

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from suite.summary import PROGRESS_INTERVAL_S, PROGRESS_MIN_BENCHMARKS, Progress, render
+import copy
+import json
+from pathlib import Path
+
+from suite.summary import (
+    GENERIC_MAX_ROWS,
+    PROGRESS_INTERVAL_S,
+    PROGRESS_MIN_BENCHMARKS,
+    Progress,
+    render,
+    shown_on_this_rank,
+)
+
+DATA = Path(__file__).resolve().parent / "data"
 
 
 def _bench(median, **info):
@@ -93,6 +106,74 @@ def test_habits_as_times_slower_and_collectives_busbw():
     text = "\n".join(lines)
     assert "sync_every_step 2 ms vs sync_once 500 us: 4.0x slower" in text
     assert "busbw GB/s" in text and "1MiB bfloat16" in text and "120" in text
+
+
+def test_a_slow_habit_that_won_says_faster_and_unexpected():
+    lines = render([
+        _bench(2e-3, case="habits", pair="small_vs_batched:cuda:0", role="slow", variant="many_small"),
+        _bench(8e-3, case="habits", pair="small_vs_batched:cuda:0", role="fast", variant="one_batched"),
+    ])
+    line = next(line for line in lines if "small_vs_batched" in line)
+    assert line.endswith("one_batched 8 ms: 4.0x faster (unexpected: noise?)") and "slower" not in line
+
+
+def test_a_family_without_a_section_of_its_own_still_shows():
+    benches = [
+        {**_bench(1e-3, case="fakefam", gbps=12.5), "param": "cpu-1MiB"},
+        {**_bench(2e-3, case="fakefam", busbw=3.0), "param": "cuda:0-4KiB"},
+        {**_bench(4e-6, case="fakefam"), "param": "cpu-latency"},
+    ]
+    lines = render(benches)
+    start = lines.index("fakefam: rate, or median time per call")
+    section = lines[start:lines.index("", start)]
+    assert any("cpu-1MiB" in line and line.endswith("12.5 GB/s") for line in section)
+    assert any("cuda:0-4KiB" in line and line.endswith("3 busbw GB/s") for line in section)
+    assert any("cpu-latency" in line and line.endswith("4 us per call") for line in section)
+
+
+def test_a_long_generic_section_is_cut_with_a_note():
+    benches = [{**_bench(1e-3, case="fakefam", tflops=1.0 + n), "param": f"case-{n}"} for n in range(50)]
+    lines = render(benches)
+    assert sum(line.strip().startswith("case-") for line in lines) == GENERIC_MAX_ROWS
+    assert f"  ({50 - GENERIC_MAX_ROWS} more in the JSON / report)" in lines
+
+
+def test_an_old_results_file_with_missing_keys_renders():
+    """tests/data/h200x2.json predates `size`, `path` and `precision`: its copy and collectives entries have no
+    size. Each section skips what it cannot place; a family whose section then has nothing shows generically."""
+    benchmarks = json.loads((DATA / "h200x2.json").read_text(encoding="utf-8"))["benchmarks"]
+    lines = render(benchmarks)
+    # Older files name the precision `dtype`: float32 and bfloat16 are separate rows, not one row of "None".
+    bf16 = next(line for line in lines if line.strip().startswith("cuda:0 bfloat16"))
+    assert "754" in bf16 and any(line.strip().startswith("cuda:0 float32") for line in lines)
+    for family in ("copy", "collectives", "latency"):
+        assert f"{family}: rate, or median time per call" in lines
+    assert any("cpu->cuda:0-pinned-262144KiB" in line and line.endswith("56.7 GB/s") for line in lines)
+    assert any("all_reduce-262144KiB" in line and line.endswith("293 busbw GB/s") for line in lines)
+
+
+def test_no_missing_key_crashes_the_summary():
+    benchmarks = json.loads((DATA / "h200x2.json").read_text(encoding="utf-8"))["benchmarks"]
+    benchmarks += [
+        _bench(1e-3, case="copy", src="cpu", dst="cuda:0", path="h2d", size=4096, memory="pinned",
+               direction="uni", gbps=1.0),
+        _bench(1e-3, case="collectives", op="all_reduce", size=4096, dtype=None, busbw=1.0),
+        _bench(1e-3, case="collectives", op="all_reduce", size=8192, dtype="float32", busbw=1.0),
+        _bench(1e-3, case="placement", device="cuda:0", op="clone", size="4KiB"),
+        {"name": "no extra_info at all", "stats": None},
+    ]
+    keys = {k for b in benchmarks for k in (b.get("extra_info") or {})} | {"stats", "extra_info", "param"}
+    for key in sorted(keys):
+        stripped = copy.deepcopy(benchmarks)
+        for b in stripped:
+            b.pop(key, None)
+            (b.get("extra_info") or {}).pop(key, None)
+        assert render(stripped)[-1].startswith("stopping: "), key
+
+
+def test_only_rank_0_prints_the_summary():
+    assert shown_on_this_rank({}) and shown_on_this_rank({"RANK": "0", "WORLD_SIZE": "2"})
+    assert not shown_on_this_rank({"RANK": "1", "WORLD_SIZE": "2"})
 
 
 def test_stopping_line_counts_how_benchmarks_stopped():

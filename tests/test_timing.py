@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from suite.timing import MIN_WARMUP_CALLS, SyncTimer, warm_up
@@ -83,6 +85,49 @@ def test_warm_up_calls_at_least_twice_and_stops_after_the_time():
     calls.clear()
     assert warm_up(fn, timer, seconds=1.0) == 4
 
+
+
+def _warm_fake_gpu(seconds: float, work_s: float = 13e-6) -> tuple[FakeAsyncDevice, int, int]:
+    """warm_up on a fake GPU whose calls take `work_s`: (the device, calls made, synchronisations)."""
+    clock = FakeClock()
+    gpu = FakeAsyncDevice(clock, launch_s=1e-6, work_s=work_s)
+    syncs = []
+
+    def synchronize(*devices):
+        syncs.append(devices)
+        gpu.synchronize()
+
+    calls = warm_up(gpu.launch, SyncTimer(["cuda:0"], clock=clock, synchronize=synchronize), seconds)
+    return gpu, calls, len(syncs)
+
+
+def test_the_sustained_warm_up_keeps_a_fast_gpu_busy_for_its_whole_time():
+    from suite.timing import MAX_WARMUP_CALLS
+
+    gpu, calls, syncs = _warm_fake_gpu(1.0)
+    # An H200 small conv (13 us a call): a call cap or a sync after each call would end the warm-up after
+    # ~0.14 s; the clock question needs the device busy for the whole second.
+    assert calls > MAX_WARMUP_CALLS
+    assert 0.9 <= calls * gpu.work_s and gpu.clock.now <= 1.1, "busy for about the warm-up's 1 s, not longer"
+    # Synchronised after doubling batches: a handful of syncs, not one per call.
+    assert syncs <= math.log2(calls) + 4
+    _, calls_4s, syncs_4s = _warm_fake_gpu(4.0)
+    assert calls_4s > 3.5 * calls and syncs_4s <= syncs + 3, "4x the calls, only a few more syncs"
+
+
+def test_a_short_warm_up_syncs_after_each_call_and_stays_capped():
+    from suite.timing import MAX_WARMUP_CALLS, SUSTAINED_WARMUP_FROM_S
+
+    seconds = SUSTAINED_WARMUP_FROM_S / 2
+    _, calls, syncs = _warm_fake_gpu(seconds)
+    assert calls == MAX_WARMUP_CALLS and syncs == calls
+    _, calls, syncs = _warm_fake_gpu(seconds, work_s=0.01)
+    assert calls == math.ceil(seconds / (0.01 + 1e-6)) and syncs == calls
+
+
+def test_a_sustained_warm_up_still_makes_two_calls_when_one_outlasts_it():
+    gpu, calls, _ = _warm_fake_gpu(1.0, work_s=3.0)
+    assert calls == MIN_WARMUP_CALLS and gpu.clock.now == pytest.approx(2 * (3.0 + 1e-6))
 
 def test_the_dry_run_reference_times_each_call_after_synchronising():
     from suite.timing import MIN_REFERENCE_CALLS, host_times

@@ -13,7 +13,6 @@ the suite counts), and on the CPU where oneDNN's convolution outruns the small s
 from __future__ import annotations
 
 import math
-import time
 
 from suite.cases import Case, Work
 from suite.cases.datasheet import find_gpu, lookup
@@ -23,9 +22,6 @@ NAME = "ceiling"
 
 # Families whose single-device matmul results define a device's ceiling.
 CEILING_FAMILIES = ("ceiling", "matmul")
-# MAMF-finder warms up for a long while because a cold GPU runs above its sustained clock; before timing a
-# sweep shape on an accelerator, run its matmul this long (the CPU does not boost like that; it is skipped there).
-SUSTAINED_WARMUP_S = 0.5
 
 
 def enumerate_cases(config, devices: list[str]) -> list[Case]:
@@ -41,22 +37,10 @@ def enumerate_cases(config, devices: list[str]) -> list[Case]:
 
 
 def build(case: Case, config) -> Work:
+    # No warm-up of its own: a sweep shape on an accelerator gets the general sustained compute warm-up
+    # (suite.plan.warmup_seconds), which keeps the device busy before its first timed round.
     p = case.info
-    work = build_matmul(case.id, p["device"], p["precision"], p["m"], p["n"], p["k"])
-    verify = work.check
-
-    def check() -> None:
-        verify()
-        if p["device"] != "cpu":
-            from suite.devices import synchronize
-
-            deadline = time.perf_counter() + SUSTAINED_WARMUP_S
-            while time.perf_counter() < deadline:
-                work.fn()
-                synchronize(p["device"])
-
-    work.check = check
-    return work
+    return build_matmul(case.id, p["device"], p["precision"], p["m"], p["n"], p["k"])
 
 
 # --- annotation of the results file --------------------------------------------------------------------
@@ -179,8 +163,8 @@ def gpu_checks(ctx) -> list:
 
     from suite.cases.common import randn
     from suite.cases.matmul.measure import flops
+    from suite.checkrow import CheckRow, judged
     from suite.devices import inventory
-    from suite.gpu_check import CheckRow, judged
     from suite.timing import reference_times
 
     dtype = ctx.pick("bfloat16", "float32")

@@ -314,7 +314,7 @@ def gpu_checks(ctx) -> list:
 
     import yaml
 
-    from suite.gpu_check import CheckRow, run_command
+    from suite.checkrow import CheckRow, run_command
 
     rows = []
     backend = ctx.pick("nccl", "gloo")

@@ -243,7 +243,7 @@ CHECK_BYTES = 256 * 2**20
 def gpu_checks(ctx) -> list:
     """256 MiB pinned H2D and D2H and the same-device copy against CUDA events (alternating, same process);
     pinned faster than pageable both ways."""
-    from suite.gpu_check import CheckRow, judged, median
+    from suite.checkrow import CheckRow, judged, median
 
     gpu = ctx.device
     size = format_size(ctx.pick(CHECK_BYTES, 2**20))

@@ -284,7 +284,7 @@ OVERLAP_MAX_RATIO = 0.9
 def gpu_checks(ctx) -> list:
     """Each habit's slow/fast ratio on the GPU: the slow habit must cost time, and overlapped must beat
     serialised by OVERLAP_MAX_RATIO."""
-    from suite.gpu_check import CheckRow, judged
+    from suite.checkrow import CheckRow, judged
 
     section = {"habits": list(VARIANTS), "readers": ["item"]}
     if ctx.dry_run:

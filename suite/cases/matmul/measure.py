@@ -193,7 +193,7 @@ TF32_MIN_SPEEDUP = 2.0
 def gpu_checks(ctx) -> list:
     """A large bf16 matmul against CUDA events (alternating, same process); TF32 on faster than off; with two
     or more GPUs, the all-at-once aggregate against the per-device rates measured right after it."""
-    from suite.gpu_check import CheckRow, judged
+    from suite.checkrow import CheckRow, judged
 
     n = ctx.pick(CHECK_SHAPE, 128)
     dtype = ctx.pick("bfloat16", "float32")
@@ -219,7 +219,7 @@ def gpu_checks(ctx) -> list:
 
 def _all_gpus_check(ctx) -> list:
     """The all-at-once aggregate against the sum of the per-device event rates measured right after it."""
-    from suite.gpu_check import RATIO_TOLERANCE, CheckRow
+    from suite.checkrow import RATIO_TOLERANCE, CheckRow
 
     n = CHECK_SHAPE
     config = {"devices": "gpus", "cases": {"matmul": {"dtypes": ["bfloat16"], "shapes": [f"{n}x{n}x{n}"],
