@@ -1,4 +1,4 @@
-"""A run's time budget: each benchmark's share of what is left (never above its max_time), and progress lines."""
+"""A run's time budget: each benchmark's share of what is left (never above its max_time); progress lines."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ from dataclasses import dataclass
 
 from suite.cases import Case
 from suite.config import SuiteConfig
-from suite.plan import DEFAULT_OVERHEAD_S, END_RESERVE_S, OVERHEAD_S, budget_error, fixed_seconds, runs_here, shareable
+from suite.plan import (
+    DEFAULT_OVERHEAD_S,
+    END_RESERVE_S,
+    OVERHEAD_S,
+    budget_error,
+    fixed_seconds,
+    runs_here,
+    shareable,
+)
 from suite.summary import Progress
 
 # The least max_time a budget hands out: pytest-benchmark still runs min_rounds, so the budget is overrun
@@ -187,7 +195,7 @@ class RunState:
             self.round_s[nodeid] = statistics.median(stats.stats.data) * stats.iterations
 
     def finish(self, nodeid: str) -> str | None:
-        """The test ended: feed the schedule what it cost; return its progress line (None: not a benchmark)."""
+        """The test ended: feed the schedule its cost; return its progress line (None: not a benchmark)."""
         started = self.started.pop(nodeid, None)
         family = self.families.get(nodeid)
         if started is None or family is None:

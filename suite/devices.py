@@ -432,8 +432,8 @@ def check_spec(spec, option: str = "--suite-devices") -> list[str]:
     missing = missing_devices(devices)
     if len(missing) == len(devices):
         raise UserError(
-            f"{option} {_spec_text(spec)}: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on this "
-            f"machine (it has: {', '.join(present_devices())}); pick from those, or all"
+            f"{option} {_spec_text(spec)}: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on "
+            f"this machine (it has: {', '.join(present_devices())}); pick from those, or all"
         )
     return devices
 

@@ -9,9 +9,9 @@ driver hang, the job's time limit) would lose everything. The partial file holds
     {"finished": "<nodeid>", "outcome": "..."}   after each test that started (passed, failed, skipped)
 
 The file is created when the first test starts measuring: a run refused up front, or one whose every case is
-skipped, leaves none. A completed run replaces it with the normal JSON. `python -m suite report`/`compare` read it (marked partial),
-and `pytest benchmarks --suite-resume` re-runs only what it lacks. Readers skip lines that are not benchmarks
-(they have no "stats") and an unparsable last line (the write the kill interrupted).
+skipped, leaves none. A completed run replaces it with the normal JSON. `python -m suite report`/`compare` read
+it (marked partial), and `pytest benchmarks --suite-resume` re-runs only what it lacks. Readers skip lines that
+are not benchmarks (they have no "stats") and an unparsable last line (the write the kill interrupted).
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ class PartialWriter:
     def write(self, obj: dict) -> None:
         if self._fh is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "a" if self.append else "w", encoding="utf-8")  # noqa: SIM115 - for the run
+            mode = "a" if self.append else "w"
+            self._fh = open(self.path, mode, encoding="utf-8")  # noqa: SIM115 - kept open for the run
         self._fh.write(_dumps(obj) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
@@ -183,7 +184,9 @@ class PartialState:
             return cls(config, None, None, suite_block)
         if json_path is None:
             if resume:
-                raise UserError("--suite-resume needs --benchmark-json PATH: the results file of the run to resume")
+                raise UserError(
+                    "--suite-resume needs --benchmark-json PATH: the results file of the run to resume"
+                )
             return cls(config, None, None, suite_block)
         json_path = Path(json_path)
         check_writable(json_path)
@@ -252,7 +255,7 @@ class PartialState:
         self.write({"started": nodeid})
 
     def report(self, nodeid: str, when: str, outcome: str, benchmark: dict | None) -> None:
-        """One phase of a test ended; `benchmark` (the call phase's result) is written once the test passed."""
+        """A phase of a test ended; `benchmark` (the call's result) is written once the whole test passed."""
         if when == "call" or outcome != "passed":
             self.outcomes.setdefault(nodeid, outcome)
         if when == "call" and benchmark is not None and outcome == "passed":
@@ -274,7 +277,9 @@ class PartialState:
         self.writer.close()
         json_path = Path(self.config.getoption("benchmark_json"))
         try:
-            complete = json_path.stat().st_mtime >= self.started and "benchmarks" in json.loads(json_path.read_text())
+            complete = json_path.stat().st_mtime >= self.started and "benchmarks" in json.loads(
+                json_path.read_text()
+            )
         except (OSError, ValueError):
             complete = False
         if complete:
@@ -290,10 +295,10 @@ def check_same_run(partial: Path, previous: PartialRun, identity: dict) -> None:
         return  # died before its first result: nothing to merge
     if old.get("config") != identity.get("config") or old.get("devices") != identity.get("devices"):
         raise UserError(
-            f"--suite-resume: {partial} was measured with another config or device list ({old.get('config_path')}, "
-            f"devices {old.get('devices')}); resume with the same --suite-config and --suite-devices, or run "
-            "without --suite-resume"
+            f"--suite-resume: {partial} was measured with another config or device list "
+            f"({old.get('config_path')}, devices {old.get('devices')}); resume with the same --suite-config and "
+            "--suite-devices, or run without --suite-resume"
         )
     if host and host != platform.node():
-        raise UserError(f"--suite-resume: {partial} was measured on {host}, not on this machine ({platform.node()}); "
-                        "run without --suite-resume")
+        raise UserError(f"--suite-resume: {partial} was measured on {host}, not on this machine "
+                        f"({platform.node()}); run without --suite-resume")

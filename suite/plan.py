@@ -48,7 +48,7 @@ ASSUMED_COLLECTIVE_LATENCY_S = {"nccl": 50e-6, "gloo": 200e-6}
 # info, the summary) and the interpreter's exit with torch loaded; 1.8 s + 1.7 s measured on the loaded 2-core VM.
 END_RESERVE_S = 3.0
 # A budget the plan or the run calls enough is the least the run takes plus this much (5%, and 1 s): the
-# overheads above are medians of a loaded machine, so a budget cut to the figure itself would be refused often.
+# overheads above are medians of a loaded machine: a budget cut to the figure itself would be refused often.
 BUDGET_MARGIN = 1.05
 BUDGET_MARGIN_S = 1.0
 
@@ -179,7 +179,8 @@ class Plan:
     def run_minimum_s(self) -> float:
         """The least the budgeted `pytest benchmarks` run takes: its session and benchmarks, the end reserve;
         a separate torchrun run (collectives) is not in it."""
-        return self.session_s + END_RESERVE_S + sum(f.minimum_s for f in self.families.values() if not f.separate)
+        in_run = sum(f.minimum_s for f in self.families.values() if not f.separate)
+        return self.session_s + END_RESERVE_S + in_run
 
     @property
     def measured_in_run(self) -> int:

@@ -491,8 +491,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if missing and reporter is not None:
         reporter.write_line(
-            f"[suite] warning: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on this machine (it "
-            f"has: {', '.join(dev.present_devices())}): {'its' if len(missing) == 1 else 'their'} cases are "
+            f"[suite] warning: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on this machine "
+            f"(it has: {', '.join(dev.present_devices())}): {'its' if len(missing) == 1 else 'their'} cases are "
             "skipped", yellow=True,
         )
     distributed = config.pluginmanager.get_plugin("suite.distributed")  # registered beside this plugin

@@ -1,5 +1,6 @@
 """Test-only case families, loaded as a pytest plugin (`-p tests.fake_families`): one that runs out of memory
-on its first case, one that sleeps past the time limit, one that is quick, one that stalls while timed. Each checks its result honestly."""
+on its first case, one that sleeps past the time limit, one that is quick, one that stalls while timed. Each
+checks its result honestly."""
 
 from __future__ import annotations
 

@@ -136,3 +136,52 @@ def test_plan_refuses_a_budget_that_is_too_small():
         text=True,
     )
     assert proc.returncode == 2 and "is too small for the" in proc.stdout
+
+
+def _plan_cmd(*args):
+    return subprocess.run([sys.executable, "-m", "suite", "plan", *args], cwd=ROOT, capture_output=True,
+                          text=True)
+
+
+def test_plan_budget_line_gives_one_figure_and_says_collectives_are_separate():
+    proc = _plan_cmd("--gpus", "8", "--budget", "10m")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("budget 10m00s:")]
+    assert line.count("at least") == 1 and "none left" not in line
+    assert "collectives run separately under torchrun" in proc.stdout and "not in the budget" in proc.stdout
+    tight = _plan_cmd("--gpus", "8", "--budget", "30s")
+    assert tight.returncode == 2
+    lines = tight.stdout.splitlines()
+    (need,) = {ln.split("give at least ")[1].split()[0] for ln in lines if "give at least" in ln}
+    assert f"give {need} or more" in tight.stdout, "the budget line and the refusal name the same figure"
+    assert "no time is left for timed rounds" in tight.stdout
+
+
+def test_plan_refuses_devices_the_planned_node_lacks():
+    proc = _plan_cmd("--gpus", "2", "--devices", "cuda:3")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "cuda:3" in proc.stderr and "it has: cpu, cuda:0, cuda:1" in proc.stderr
+
+
+def test_compute_families_declare_it_and_get_the_sustained_warm_up():
+    from suite.cases import FAMILIES, family_module
+    from suite.timing import warmup_seconds
+
+    compute = {name for name in FAMILIES if getattr(family_module(name), "COMPUTE", False)}
+    assert compute == {"matmul", "ceiling", "conv", "model"}
+    config = parse_config({"timing": {"warmup_s": 0.1}})
+    config_copy = select(config, ["cuda:0"])
+    for family, cases in config_copy.items():
+        for case in cases[:1]:
+            want = SUSTAINED_WARMUP_S if family in compute else 0.1
+            assert warmup_seconds(case, config.timing_for(family)) == want, family
+
+
+def test_plan_counts_what_pytest_collects():
+    """The plan's benchmark count is pytest's collected count for the same config on this machine."""
+    plan = json.loads(_plan_cmd("--json").stdout)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "--co", "-q",
+                           "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    collected = [ln for ln in proc.stdout.splitlines() if "::" in ln]
+    assert plan["benchmarks"] == len(collected)
+    assert plan["families"]["collectives"]["measured"] == 0, "outside torchrun the collectives are skipped"

@@ -85,7 +85,7 @@ def test_sigkill_keeps_every_finished_benchmark_and_resume_completes(fake_suite,
     names = [b["fullname"] for b in data["benchmarks"]]
     assert len(names) == len(set(names)) == 40, "every case exactly once: the kept ones and the rest"
     assert kept <= set(names)
-    assert f"{40 - len(kept)} passed, {len(kept) + 6} deselected" in result.stdout, "only the rest re-ran (6: -k)"
+    assert f"{40 - len(kept)} passed, {len(kept) + 6} deselected" in result.stdout, "only the rest (6: -k)"
     assert not partial.exists(), "a completed run replaces the partial file with the JSON"
 
 
