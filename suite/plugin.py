@@ -74,7 +74,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--suite-devices",
         default=None,
         metavar="LIST",
-        help="override the config's devices: all, cpu, gpus, cuda:1, or a comma-separated list (cpu,cuda:1)",
+        help="override the config's devices: all, cpu, gpus, cuda:1, or a comma-separated list (cpu,cuda:1); "
+        "refused when none of them is on this machine",
     )
     group.addoption(
         "--suite-resume",
@@ -86,8 +87,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--suite-budget",
         default=None,
         metavar="DURATION",
-        help="the whole run, overhead included, in this time (600, 90s, 10m, 1h): time is shared out over the "
-        "selected benchmarks; a budget too small is refused before anything runs (overrides timing.budget)",
+        help="the whole run, overhead included, in at most this time (600, 90s, 10m, 1h): each benchmark's "
+        "max_time is cut where needed, never raised; a budget too small is refused before anything runs "
+        "(overrides timing.budget)",
     )
     group.addoption(
         "--suite-summary",
