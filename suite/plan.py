@@ -344,7 +344,10 @@ def run(args) -> int:
     spec = args.devices or config.devices
     if args.gpus is not None:
         with dev.use_platform(NodePlatform(args.gpus)):
-            devices = dev.check_spec(spec, option="--devices")
+            try:
+                devices = dev.resolve_spec(spec)
+            except ValueError as exc:
+                raise UserError(f"--devices: {exc}") from None
             missing = dev.missing_devices(devices)
             if missing:
                 # A planned node has exactly cpu and cuda:0..N-1: a device beyond them is a typo, not a skip.
@@ -352,6 +355,7 @@ def run(args) -> int:
                     f"--devices {', '.join(missing)}: not on a node of {args.gpus} GPU(s) (it has: "
                     f"{', '.join(dev.present_devices())}); raise --gpus or pick from those"
                 )
+            devices = dev.check_spec(spec, option="--devices")  # `gpus` on a node of none
             plan = make_plan(config, devices, gpus=args.gpus, budget_s=budget)
     else:
         devices = dev.check_spec(spec, option="--devices")
