@@ -418,9 +418,35 @@ def run(args) -> int:
     return 0
 
 
-def check_spec(spec) -> list[str]:
-    """resolve_spec for user input: a bad spec becomes a UserError."""
+def check_spec(spec, option: str = "--suite-devices") -> list[str]:
+    """resolve_spec for user input: a bad spec, `gpus` without an accelerator, or a list none of whose
+    devices exist here becomes a one-line UserError (some missing: they stay, each becomes a skip)."""
     try:
-        return resolve_spec(spec)
+        devices = resolve_spec(spec)
     except ValueError as exc:
-        raise UserError(f"--suite-devices: {exc}") from None
+        raise UserError(f"{option}: {exc}") from None
+    items = spec.split(",") if isinstance(spec, str) else [str(s) for s in spec]
+    if any(i.strip().lower() in ("gpus", "gpu", "accelerators") for i in items) and not accelerators():
+        # try_all_gpus falls back to the CPU; a run asked for GPUs must not quietly measure the CPU instead.
+        raise UserError(f"{option} {_spec_text(spec)}: no GPU visible to torch; use {option} cpu or all")
+    missing = missing_devices(devices)
+    if len(missing) == len(devices):
+        raise UserError(
+            f"{option} {_spec_text(spec)}: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on "
+            f"this machine (it has: {', '.join(present_devices())}); pick from those, or all"
+        )
+    return devices
+
+
+def present_devices() -> list[str]:
+    """The device ids this machine has: cpu and every accelerator torch can see."""
+    return [device_id(d) for d in available_devices()]
+
+
+def missing_devices(devices: list[str]) -> list[str]:
+    """The devices of a resolved spec that this machine lacks (each of their cases will be a skip)."""
+    return [d for d in devices if missing_reason(d)]
+
+
+def _spec_text(spec) -> str:
+    return spec if isinstance(spec, str) else ",".join(str(s) for s in spec)

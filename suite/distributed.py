@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from suite.config import resolved
 from suite.errors import UserError
 
 TORCHRUN_HINT = (
@@ -365,20 +366,17 @@ def pytest_terminal_summary(terminalreporter) -> None:
         session.groups = []  # rank 0 shows the table; the times are the same on every rank
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    from suite.config import resolved
-    from suite.plugin import _CONFIG, _DEVICES
-
-    config = session.config
+def join_group(suite_config, devices: list[str]) -> None:
+    """Under torchrun, start this rank's process group for the run's config (a SuiteConfig) and devices; the
+    suite's plugin calls it at session start. A failure is a pytest.UsageError of one line."""
     env = LaunchEnv.from_environ()
-    if env is None or env.world_size < 2 or _CONFIG not in config.stash:
+    if env is None or env.world_size < 2:
         return
-    section = config.stash[_CONFIG].cases.collectives
+    section = suite_config.cases.collectives
     if not section.enabled:
         return
-    devices = config.stash[_DEVICES]
     backend = resolve_backend(section.backend, devices)
-    payload = {"config": resolved(config.stash[_CONFIG]), "devices": devices, "backend": backend,
+    payload = {"config": resolved(suite_config), "devices": devices, "backend": backend,
                "world_size": env.world_size}
     try:
         init(env, backend, section.timeout_s, config_digest(payload))

@@ -4,22 +4,26 @@ pytest-benchmark writes `--benchmark-json` only when the session ends, so a run 
 driver hang, the job's time limit) would lose everything. The partial file holds, line by line:
 
     {"partial": true, "machine_info": ..., "commit_info": ..., "suite": ..., "datetime": ..., "version": ...}
-    {"started": "<nodeid>"}                      before each test runs
-    {<benchmark>}                                 a finished benchmark, exactly as in the final JSON
-    {"finished": "<nodeid>", "outcome": "..."}   after each test (passed, failed, skipped)
+    {"started": "<nodeid>"}                      when a test starts measuring (its devices are present)
+    {<benchmark>}                                 a finished benchmark whose test passed, as in the final JSON
+    {"finished": "<nodeid>", "outcome": "..."}   after each test that started (passed, failed, skipped)
 
-A completed run replaces it with the normal JSON. `python -m suite report`/`compare` read it (marked partial),
-and `pytest benchmarks --suite-resume` re-runs only what it lacks. Readers skip lines that are not benchmarks
-(they have no "stats") and an unparsable last line (the write the kill interrupted).
+The file is created when the first test starts measuring: a run refused up front, or one whose every case is
+skipped, leaves none. A completed run replaces it with the normal JSON. `python -m suite report`/`compare` read
+it (marked partial), and `pytest benchmarks --suite-resume` re-runs only what it lacks. Readers skip lines that
+are not benchmarks (they have no "stats") and an unparsable last line (the write the kill interrupted).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from suite.errors import UserError
 
@@ -44,21 +48,33 @@ def _dumps(obj: dict) -> str:
 
 
 class PartialWriter:
-    """Appends one JSON object per line, flushed and fsynced, so a kill loses at most the line being written."""
+    """Appends one JSON object per line, flushed and fsynced, so a kill loses at most the line being written.
+
+    The file is opened (created, or with `append` continued) on the first write, so a run that writes nothing
+    leaves nothing behind.
+    """
 
     def __init__(self, path: Path, append: bool = False) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115 - kept open for the run
-        self.has_header = append and path.stat().st_size > 0
+        self.append = append
+        self._fh = None
+        self.has_header = append and path.exists() and path.stat().st_size > 0
+
+    @property
+    def opened(self) -> bool:
+        return self._fh is not None
 
     def write(self, obj: dict) -> None:
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            mode = "a" if self.append else "w"
+            self._fh = open(self.path, mode, encoding="utf-8")  # noqa: SIM115 - kept open for the run
         self._fh.write(_dumps(obj) + "\n")
         self._fh.flush()
         os.fsync(self._fh.fileno())
 
     def close(self) -> None:
-        if not self._fh.closed:
+        if self._fh is not None and not self._fh.closed:
             self._fh.close()
 
 
@@ -135,3 +151,154 @@ def check_writable(json_path: Path) -> None:
         raise UserError(f"--benchmark-json {json_path}: cannot be written ({exc.strerror}); choose a writable path") from None
     if not existed:
         json_path.unlink()
+
+
+# --- the partial file of a pytest run (suite.plugin drives it) -------------------------------------------
+
+
+class PartialState:
+    """The partial results file of this run and, with --suite-resume, what the interrupted run left.
+
+    `suite_block` gives the run's `suite` block for the header; `identity` is what a resumed run must share
+    with the earlier one ({"config": resolved config, "devices": [...]}).
+    """
+
+    def __init__(self, config, writer: PartialWriter | None, previous: PartialRun | None,
+                 suite_block: Callable[[], dict] | None = None) -> None:
+        self.config = config  # the pytest.Config
+        self.writer = writer
+        self.previous = previous or PartialRun()
+        self.suite_block = suite_block or dict
+        self.reused: list[dict] = []  # benchmarks of the earlier run kept instead of re-run
+        self.outcomes: dict[str, str] = {}
+        self.measuring: set[str] = set()  # tests that wrote "started"
+        self.results: dict[str, dict] = {}  # nodeid -> benchmark, written once the whole test passed
+        self.started = time.time()
+
+    @classmethod
+    def start(cls, config, identity: dict, suite_block: Callable[[], dict]) -> "PartialState":
+        json_path = config.getoption("benchmark_json", None)
+        resume = config.getoption("suite_resume")
+        if os.environ.get("RANK", "0") != "0":
+            # Under torchrun only rank 0 writes results (suite.distributed); the other ranks write nothing.
+            return cls(config, None, None, suite_block)
+        if json_path is None:
+            if resume:
+                raise UserError(
+                    "--suite-resume needs --benchmark-json PATH: the results file of the run to resume"
+                )
+            return cls(config, None, None, suite_block)
+        json_path = Path(json_path)
+        check_writable(json_path)
+        partial = partial_path(json_path)
+        previous = None
+        if resume:
+            if not partial.exists():
+                raise UserError(
+                    f"--suite-resume: there is no {partial} to resume (the run finished, or wrote to another "
+                    "--benchmark-json); run without --suite-resume"
+                )
+            previous = read_partial(partial)
+            check_same_run(partial, previous, identity)
+            if not previous.benchmarks and not any(previous.deaths(n) for n in previous.started):
+                raise UserError(
+                    f"--suite-resume: {partial} holds no finished benchmark and no interrupted test: nothing "
+                    "to resume; delete it and run without --suite-resume"
+                )
+            rewrite_clean(partial, previous)
+        return cls(config, PartialWriter(partial, append=resume), previous, suite_block)
+
+    def write(self, obj: dict) -> None:
+        if self.writer is None:
+            return
+        if not self.writer.has_header:
+            self.writer.has_header = True
+            self.writer.write(self._header())
+        self.writer.write(obj)
+
+    def _header(self) -> dict:
+        from pytest_benchmark import __version__ as pb_version
+
+        hook = self.config.hook
+        machine_info = hook.pytest_benchmark_generate_machine_info(config=self.config)
+        hook.pytest_benchmark_update_machine_info(config=self.config, machine_info=machine_info)
+        commit_info = hook.pytest_benchmark_generate_commit_info(config=self.config)
+        return {
+            "partial": True,
+            "machine_info": machine_info,
+            "commit_info": commit_info,
+            "suite": self.suite_block(),
+            "datetime": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "version": pb_version,
+        }
+
+    def select(self, config, items: list) -> None:
+        """With --suite-resume: drop what the earlier runs finished; skip a test that runs died in twice."""
+        import pytest
+
+        done = [i for i in items if i.nodeid in self.previous.benchmarks]
+        for item in items:
+            deaths = self.previous.deaths(item.nodeid)
+            if deaths >= MAX_DEATHS:
+                item.add_marker(pytest.mark.skip(reason=(
+                    f"{deaths} earlier runs died while it was running (it crashes or hangs the process); to "
+                    f"retry it, run it alone: pytest {item.nodeid!s}"
+                )))
+        if done:
+            items[:] = [i for i in items if i.nodeid not in self.previous.benchmarks]
+            config.hook.pytest_deselected(items=done)
+            self.reused = [self.previous.benchmarks[i.nodeid] for i in done]
+
+    def measure_starts(self, nodeid: str) -> None:
+        """A test starts measuring (its devices are there): from here a death is counted against it."""
+        self.measuring.add(nodeid)
+        self.write({"started": nodeid})
+
+    def report(self, nodeid: str, when: str, outcome: str, benchmark: dict | None) -> None:
+        """A phase of a test ended; `benchmark` (the call's result) is written once the whole test passed."""
+        if when == "call" or outcome != "passed":
+            self.outcomes.setdefault(nodeid, outcome)
+        if when == "call" and benchmark is not None and outcome == "passed":
+            self.results[nodeid] = benchmark
+        if when != "teardown":
+            return
+        outcome = self.outcomes.pop(nodeid, "passed")
+        result = self.results.pop(nodeid, None)
+        if result is not None and outcome == "passed":
+            self.write(result)
+        if nodeid in self.measuring:
+            self.measuring.discard(nodeid)
+            self.write({"finished": nodeid, "outcome": outcome})
+
+    def finish(self) -> None:
+        """Close the file; drop it once the complete JSON exists (it now holds everything)."""
+        if self.writer is None:
+            return
+        self.writer.close()
+        json_path = Path(self.config.getoption("benchmark_json"))
+        try:
+            complete = json_path.stat().st_mtime >= self.started and "benchmarks" in json.loads(
+                json_path.read_text()
+            )
+        except (OSError, ValueError):
+            complete = False
+        if complete:
+            self.writer.path.unlink(missing_ok=True)
+
+
+def check_same_run(partial: Path, previous: PartialRun, identity: dict) -> None:
+    """Resume only the same measurement: the same config, devices and machine, or the JSON would mix runs."""
+    header = previous.header or {}
+    old = header.get("suite") or {}
+    host = (header.get("machine_info") or {}).get("node")
+    if previous.header is None:
+        return  # died before its first result: nothing to merge
+    if old.get("config") != identity.get("config") or old.get("devices") != identity.get("devices"):
+        raise UserError(
+            f"--suite-resume: {partial} was measured with another config or device list "
+            f"({old.get('config_path')}, devices {old.get('devices')}); resume with the same --suite-config and "
+            "--suite-devices, or run without --suite-resume"
+        )
+    if host and host != platform.node():
+        raise UserError(f"--suite-resume: {partial} was measured on {host}, not on this machine "
+                        f"({platform.node()}); run without --suite-resume")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -11,9 +10,9 @@ import torch
 
 from suite import devices as dev
 from suite.cases import FAMILIES, Case, family_module
-from suite.config import DEFAULT_CONFIG, SuiteConfig, TimingConfig, load_config
+from suite.config import DEFAULT_CONFIG, SuiteConfig, load_config
 from suite.errors import UserError
-from suite.timing import COMPUTE_FAMILIES, format_duration, parse_duration
+from suite.timing import format_duration, parse_duration, warmup_seconds
 
 # Seconds one benchmark costs beyond its warm-up and its timed rounds: pytest's setup, call and teardown,
 # building inputs, the correctness check (float64 references on the host), pytest-benchmark's calibration,
@@ -45,12 +44,13 @@ TORCHRUN_OVERHEAD_S = 15.0
 # (docs/reference.md), near a PCIe node's; Gloo on a CPU moves well under 1 GB/s (README).
 ASSUMED_COLLECTIVE_GBPS = {"nccl": 20.0, "gloo": 0.5}
 ASSUMED_COLLECTIVE_LATENCY_S = {"nccl": 50e-6, "gloo": 200e-6}
-# The least max_time a budget hands out: pytest-benchmark still runs min_rounds, so the budget is overrun
-# rather than a benchmark left unmeasured.
-MIN_SHARE_S = 1e-4
 # What a budget holds back after the last benchmark: pytest-benchmark's and our end of session (JSON, machine
 # info, the summary) and the interpreter's exit with torch loaded; 1.8 s + 1.7 s measured on the loaded 2-core VM.
 END_RESERVE_S = 3.0
+# A budget the plan or the run calls enough is the least the run takes plus this much (5%, and 1 s): the
+# overheads above are medians of a loaded machine: a budget cut to the figure itself would be refused often.
+BUDGET_MARGIN = 1.05
+BUDGET_MARGIN_S = 1.0
 
 
 class NodePlatform(dev.Platform):
@@ -107,13 +107,6 @@ def runs_here(case: Case) -> bool:
         return False
     skip_reason = getattr(family_module(case.family), "skip_reason", None)
     return skip_reason is None or skip_reason(case) is None
-
-
-def warmup_seconds(case: Case, timing: TimingConfig) -> float:
-    """The warm-up before timing: long for compute on an accelerator (suite.timing.SUSTAINED_WARMUP_S)."""
-    if case.family in COMPUTE_FAMILIES and any(d != "cpu" for d in case.devices):
-        return max(timing.warmup_s, timing.compute_warmup_s)
-    return timing.warmup_s
 
 
 def fixed_seconds(case: Case, config: SuiteConfig) -> float:
@@ -181,6 +174,17 @@ class Plan:
     @property
     def minimum_s(self) -> float:
         return self.session_s + sum(f.minimum_s for f in self.families.values())
+
+    @property
+    def run_minimum_s(self) -> float:
+        """The least the budgeted `pytest benchmarks` run takes: its session and benchmarks, the end reserve;
+        a separate torchrun run (collectives) is not in it."""
+        in_run = sum(f.minimum_s for f in self.families.values() if not f.separate)
+        return self.session_s + END_RESERVE_S + in_run
+
+    @property
+    def measured_in_run(self) -> int:
+        return sum(f.runs for f in self.families.values() if not f.separate)
 
     def as_dict(self) -> dict:
         return {
@@ -250,8 +254,10 @@ def make_plan(
         if plan.share_s is not None and plan.share_s > 0:
             for family, fp in plan.families.items():
                 if not fp.separate:
+                    # A budget only shortens: a benchmark's share is never above its family's max_time.
                     timing = config.timing_for(family)
-                    fp.estimated_s += (plan.share_s - timing.max_time) * _shared_count(selected[family])
+                    cut = min(plan.share_s, timing.max_time) - timing.max_time
+                    fp.estimated_s += cut * _shared_count(selected[family])
     return plan
 
 
@@ -259,105 +265,20 @@ def _shared_count(cases: list[Case]) -> int:
     return sum(1 for c in cases if shareable(c))
 
 
-# --- the budget during a run --------------------------------------------------------------------------
+# --- the budget ------------------------------------------------------------------------------------------
 
 
-@dataclass
-class BudgetItem:
-    family: str
-    fixed_s: float  # predicted overhead + warm-up (all of it for a fixed-round case)
-    shareable: bool  # its timed rounds follow max_time
-    min_timed_s: float = 0.0  # min_rounds x min_time: the least its timed rounds can take
-
-
-class BudgetSchedule:
-    """Shares a run's budget out over its benchmarks as they start, learning each family's overhead.
-
-    At each benchmark's start, its max_time is (time left - predicted fixed costs of it and every later
-    benchmark - END_RESERVE_S) / benchmarks left: time a benchmark leaves unused (it stopped on precision) goes
-    to the ones after it, time one overruns comes out of theirs.
-    """
-
-    def __init__(
-        self,
-        budget_s: float,
-        items: dict[str, BudgetItem],
-        started: float,
-        clock=time.monotonic,
-        overhead: dict[str, float] | None = None,
-    ) -> None:
-        self.budget_s = budget_s
-        self.items = items
-        self.pending = list(items)
-        self.started = started  # clock() reading at the start of the run (the process's start)
-        self.clock = clock
-        self.overhead = dict(overhead or OVERHEAD_S)
-        self.observed: dict[str, list[float]] = {}
-
-    @classmethod
-    def for_cases(
-        cls,
-        budget_s: float,
-        cases: dict[str, Case],
-        config: SuiteConfig,
-        started: float,
-        clock=time.monotonic,
-    ) -> "BudgetSchedule":
-        items = {}
-        for key, case in cases.items():
-            timing = config.timing_for(case.family)
-            items[key] = BudgetItem(
-                case.family, fixed_seconds(case, config), shareable(case), timing.min_rounds * timing.min_time
-            )
-        return cls(budget_s, items, started, clock)
-
-    def elapsed(self) -> float:
-        return self.clock() - self.started
-
-    def minimum_s(self) -> float:
-        """The least the run can take: what already passed, every fixed cost, min_rounds of each, the reserve."""
-        return (
-            self.elapsed()
-            + END_RESERVE_S
-            + sum(i.fixed_s + (i.min_timed_s if i.shareable else 0.0) for i in self.items.values())
-        )
-
-    def _fixed(self, item: BudgetItem) -> float:
-        seen = self.observed.get(item.family)
-        if not seen or not item.shareable:
-            return item.fixed_s
-        # The family's measured overhead so far replaces the prior for the benchmarks still to come.
-        prior = self.overhead.get(item.family, DEFAULT_OVERHEAD_S)
-        return item.fixed_s - prior + sorted(seen)[len(seen) // 2]
-
-    def start(self, key: str) -> float | None:
-        """max_time for benchmark `key`, which starts now (None: not a budgeted benchmark)."""
-        if key not in self.items:
-            return None
-        if key in self.pending:
-            self.pending.remove(key)
-        later = [self.items[k] for k in self.pending]
-        item = self.items[key]
-        left = self.budget_s - self.elapsed() - END_RESERVE_S
-        pool = left - self._fixed(item) - sum(self._fixed(i) for i in later)
-        sharing = item.shareable + sum(1 for i in later if i.shareable)
-        if not item.shareable or sharing == 0:
-            return None
-        return max(pool / sharing, item.min_timed_s, MIN_SHARE_S)
-
-    def finish(self, key: str, overhead_s: float) -> None:
-        """Record what benchmark `key` cost beyond its timed rounds and warm-up (its family's overhead)."""
-        item = self.items.get(key)
-        if item is not None and item.shareable:
-            self.observed.setdefault(item.family, []).append(max(0.0, overhead_s))
+def least_budget_s(minimum_s: float) -> float:
+    """The budget to ask for when a run needs at least `minimum_s` (BUDGET_MARGIN): the one figure shown."""
+    return minimum_s * BUDGET_MARGIN + BUDGET_MARGIN_S
 
 
 def budget_error(budget_s: float, minimum_s: float, count: int, source: str) -> UserError:
-    need = format_duration(minimum_s * 1.05 + 1)
+    need = format_duration(least_budget_s(minimum_s))
     return UserError(
-        f"{source} {format_duration(budget_s)} is too small for the {count} selected benchmarks: they need at "
-        f"least {need} (warm-up, checks and min_rounds of each); give a budget of {need} or more, or select "
-        "fewer (-k, --suite-devices, a smaller --suite-config)"
+        f"{source} {format_duration(budget_s)} is too small for the {count} benchmarks that run here: give "
+        f"{need} or more (warm-up, checks and min_rounds of each), or select fewer (-k, --suite-devices, a "
+        "smaller --suite-config)"
     )
 
 
@@ -423,17 +344,28 @@ def run(args) -> int:
     spec = args.devices or config.devices
     if args.gpus is not None:
         with dev.use_platform(NodePlatform(args.gpus)):
-            devices = dev.check_spec(spec)
+            try:
+                devices = dev.resolve_spec(spec)
+            except ValueError as exc:
+                raise UserError(f"--devices: {exc}") from None
+            missing = dev.missing_devices(devices)
+            if missing:
+                # A planned node has exactly cpu and cuda:0..N-1: a device beyond them is a typo, not a skip.
+                raise UserError(
+                    f"--devices {', '.join(missing)}: not on a node of {args.gpus} GPU(s) (it has: "
+                    f"{', '.join(dev.present_devices())}); raise --gpus or pick from those"
+                )
+            devices = dev.check_spec(spec, option="--devices")  # `gpus` on a node of none
             plan = make_plan(config, devices, gpus=args.gpus, budget_s=budget)
     else:
-        devices = dev.check_spec(spec)
+        devices = dev.check_spec(spec, option="--devices")
         plan = make_plan(config, devices, budget_s=budget)
     if args.json:
         print(json.dumps(plan.as_dict(), indent=2))
         return 0
     print(render(plan))
-    if budget is not None and plan.minimum_s > budget:
-        print(f"\n{budget_error(budget, plan.minimum_s, plan.benchmarks, 'the budget')}")
+    if budget is not None and least_budget_s(plan.run_minimum_s) > budget:
+        print(f"\n{budget_error(budget, plan.run_minimum_s, plan.measured_in_run, 'the budget')}")
         return 2
     return 0
 
@@ -459,11 +391,21 @@ def render(plan: Plan) -> str:
     )
     lines.append("")
     if plan.budget_s is not None:
-        share = f"{plan.share_s:.3g} s" if plan.share_s and plan.share_s > 0 else "none left"
+        if plan.share_s and plan.share_s > 0:
+            share = f"timed rounds of each benchmark: at most {plan.share_s:.3g} s (or its max_time, if less)"
+        else:
+            share = "no time is left for timed rounds"
         lines.append(
-            f"budget {format_duration(plan.budget_s)}: timed rounds per benchmark at most {share}; "
-            f"the run needs at least {format_duration(plan.minimum_s)}"
+            f"budget {format_duration(plan.budget_s)}: {share}; give at least "
+            f"{format_duration(least_budget_s(plan.run_minimum_s))}"
         )
+        separate = [name for name, fp in plan.families.items() if fp.separate and fp.runs]
+        if separate:
+            cost = sum(plan.families[name].estimated_s for name in separate)
+            lines.append(
+                f"The budget is for `pytest benchmarks`; {', '.join(separate)} run separately under torchrun "
+                f"({format_duration(cost)} more, not in the budget: the total above includes it)."
+            )
     lines.append(
         "'at most' assumes every benchmark runs its timed rounds to max_time; precision stopping ends stable "
         "ones sooner."

@@ -6,6 +6,7 @@ import contextlib
 import copy
 import json
 import os
+import shlex
 import time
 from pathlib import Path
 
@@ -19,21 +20,34 @@ _STARTED = [time.monotonic() - process_age()]
 
 import torch  # noqa: E402 - after taking the start time
 
-from suite import SCHEMA_VERSION, __version__
-from suite import devices as dev
-from suite.cases import Case, SkipCase, family_module, FAMILIES
-from suite.config import DEFAULT_CONFIG, SuiteConfig, load_config, nothing_selected, resolved
-from suite.errors import UserError
-from suite.partial import MAX_DEATHS, PartialRun, PartialWriter, check_writable, partial_path, read_partial, rewrite_clean
-from suite.timing import SyncTimer, cap_rounds_by_time, parse_duration, stopping_info, warm_up  # noqa: E402
+from suite import SCHEMA_VERSION, __version__  # noqa: E402
+from suite import devices as dev  # noqa: E402
+from suite.budget import RunState  # noqa: E402
+from suite.cases import FAMILIES, Case, SkipCase, family_module  # noqa: E402
+from suite.cases.ceiling import annotate  # noqa: E402 - pct_of_ceiling / pct_of_datasheet on compute results
+from suite.config import DEFAULT_CONFIG, SuiteConfig, load_config, nothing_selected, resolved  # noqa: E402
+from suite.errors import UserError  # noqa: E402
+from suite.partial import PartialState  # noqa: E402
+from suite.summary import render  # noqa: E402
+from suite.timing import (  # noqa: E402
+    DEFAULT_CONFIDENCE,
+    SyncTimer,
+    cap_rounds_by_time,
+    parse_duration,
+    stopping_info,
+    warm_up,
+    warmup_seconds,
+)
 from suite.units import gbps, tflops  # noqa: E402
 
 _CONFIG = pytest.StashKey[SuiteConfig]()
 _CONFIG_PATH = pytest.StashKey[str]()
 _DEVICES = pytest.StashKey[list]()
 _CASES = pytest.StashKey[dict]()
-_PARTIAL = pytest.StashKey["PartialState"]()
-_RUN = pytest.StashKey["RunState"]()
+_PARTIAL = pytest.StashKey[PartialState]()
+_RUN = pytest.StashKey[RunState]()
+_MISSING = pytest.StashKey[list]()  # selected devices this machine lacks (warned about at the start)
+_FAILED = pytest.StashKey[set]()  # nodeids of tests that did not pass: their benchmarks are not results
 
 # Our timing settings (config `timing`) map onto these pytest-benchmark marker keywords; a user who passes
 # the matching --benchmark-* option on the command line keeps theirs.
@@ -60,7 +74,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--suite-devices",
         default=None,
         metavar="LIST",
-        help="override the config's devices: all, cpu, gpus, cuda:1, or a comma-separated list (cpu,cuda:1)",
+        help="override the config's devices: all, cpu, gpus, cuda:1, or a comma-separated list (cpu,cuda:1); "
+        "refused when none of them is on this machine",
     )
     group.addoption(
         "--suite-resume",
@@ -72,8 +87,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--suite-budget",
         default=None,
         metavar="DURATION",
-        help="the whole run, overhead included, in this time (600, 90s, 10m, 1h): time is shared out over the "
-        "selected benchmarks; a budget too small is refused before anything runs (overrides timing.budget)",
+        help="the whole run, overhead included, in at most this time (600, 90s, 10m, 1h): each benchmark's "
+        "max_time is cut where needed, never raised; a budget too small is refused before anything runs "
+        "(overrides timing.budget)",
     )
     group.addoption(
         "--suite-summary",
@@ -101,21 +117,26 @@ def pytest_configure(config: pytest.Config) -> None:
     try:
         suite_config = load_config(path)
         spec = config.getoption("suite_devices") or suite_config.devices
-        devices = dev.check_spec(spec)
+        option = "--suite-devices" if config.getoption("suite_devices") else f"{path}: devices"
+        devices = dev.check_spec(spec, option=option)
     except UserError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_CONFIG] = suite_config
     config.stash[_CONFIG_PATH] = str(path)
     config.stash[_DEVICES] = devices
+    config.stash[_MISSING] = dev.missing_devices(devices)
     config.stash[_CASES] = {}
-    config.stash[_RUN] = RunState(started=_STARTED.pop() if _STARTED else time.monotonic())
+    config.stash[_FAILED] = set()
+    run = config.stash[_RUN] = RunState(started=_STARTED.pop() if _STARTED else time.monotonic())
     try:
         budget = config.getoption("suite_budget")
-        config.stash[_RUN].budget_s = parse_duration(budget) if budget is not None else suite_config.timing.budget
+        run.budget_s = parse_duration(budget) if budget is not None else suite_config.timing.budget
+        run.budget_source = "--suite-budget" if budget is not None else "timing.budget"
     except ValueError as exc:
         raise pytest.UsageError(f"--suite-budget: {exc}") from None
+    identity = {"config": resolved(suite_config), "devices": devices}
     try:
-        config.stash[_PARTIAL] = PartialState.start(config)
+        config.stash[_PARTIAL] = PartialState.start(config, identity, lambda: _suite_block(config))
     except UserError as exc:
         raise pytest.UsageError(str(exc)) from None
 
@@ -152,7 +173,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def _user_set(config: pytest.Config, option: str) -> bool:
-    return any(a == option or a.startswith(option + "=") for a in config.invocation_params.args)
+    """Whether the user gave `option`: on the command line, in PYTEST_ADDOPTS or in the ini file's addopts."""
+    args = [*config.invocation_params.args, *shlex.split(os.environ.get("PYTEST_ADDOPTS", ""))]
+    with contextlib.suppress(ValueError):
+        args += config.getini("addopts")
+    return any(a == option or a.startswith(option + "=") for a in args)
 
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselection: the budget is shared over what will run
@@ -180,7 +205,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(timing.time_limit_s))
     if _PARTIAL in config.stash:
         config.stash[_PARTIAL].select(config, items)
-    config.stash[_RUN].plan(config, items)
+    cases = {}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        family = _family_of(getattr(item, "originalname", item.name))
+        if callspec is not None and (family, callspec.params.get("case")) in registry:
+            cases[item.nodeid] = registry[(family, callspec.params["case"])]
+    try:
+        config.stash[_RUN].plan(cases, suite_config)
+    except UserError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 @pytest.fixture
@@ -282,16 +316,57 @@ def measure(request: pytest.FixtureRequest, benchmark):
     config = request.config.stash[_CONFIG]
 
     def _measure(case: Case) -> dict:
-        from suite.plan import warmup_seconds
-
+        for name in case.devices:
+            reason = dev.missing_reason(name)
+            if reason:
+                pytest.skip(reason)
+        state = request.config.stash.get(_PARTIAL, None)
+        if state is not None:
+            state.measure_starts(request.node.nodeid)
         timing = config.timing_for(case.family)
         # The case's own timing (its family's `timing:` keys; a sustained warm-up for compute on accelerators).
         timing = timing.model_copy(update={"warmup_s": warmup_seconds(case, timing)})
         request.config.stash[_RUN].warmups[request.node.nodeid] = timing.warmup_s
+        cap_fixed_rounds_by_time(benchmark)
         cap_rounds_by_time(benchmark)
-        return run_case(case, benchmark, config.model_copy(update={"timing": timing}))
+        info = run_case(case, benchmark, config.model_copy(update={"timing": timing}))
+        if benchmark.stats is not None and case.family in FAMILIES and _has_max_time(benchmark):
+            # The max_time this benchmark ran under: the config's, or less under a budget (never more).
+            benchmark.extra_info["max_time"] = info["max_time"] = benchmark._max_time
+        return info
 
     return _measure
+
+
+def _has_max_time(benchmark) -> bool:
+    """Whether max_time bounded the timed rounds (not for fixed rounds: benchmark.pedantic)."""
+    return getattr(benchmark, "_mode", None) == "benchmark(...)" and hasattr(benchmark, "_max_time")
+
+
+# pytest-benchmark's precision loop ends once the margin is within the target; a target below zero is never
+# met, so with precision off the loop runs the calibrated rounds, ended at max_time by cap_rounds_by_time.
+_NEVER_PRECISE = -1.0
+
+
+def cap_fixed_rounds_by_time(benchmark) -> bool:
+    """With precision off, make pytest-benchmark's fixed rounds stop at max_time of wall time too.
+
+    With precision off pytest-benchmark runs the rounds fixed by one calibration round in a plain loop that
+    cap_rounds_by_time cannot end: a machine that slows down after calibration overruns max_time (and any
+    budget) many times. This runs them through the precision loop instead, with a target never met, once the
+    result's options are recorded (they keep precision off; stopped_on says "time").
+    """
+    make_stats = getattr(benchmark, "_make_stats", None)
+    if make_stats is None or getattr(benchmark, "_precision", 0.0) is not None:
+        return False
+
+    def make_stats_then_loop(*args, **kwargs):
+        stats = make_stats(*args, **kwargs)
+        benchmark._precision, benchmark._confidence = _NEVER_PRECISE, DEFAULT_CONFIDENCE
+        return stats
+
+    benchmark._make_stats = make_stats_then_loop
+    return True
 
 
 # --- JSON additions ----------------------------------------------------------------------------------
@@ -309,11 +384,15 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
     if not config.getoption("benchmark_save_data"):
         for bench in output_json.get("benchmarks", []):
             (bench.get("stats") or {}).pop("data", None)
+    # A test that did not pass (pytest-timeout's Failed mid-timing, a failing check or teardown) leaves
+    # pytest-benchmark a result of interrupted rounds: it is no measurement.
+    failed = config.stash.get(_FAILED, set())
+    if failed and "benchmarks" in output_json:
+        output_json["benchmarks"] = [b for b in output_json["benchmarks"] if b.get("fullname") not in failed]
     state = config.stash.get(_PARTIAL, None)
     if state is not None and state.reused:
         output_json.setdefault("benchmarks", []).extend(state.reused)
     output_json["suite"] = _suite_block(config)
-    from suite.cases.ceiling.measure import annotate  # pct_of_ceiling / pct_of_datasheet on every compute result
     annotate(output_json)
 
 
@@ -324,152 +403,58 @@ def _suite_block(config: pytest.Config) -> dict:
         "config_path": config.stash[_CONFIG_PATH],
         "devices": config.stash[_DEVICES],
         "config": resolved(config.stash[_CONFIG]),
+        "budget_s": config.stash[_RUN].budget_s,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
 
 
-# --- crash-safe results (suite.partial) -----------------------------------------------------------------
-
-
-class PartialState:
-    """The partial results file of this run and, with --suite-resume, what the interrupted run left."""
-
-    def __init__(self, config: pytest.Config, writer: PartialWriter | None, previous: PartialRun | None) -> None:
-        self.config = config
-        self.writer = writer
-        self.previous = previous or PartialRun()
-        self.reused: list[dict] = []  # benchmarks of the earlier run kept instead of re-run
-        self.outcomes: dict[str, str] = {}
-        self.started = time.time()
-
-    @classmethod
-    def start(cls, config: pytest.Config) -> "PartialState":
-        json_path = config.getoption("benchmark_json", None)
-        resume = config.getoption("suite_resume")
-        if os.environ.get("RANK", "0") != "0":
-            # Under torchrun only rank 0 writes results (suite.distributed); the other ranks write nothing.
-            return cls(config, None, None)
-        if json_path is None:
-            if resume:
-                raise UserError("--suite-resume needs --benchmark-json PATH: the results file of the run to resume")
-            return cls(config, None, None)
-        json_path = Path(json_path)
-        check_writable(json_path)
-        partial = partial_path(json_path)
-        previous = None
-        if resume:
-            if not partial.exists():
-                raise UserError(
-                    f"--suite-resume: there is no {partial} to resume (the run finished, or wrote to another "
-                    "--benchmark-json); run without --suite-resume"
-                )
-            previous = read_partial(partial)
-            _check_same_run(config, partial, previous)
-            rewrite_clean(partial, previous)
-        return cls(config, PartialWriter(partial, append=resume), previous)
-
-    def write(self, obj: dict) -> None:
-        if self.writer is None:
-            return
-        if not self.writer.has_header:
-            self.writer.has_header = True
-            self.writer.write(self._header())
-        self.writer.write(obj)
-
-    def _header(self) -> dict:
-        from pytest_benchmark import __version__ as pb_version
-
-        hook = self.config.hook
-        machine_info = hook.pytest_benchmark_generate_machine_info(config=self.config)
-        hook.pytest_benchmark_update_machine_info(config=self.config, machine_info=machine_info)
-        commit_info = hook.pytest_benchmark_generate_commit_info(config=self.config)
-        return {
-            "partial": True,
-            "machine_info": machine_info,
-            "commit_info": commit_info,
-            "suite": _suite_block(self.config),
-            "datetime": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "version": pb_version,
-        }
-
-    def select(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        """With --suite-resume: drop what the earlier runs finished; skip a test that runs died in twice."""
-        done = [i for i in items if i.nodeid in self.previous.benchmarks]
-        for item in items:
-            deaths = self.previous.deaths(item.nodeid)
-            if deaths >= MAX_DEATHS:
-                item.add_marker(pytest.mark.skip(reason=(
-                    f"{deaths} earlier runs died while it was running (it crashes or hangs the process); to "
-                    f"retry it, run it alone: pytest {item.nodeid!s}"
-                )))
-        if done:
-            items[:] = [i for i in items if i.nodeid not in self.previous.benchmarks]
-            config.hook.pytest_deselected(items=done)
-            self.reused = [self.previous.benchmarks[i.nodeid] for i in done]
-
-    def finish(self) -> None:
-        """Close the file; drop it once the complete JSON exists (it now holds everything)."""
-        if self.writer is None:
-            return
-        self.writer.close()
-        json_path = Path(self.config.getoption("benchmark_json"))
-        try:
-            complete = json_path.stat().st_mtime >= self.started and "benchmarks" in json.loads(json_path.read_text())
-        except (OSError, ValueError):
-            complete = False
-        if complete:
-            self.writer.path.unlink(missing_ok=True)
-
-
-def _check_same_run(config: pytest.Config, partial: Path, previous: PartialRun) -> None:
-    """Resume only the same measurement: the same config, devices and machine, or the JSON would mix runs."""
-    import platform
-
-    header = previous.header or {}
-    old = header.get("suite") or {}
-    host = (header.get("machine_info") or {}).get("node")
-    if previous.header is None:
-        return  # died before its first result: nothing to merge
-    if old.get("config") != resolved(config.stash[_CONFIG]) or old.get("devices") != config.stash[_DEVICES]:
-        raise UserError(
-            f"--suite-resume: {partial} was measured with another config or device list ({old.get('config_path')}, "
-            f"devices {old.get('devices')}); resume with the same --suite-config and --suite-devices, or run "
-            "without --suite-resume"
-        )
-    if host and host != platform.node():
-        raise UserError(f"--suite-resume: {partial} was measured on {host}, not on this machine ({platform.node()}); "
-                        "run without --suite-resume")
+# --- crash-safe results (suite.partial), the budget and progress lines (suite.budget) ----------------------
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    state = item.config.stash.get(_PARTIAL, None)
-    if state is not None:
-        state.write({"started": item.nodeid})
     run = item.config.stash.get(_RUN, None)
-    if run is not None:
-        run.start(item)
+    if run is None:
+        return
+    share = run.start(item.nodeid)
+    marker = item.get_closest_marker("benchmark")
+    if share is not None and marker is not None and not _user_set(item.config, "--benchmark-max-time"):
+        # pytest-benchmark reads the closest `benchmark` marker when its fixture is set up, which is next.
+        item.add_marker(pytest.mark.benchmark(**dict(marker.kwargs, max_time=share)), append=False)
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call):
     outcome = yield
     report = outcome.get_result()
+    fixture = getattr(item, "funcargs", {}).get("benchmark")
+    stats = getattr(fixture, "stats", None)
     run = item.config.stash.get(_RUN, None)
     if run is not None and report.when == "call":
-        run.timed(item.nodeid, getattr(getattr(item, "funcargs", {}).get("benchmark"), "stats", None))
+        run.timed(item.nodeid, stats)
+    if report.failed and _FAILED in item.config.stash:
+        item.config.stash[_FAILED].add(item.nodeid)
     state = item.config.stash.get(_PARTIAL, None)
     if state is None:
         return
-    if report.when == "call" or report.outcome != "passed":
-        state.outcomes.setdefault(item.nodeid, report.outcome)
-    if report.when == "call" and report.passed:
-        fixture = getattr(item, "funcargs", {}).get("benchmark")
-        stats = getattr(fixture, "stats", None)
-        if stats is not None and not fixture.has_error:
-            state.write(stats.as_dict(include_data=False))
-    if report.when == "teardown":
-        state.write({"finished": item.nodeid, "outcome": state.outcomes.pop(item.nodeid, "passed")})
+    result = None
+    if report.when == "call" and stats is not None and not fixture.has_error:
+        result = stats.as_dict(include_data=False)
+    state.report(item.nodeid, report.when, report.outcome, result)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem):
+    """After a test's setup, call and teardown (and their reports): its progress line and the budget's
+    accounting. Written here because pytest captures output during those phases (without -s it is lost)."""
+    try:
+        return (yield)
+    finally:
+        run = item.config.stash.get(_RUN, None)
+        line = run.finish(item.nodeid) if run is not None else None
+        reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+        if line and reporter is not None and item.config.getoption("verbose") >= 0:
+            reporter.write_line(line)
 
 
 @pytest.hookimpl(trylast=True)
@@ -494,105 +479,45 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         state.finish()
 
 
-# --- budget, progress lines and the summary ---------------------------------------------------------------
-
-
-class RunState:
-    """This run's budget schedule, per-test clocks for progress lines, and what each benchmark timed."""
-
-    def __init__(self, started: float) -> None:
-        self.run_started = started
-        self.budget_s: float | None = None
-        self.schedule = None  # suite.plan.BudgetSchedule when a budget is set
-        self.progress = None  # suite.summary.Progress
-        self.families: dict[str, str] = {}  # nodeid -> family of the selected benchmarks
-        self.started: dict[str, float] = {}
-        self.timed_s: dict[str, float] = {}
-        self.warmups: dict[str, float] = {}
-
-    def plan(self, config: pytest.Config, items: list[pytest.Item]) -> None:
-        """After selection: the families for progress lines; with a budget, refuse it now if it is too small."""
-        from suite.plan import BudgetSchedule, budget_error
-        from suite.summary import Progress
-
-        registry = config.stash[_CASES]
-        cases = {}
-        for item in items:
-            callspec = getattr(item, "callspec", None)
-            family = _family_of(getattr(item, "originalname", item.name))
-            if callspec is not None and (family, callspec.params.get("case")) in registry:
-                cases[item.nodeid] = registry[(family, callspec.params["case"])]
-                self.families[item.nodeid] = family
-        counts: dict[str, int] = {}
-        for family in self.families.values():
-            counts[family] = counts.get(family, 0) + 1
-        self.progress = Progress(counts)
-        if self.budget_s is None or not cases:
-            return
-        self.schedule = BudgetSchedule.for_cases(self.budget_s, cases, config.stash[_CONFIG], self.run_started)
-        minimum = self.schedule.minimum_s()
-        if minimum > self.budget_s:
-            source = "--suite-budget" if config.getoption("suite_budget") else "timing.budget"
-            raise pytest.UsageError(str(budget_error(self.budget_s, minimum, len(cases), source)))
-
-    def start(self, item: pytest.Item) -> None:
-        self.started[item.nodeid] = time.monotonic()
-        if self.schedule is None:
-            return
-        share = self.schedule.start(item.nodeid)
-        marker = item.get_closest_marker("benchmark")
-        if share is not None and marker is not None and not _user_set(item.config, "--benchmark-max-time"):
-            # pytest-benchmark reads the closest `benchmark` marker when its fixture is set up, which is next.
-            item.add_marker(pytest.mark.benchmark(**dict(marker.kwargs, max_time=share)), append=False)
-
-    def timed(self, nodeid: str, stats) -> None:
-        if stats is not None and stats.stats.data:
-            self.timed_s[nodeid] = sum(stats.stats.data) * stats.iterations
-
-    def finish(self, config: pytest.Config, nodeid: str) -> None:
-        started = self.started.pop(nodeid, None)
-        family = self.families.get(nodeid)
-        if started is None or family is None:
-            return
-        wall = time.monotonic() - started
-        if self.schedule is not None and nodeid in self.timed_s:
-            self.schedule.finish(nodeid, wall - self.timed_s[nodeid] - self.warmups.get(nodeid, 0.0))
-        line = self.progress.finished(family, wall) if self.progress is not None else None
-        reporter = config.pluginmanager.get_plugin("terminalreporter")
-        if line and reporter is not None and config.getoption("verbose") >= 0:
-            reporter.write_line(line)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item: pytest.Item, nextitem) -> None:
-    run = item.config.stash.get(_RUN, None)
-    if run is not None:
-        run.finish(item.config, item.nodeid)
+# --- progress lines and the summary --------------------------------------------------------------------
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    bs = getattr(session.config, "_benchmarksession", None)
-    if bs is not None and _RUN in session.config.stash and session.config.getoption("suite_summary") == "rates":
+    config = session.config
+    if _RUN not in config.stash:
+        return
+    missing = config.stash[_MISSING]
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if missing and reporter is not None:
+        reporter.write_line(
+            f"[suite] warning: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on this machine "
+            f"(it has: {', '.join(dev.present_devices())}): {'its' if len(missing) == 1 else 'their'} cases are "
+            "skipped", yellow=True,
+        )
+    distributed = config.pluginmanager.get_plugin("suite.distributed")  # registered beside this plugin
+    if distributed is not None:
+        distributed.join_group(config.stash[_CONFIG], config.stash[_DEVICES])
+    bs = getattr(config, "_benchmarksession", None)
+    if bs is not None and config.getoption("suite_summary") == "rates":
         # Our summary replaces pytest-benchmark's table (kept with --suite-summary=both or off); --benchmark-json
         # and the comparison checks are unaffected.
         bs.quiet = True
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    from suite.summary import render, shown_on_this_rank
+    from suite.summary import shown_on_this_rank
 
     if _RUN not in config.stash or config.getoption("suite_summary") == "off" or not shown_on_this_rank():
         return
     bs = getattr(config, "_benchmarksession", None)
+    failed = config.stash.get(_FAILED, set())
     benchmarks = [copy.deepcopy(b.as_dict(include_data=False)) for b in getattr(bs, "benchmarks", [])
-                  if not b.has_error and b.stats]
+                  if not b.has_error and b.stats and b.fullname not in failed]
     state = config.stash.get(_PARTIAL, None)
     if state is not None:
         benchmarks += copy.deepcopy(state.reused)
     if not benchmarks:
         return
-    from suite.cases.ceiling import annotate
-
     doc = {"machine_info": dev.inventory().as_machine_info(), "benchmarks": benchmarks}
     annotate(doc)
     terminalreporter.write_sep("=", "suite summary (--suite-summary=both adds pytest-benchmark's table)")

@@ -90,6 +90,8 @@ MEASURED_KEYS = frozenset(
         "confidence",
         "precision_target",
         "stopped_on",
+        # The max_time a benchmark ran under (the config's, or less under --suite-budget): how, not what.
+        "max_time",
     }
 )
 # extra_info of how precision stopping ended, carried as columns (the report shows them) but never matched on.

@@ -168,8 +168,9 @@ class TimingConfig(Section):
     )
     budget: Duration | None = Field(
         None,
-        description="the whole run, overhead included, in this time (600, 90s, 10m, 1h); time is shared out over "
-        "the selected benchmarks, and a budget too small is refused before anything runs (--suite-budget)",
+        description="the whole run, overhead included, in at most this time (600, 90s, 10m, 1h): each "
+        "benchmark's max_time is cut where needed, never raised; a budget too small is refused before anything "
+        "runs (--suite-budget)",
     )
 
 

@@ -15,6 +15,8 @@ import statistics
 import time
 from typing import Callable, Iterable
 
+from suite.cases import family_module
+
 # Fewest warm-up calls even when one call outlasts warmup_s: the first call pays for context creation,
 # library handles and autotuning; the second for caches the first filled.
 MIN_WARMUP_CALLS = 2
@@ -197,8 +199,20 @@ DEFAULT_CONFIDENCE = 0.99
 # (ml-engineering compute/accelerator/benchmarks/README.md, "How MAMF and MSMF are defined"). So compute cases
 # on an accelerator run this long before their first timed round, whatever precision stopping does after.
 SUSTAINED_WARMUP_S = 1.0
-# The families whose cases keep an accelerator's compute units busy (the clock question above applies).
-COMPUTE_FAMILIES = ("matmul", "ceiling", "conv", "model")
+
+
+def warmup_seconds(case, timing) -> float:
+    """The warm-up before timing `case` (a suite.cases.Case) with `timing` (its TimingConfig): at least
+    SUSTAINED_WARMUP_S (timing.compute_warmup_s) for a compute family on an accelerator, else timing.warmup_s.
+
+    A family is compute when its measure module says `COMPUTE = True` (its cases keep an accelerator's compute
+    units busy, so the clock question above applies); a new family opts in with that one line.
+    """
+    compute = getattr(family_module(case.family), "COMPUTE", False)
+    if compute and any(d != "cpu" for d in case.devices):
+        return max(timing.warmup_s, timing.compute_warmup_s)
+    return timing.warmup_s
+
 
 _DURATION_RE = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?$")
 DURATION_HELP = "seconds or a duration such as 90s, 10m, 1h, 1h30m"
@@ -311,7 +325,11 @@ def cap_rounds_by_time(benchmark, clock: Callable[[], float] = time.perf_counter
 
 
 def process_age() -> float:
-    """Seconds since this process started (Linux /proc; 0 elsewhere): a run's budget covers its start-up."""
+    """Seconds since this process started, so a run's budget covers its start-up (interpreter, torch import).
+
+    Read from Linux's /proc; elsewhere (macOS, Windows) it is 0 and the budget's clock starts when pytest
+    configures the plugin, a second or so after the process: the run may overrun its budget by that much.
+    """
     try:
         with open("/proc/self/stat", encoding="ascii") as fh:
             start_ticks = float(fh.read().rsplit(")", 1)[1].split()[19])

@@ -1,5 +1,6 @@
 """Test-only case families, loaded as a pytest plugin (`-p tests.fake_families`): one that runs out of memory
-on its first case, one that sleeps past the time limit, one that is quick. Each checks its result honestly."""
+on its first case, one that sleeps past the time limit, one that is quick, one that stalls while timed. Each
+checks its result honestly."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from suite.cases import FAMILIES, Work, make_case
 
-FAMILIES.update({"oom": __name__, "sleepy": __name__, "quick": __name__})
+FAMILIES.update({"oom": __name__, "sleepy": __name__, "quick": __name__, "stall": __name__})
 NAME = "fake"
 
 
@@ -19,7 +20,8 @@ def enumerate_cases(config, devices):
             make_case("oom", ("cpu",), ["cpu", "late"], device="cpu", size="late"),
             make_case("sleepy", ("cpu",), ["cpu", "slow"], device="cpu", seconds=30),
             make_case("sleepy", ("cpu",), ["cpu", "fast"], device="cpu", seconds=0),
-            *[make_case("quick", ("cpu",), ["cpu", str(i)], device="cpu", index=i) for i in range(40)]]
+            *[make_case("quick", ("cpu",), ["cpu", str(i)], device="cpu", index=i) for i in range(40)],
+            make_case("stall", ("cpu",), ["cpu", "midway"], device="cpu")]
 
 
 def _enumerate(family):
@@ -47,9 +49,12 @@ def build(case, config) -> Work:
         calls[0] += 1
         if case.family == "oom" and p["size"] == "late" and calls[0] > 3:  # out of memory while timing
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        if case.family == "stall":  # slow: its 100 fixed rounds run into the time limit midway
+            time.sleep(0.2)
         out.copy_(x)
 
-    return Work(fn=fn, check=check, bytes=x.numel() * 4)
+    pedantic = {"rounds": 100, "iterations": 1, "warmup_rounds": 0} if case.family == "stall" else None
+    return Work(fn=fn, check=check, bytes=x.numel() * 4, pedantic=pedantic)
 
 
 class _Family:
@@ -63,7 +68,7 @@ def pytest_configure(config):
     import sys
     import types
 
-    for family in ("oom", "sleepy", "quick"):
+    for family in ("oom", "sleepy", "quick", "stall"):
         module = types.ModuleType(f"tests.fake_families_{family}")
         module.NAME, module.enumerate_cases, module.build = family, _enumerate(family), build
         sys.modules[module.__name__] = module

@@ -12,7 +12,7 @@ import pytest
 from suite import devices as dev
 from suite.config import load_config, parse_config
 from suite.errors import UserError
-from suite.plan import BudgetItem, BudgetSchedule, NodePlatform, make_plan, select
+from suite.plan import NodePlatform, make_plan, select
 from suite.timing import SUSTAINED_WARMUP_S
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,36 +93,18 @@ def test_compute_on_a_gpu_is_planned_with_the_sustained_warm_up():
     assert plan.families["matmul"].estimated_s >= SUSTAINED_WARMUP_S + 0.1
 
 
-def test_budget_share_in_the_plan_fills_the_budget():
+def test_a_budget_in_the_plan_only_shortens():
     config = load_config(ROOT / "configs/default.yaml")
     with dev.use_platform(NodePlatform(1)):
         devices = dev.resolve_spec(config.devices)
-        plan = make_plan(config, devices, gpus=1, budget_s=600)
-    assert plan.share_s > config.timing.max_time
-    pytest_part = plan.estimated_s - sum(f.estimated_s for f in plan.families.values() if f.separate)
-    assert pytest_part == pytest.approx(600 - 3.0, rel=0.02)
-
-
-def _schedule(budget, fixed=0.1, n=4, clock=None):
-    items = {f"t{i}": BudgetItem("copy", fixed, True, 0.0005) for i in range(n)}
-    return BudgetSchedule(budget, items, started=0.0, clock=clock or (lambda: 0.0))
-
-
-def test_budget_schedule_shares_what_is_left_and_passes_on_unused_time():
-    now = [0.0]
-    schedule = _schedule(13.4, clock=lambda: now[0])
-    first = schedule.start("t0")
-    assert first == pytest.approx((13.4 - 3.0 - 0.4) / 4)  # 2.5 s each
-    now[0] = 0.2  # t0 stopped on precision almost at once: the others share its time
-    schedule.finish("t0", 0.1)  # its overhead was 0.1 s, not the prior's 0.04 s: the plan learns that
-    second = schedule.start("t1")
-    assert second == pytest.approx((13.4 - 0.2 - 3.0 - 3 * (0.1 - 0.04 + 0.1)) / 3)
-    assert second > first
-
-
-def test_budget_schedule_minimum_counts_every_fixed_cost():
-    schedule = _schedule(100, fixed=2.0, n=10)
-    assert schedule.minimum_s() == pytest.approx(3.0 + 10 * (2.0 + 0.0005))
+        free = make_plan(config, devices, gpus=1)
+        in_run = free.estimated_s - sum(f.estimated_s for f in free.families.values() if f.separate)
+        roomy = make_plan(config, devices, gpus=1, budget_s=3600)
+        tight = make_plan(config, devices, gpus=1, budget_s=in_run * 0.9)
+    # An hour for a run of seconds: every benchmark keeps its max_time, the estimate does not grow.
+    assert roomy.share_s > config.timing.max_time
+    assert roomy.estimated_s == pytest.approx(free.estimated_s)
+    assert tight.estimated_s < free.estimated_s
 
 
 def test_plan_command_json_and_text():
@@ -154,3 +136,52 @@ def test_plan_refuses_a_budget_that_is_too_small():
         text=True,
     )
     assert proc.returncode == 2 and "is too small for the" in proc.stdout
+
+
+def _plan_cmd(*args):
+    return subprocess.run([sys.executable, "-m", "suite", "plan", *args], cwd=ROOT, capture_output=True,
+                          text=True)
+
+
+def test_plan_budget_line_gives_one_figure_and_says_collectives_are_separate():
+    proc = _plan_cmd("--gpus", "8", "--budget", "10m")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("budget 10m00s:")]
+    assert line.count("at least") == 1 and "none left" not in line
+    assert "collectives run separately under torchrun" in proc.stdout and "not in the budget" in proc.stdout
+    tight = _plan_cmd("--gpus", "8", "--budget", "30s")
+    assert tight.returncode == 2
+    lines = tight.stdout.splitlines()
+    (need,) = {ln.split("give at least ")[1].split()[0] for ln in lines if "give at least" in ln}
+    assert f"give {need} or more" in tight.stdout, "the budget line and the refusal name the same figure"
+    assert "no time is left for timed rounds" in tight.stdout
+
+
+def test_plan_refuses_devices_the_planned_node_lacks():
+    proc = _plan_cmd("--gpus", "2", "--devices", "cuda:3")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "cuda:3: not on a node of 2 GPU(s) (it has: cpu, cuda:0, cuda:1)" in proc.stderr
+
+
+def test_compute_families_declare_it_and_get_the_sustained_warm_up():
+    from suite.cases import FAMILIES, family_module
+    from suite.timing import warmup_seconds
+
+    compute = {name for name in FAMILIES if getattr(family_module(name), "COMPUTE", False)}
+    assert compute == {"matmul", "ceiling", "conv", "model"}
+    config = parse_config({"timing": {"warmup_s": 0.1}})
+    config_copy = select(config, ["cuda:0"])
+    for family, cases in config_copy.items():
+        for case in cases[:1]:
+            want = SUSTAINED_WARMUP_S if family in compute else 0.1
+            assert warmup_seconds(case, config.timing_for(family)) == want, family
+
+
+def test_plan_counts_what_pytest_collects():
+    """The plan's benchmark count is pytest's collected count for the same config on this machine."""
+    plan = json.loads(_plan_cmd("--json").stdout)
+    proc = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "--co", "-q",
+                           "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    collected = [ln for ln in proc.stdout.splitlines() if "::" in ln]
+    assert plan["benchmarks"] == len(collected)
+    assert plan["families"]["collectives"]["measured"] == 0, "outside torchrun the collectives are skipped"

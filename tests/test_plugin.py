@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from suite import SCHEMA_VERSION
+from suite.devices import accelerators
 
 TINY = {
     "devices": ["cpu", "cuda:3"],
@@ -15,6 +18,7 @@ def test_matmul_end_to_end(run_benchmarks):
     result, data = run_benchmarks(TINY, "-k", "matmul")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*cuda:3 is not available on this machine*"])
+    assert "[suite] warning: cuda:3 is not on this machine (it has: cpu" in result.stdout.str()
     (bench,) = data["benchmarks"]
     assert bench["name"] == "test_matmul[cpu-float32-64x32x16]"
     info = bench["extra_info"]
@@ -88,20 +92,78 @@ def test_summary_in_rates_replaces_pytest_benchmarks_table(run_benchmarks):
     assert "Name (time in" in result.stdout.str() and "suite summary" not in result.stdout.str()
 
 
-def test_a_budget_too_small_is_refused_before_anything_runs(run_benchmarks):
-    result, data = run_benchmarks(SMALL, "-k", "matmul or placement", "--suite-budget", "1s")
+def test_a_budget_too_small_is_refused_before_anything_runs(run_benchmarks, tmp_path):
+    # Collectives outside torchrun are skipped: the refusal counts only the 3 benchmarks that run.
+    config = dict(SMALL, cases={**SMALL["cases"], "collectives": {"ops": ["all_reduce"], "sizes": ["4KiB"]}})
+    result, data = run_benchmarks(config, "-k", "matmul or placement or collectives", "--suite-budget", "1s")
     assert result.ret != 0 and data is None
     err = result.stderr.str()
-    assert "--suite-budget 1.0s is too small for the 3 selected benchmarks: they need at least" in err
+    assert "--suite-budget 1.0s is too small for the 3 benchmarks that run here: give " in err
     assert "Traceback" not in err + result.stdout.str()
+    assert not (tmp_path / "results.partial.jsonl").exists(), "a refused run leaves no partial file"
 
 
-def test_a_budget_sets_each_benchmarks_share(run_benchmarks):
-    result, data = run_benchmarks(SMALL, "-k", "matmul or placement", "--suite-budget", "30s")
+def test_a_budget_only_shortens_and_is_recorded(run_benchmarks):
+    # An hour for a run of seconds: each benchmark keeps the config's max_time (a budget never lengthens).
+    result, data = run_benchmarks(SMALL, "-k", "matmul or placement", "--suite-budget", "1h")
     result.assert_outcomes(passed=3)
-    shares = [b["options"]["max_time"] for b in data["benchmarks"]]
-    # The shares come from the budget (seconds each), not from the config's 0.05 s.
-    assert all(share > 1.0 for share in shares)
+    assert data["suite"]["budget_s"] == 3600
+    for bench in data["benchmarks"]:
+        assert bench["options"]["max_time"] == bench["extra_info"]["max_time"] == 0.05
+    # matmul's own max_time (30 s) does not fit a 12 s budget: its share is cut, placement keeps its 0.05 s.
+    config = dict(SMALL, cases={**SMALL["cases"], "matmul": {**SMALL["cases"]["matmul"],
+                                                             "timing": {"max_time": 30}}})
+    result, data = run_benchmarks(config, "-k", "matmul or placement", "--suite-budget", "12s")
+    result.assert_outcomes(passed=3)
+    used = {b["extra_info"]["case"]: b["extra_info"]["max_time"] for b in data["benchmarks"]}
+    assert 0 < used["matmul"] < 12 and used["placement"] == 0.05
+    assert data["suite"]["budget_s"] == 12
+
+
+def test_without_a_budget_the_config_max_time_is_recorded(run_benchmarks):
+    result, data = run_benchmarks(SMALL, "-k", "matmul")
+    (bench,) = data["benchmarks"]
+    assert bench["extra_info"]["max_time"] == 0.05 and data["suite"]["budget_s"] is None
+
+
+def test_devices_none_of_which_exist_are_refused_naming_what_the_machine_has(run_benchmarks, tmp_path):
+    result, data = run_benchmarks(TINY, "--suite-devices", "cuda:3")
+    assert result.ret == 4 and data is None
+    (line,) = [ln for ln in result.stderr.str().splitlines() if ln.strip()]
+    assert "--suite-devices cuda:3: cuda:3 is not on this machine (it has: cpu" in line
+    assert not (tmp_path / "results.partial.jsonl").exists()
+
+
+def test_some_devices_missing_is_one_warning_at_the_start(run_benchmarks, tmp_path):
+    result, data = run_benchmarks(TINY, "-k", "matmul and cuda")
+    out = result.stdout.str()
+    assert out.count("[suite] warning: cuda:3 is not on this machine") == 1
+    assert out.index("[suite] warning") < out.index("SKIPPED")
+    # Everything selected was skipped: nothing measured, no JSON, no partial file left behind.
+    result.assert_outcomes(skipped=1)
+    assert data is None and not (tmp_path / "results.partial.jsonl").exists()
+
+
+@pytest.mark.skipif(bool(accelerators()), reason="needs a machine without an accelerator")
+def test_gpus_without_an_accelerator_is_an_error(run_benchmarks):
+    result, data = run_benchmarks(TINY, "--suite-devices", "gpus")
+    assert result.ret == 4 and data is None
+    assert "no GPU visible to torch; use --suite-devices cpu or all" in result.stderr.str()
+
+
+def test_progress_lines_show_without_dash_s(run_benchmarks):
+    sizes = [f"{n}KiB" for n in range(1, 11)]
+    config = dict(SMALL, cases={"placement": {"sizes": sizes, "ops": ["clone", "to_same"]}})
+    result, _ = run_benchmarks(config, "-k", "placement")
+    result.assert_outcomes(passed=20)
+    result.stdout.fnmatch_lines(["[[]suite[]] placement: 20/20 done in *"])
+
+
+def test_options_in_pytest_addopts_are_the_users_too(run_benchmarks, monkeypatch):
+    monkeypatch.setenv("PYTEST_ADDOPTS", "--benchmark-min-rounds=7")
+    result, data = run_benchmarks(TINY, "-k", "matmul", "--suite-devices=cpu")
+    result.assert_outcomes(passed=1)
+    assert data["benchmarks"][0]["options"]["min_rounds"] == 7
 
 
 def test_family_timing_reaches_the_benchmark(run_benchmarks):

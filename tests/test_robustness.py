@@ -26,6 +26,9 @@ def test_sleepy(case, measure):
 
 def test_quick(case, measure):
     measure(case)
+
+def test_stall(case, measure):
+    measure(case)
 '''
 
 
@@ -82,7 +85,7 @@ def test_sigkill_keeps_every_finished_benchmark_and_resume_completes(fake_suite,
     names = [b["fullname"] for b in data["benchmarks"]]
     assert len(names) == len(set(names)) == 40, "every case exactly once: the kept ones and the rest"
     assert kept <= set(names)
-    assert f"{40 - len(kept)} passed, {len(kept) + 5} deselected" in result.stdout, "only the rest re-ran (5: -k)"
+    assert f"{40 - len(kept)} passed, {len(kept) + 6} deselected" in result.stdout, "only the rest (6: -k)"
     assert not partial.exists(), "a completed run replaces the partial file with the JSON"
 
 
@@ -185,3 +188,40 @@ def test_resume_refuses_a_partial_file_of_another_config(fake_suite, tmp_path):
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 4
     assert "was measured with another config or device list (old.yaml" in result.stderr
+
+
+def test_a_benchmark_stopped_by_the_time_limit_while_timed_is_not_saved(fake_suite, tmp_path):
+    out = tmp_path / "run.json"
+    config = {**FAST, "timing": {**FAST["timing"], "time_limit_s": 1}}
+    result = subprocess.run(fake_suite(config, out, "-k", "stall or quick"), env=_env(), capture_output=True,
+                            text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 1 and "Timeout (>1.0s)" in result.stdout
+    names = [b["name"] for b in json.loads(out.read_text())["benchmarks"]]
+    assert "test_stall[cpu-midway]" not in names, "interrupted rounds are no measurement"
+    assert len(names) == 40
+
+
+def test_partial_file_holds_only_benchmarks_whose_test_passed(fake_suite, tmp_path):
+    out = tmp_path / "run.json"
+    config = {**FAST, "timing": {**FAST["timing"], "time_limit_s": 1}}
+    proc = subprocess.Popen(fake_suite(config, out, "-k", "stall or sleepy"), env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    partial = partial_path(out)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not partial.exists() or '"finished": "test_fake.py::test_stall'
+                                           not in partial.read_text()):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)  # in the slow sleepy case, after the stalled one ended
+    proc.wait(timeout=30)
+    run = read_partial(partial)
+    assert run.outcomes["test_fake.py::test_stall[cpu-midway]"] == "failed"
+    assert "test_fake.py::test_stall[cpu-midway]" not in run.benchmarks
+
+
+def test_resume_of_an_empty_partial_file_says_there_is_nothing_to_resume(fake_suite, tmp_path):
+    out = tmp_path / "run.json"
+    partial_path(out).write_text("")
+    result = subprocess.run(fake_suite(FAST, out, "-k", "quick", "--suite-resume"), env=_env(),
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 4
+    assert "holds no finished benchmark and no interrupted test: nothing to resume" in result.stderr

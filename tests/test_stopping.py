@@ -156,3 +156,40 @@ def test_low_noise_device_stops_on_precision_close_to_a_long_run(pytester):
     assert stopped == "precision"
     assert precise_s < 0.2 < long_s
     assert precise_median == pytest.approx(long_median, rel=0.01)
+
+
+def test_with_precision_off_the_fixed_rounds_stop_at_max_time_too(pytester):
+    """A machine that slows 100x after calibration: with precision off the calibrated rounds (~1000) would
+    take 100 s of device time; the cap ends them at max_time (1 s) and the result still says precision off."""
+    pytester.makepyfile(
+        """
+        import json
+        from suite.plugin import cap_fixed_rounds_by_time
+        from suite.timing import SyncTimer, cap_rounds_by_time, stopping_info
+        from tests.fakes import FakeClock
+
+        def test_fake(benchmark):
+            clock = FakeClock(tick=1e-9)
+            benchmark._timer = SyncTimer(["cpu"], clock=clock)
+            benchmark._precision, benchmark._max_time = None, 1.0
+
+            def work():
+                clock.now += 0.1 if benchmark.stats is not None else 1e-3  # slow once timed rounds start
+
+            cap_fixed_rounds_by_time(benchmark)
+            cap_rounds_by_time(benchmark, clock=lambda: clock.now)
+            benchmark(work)
+            with open("out.json", "w") as fh:
+                json.dump({"rounds": len(benchmark.stats.stats.data),
+                           "precision": benchmark.stats.options["precision"],
+                           "stopped_on": stopping_info(benchmark.stats)["stopped_on"]}, fh)
+        """
+    )
+    pytester.syspathinsert(ROOT)
+    result = pytester.runpytest("-p", "no:cacheprovider", "-q", "--benchmark-min-rounds=3")
+    result.assert_outcomes(passed=1)
+    import json
+
+    out = json.loads((pytester.path / "out.json").read_text())
+    assert 3 <= out["rounds"] <= 12, "about 1 s of 0.1 s rounds, not the ~1000 calibrated ones"
+    assert out["precision"] is None and out["stopped_on"] == "time"

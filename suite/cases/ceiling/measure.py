@@ -19,6 +19,7 @@ from suite.cases.datasheet import find_gpu, lookup
 from suite.cases.matmul.measure import ALL_GPUS, build_matmul, matmul_case
 
 NAME = "ceiling"
+COMPUTE = True  # keeps compute units busy: a sustained warm-up on accelerators (timing.warmup_seconds)
 
 # Families whose single-device matmul results define a device's ceiling.
 CEILING_FAMILIES = ("ceiling", "matmul")

@@ -20,6 +20,7 @@ from suite.cases.matmul.measure import tolerance
 from suite.cases.precision import mode_record, storage_dtype, unsupported_reason
 
 NAME = "conv"
+COMPUTE = True  # keeps compute units busy: a sustained warm-up on accelerators (timing.warmup_seconds)
 
 # forward+backward = forward + input gradient + weight gradient, each the forward's multiply-adds.
 BACKWARD_FLOP_FACTOR = 3

@@ -11,6 +11,7 @@ from suite.cases.common import randn, relative_error, skip_if_unsupported, torch
 from suite.cases.precision import mode_record, storage_dtype, unsupported_reason
 
 NAME = "matmul"
+COMPUTE = True  # keeps compute units busy: a sustained warm-up on accelerators (timing.warmup_seconds)
 
 # Relative Frobenius error allowed against a float64 reference. Rounding error of a dot product grows about
 # like sqrt(k) * unit roundoff; these bounds hold to k = 65536 with margin and still catch a wrong kernel

@@ -24,6 +24,7 @@ from suite.cases.precision import mode_record, storage_dtype, unsupported_reason
 from suite.devices import device_id
 
 NAME = "model"
+COMPUTE = True  # keeps compute units busy: a sustained warm-up on accelerators (timing.warmup_seconds)
 
 # What each model's timed call is: the classic one-liner is a forward pass, as everyone first tries it; the
 # small networks run a whole training step (zero_grad, forward, loss, backward, optimizer step).

@@ -1,0 +1,74 @@
+"""How a budget is shared out during a run (suite.budget), and the run-driving modules' import graph."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from suite.budget import BudgetItem, BudgetSchedule
+from suite.plan import END_RESERVE_S
+from tests.test_families import _imports
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _schedule(budget, fixed=0.1, n=4, clock=None, max_time=float("inf"), min_rounds=1):
+    items = {f"t{i}": BudgetItem("copy", fixed, True, 0.0005, max_time, min_rounds) for i in range(n)}
+    return BudgetSchedule(budget, items, started=0.0, clock=clock or (lambda: 0.0))
+
+
+def test_budget_schedule_shares_what_is_left_and_passes_on_unused_time():
+    now = [0.0]
+    schedule = _schedule(13.4, clock=lambda: now[0])
+    first = schedule.start("t0")
+    assert first == pytest.approx((13.4 - END_RESERVE_S - 0.4) / 4)  # 2.5 s each
+    now[0] = 0.2  # t0 stopped on precision almost at once: the others share its time
+    schedule.finish("t0", 0.1)  # its overhead was 0.1 s, not the prior's 0.04 s: the plan learns that
+    second = schedule.start("t1")
+    assert second == pytest.approx((13.4 - 0.2 - END_RESERVE_S - 3 * (0.1 - 0.04 + 0.1)) / 3)
+    assert second > first
+
+
+def test_a_budget_never_gives_more_than_max_time():
+    schedule = _schedule(3600, max_time=0.25)
+    assert [schedule.start(f"t{i}") for i in range(4)] == [0.25] * 4
+
+
+def test_the_schedule_learns_that_a_round_is_longer_than_min_time():
+    # Four benchmarks of min_rounds 5; the first shows each round (one call) takes 0.5 s, not min_time.
+    now = [0.0]
+    schedule = _schedule(20.0, fixed=0.04, clock=lambda: now[0], min_rounds=5)  # 0.04: copy's prior overhead
+    schedule.start("t0")
+    now[0] = 2.5
+    schedule.finish("t0", 0.0, round_s=0.5)
+    # Each later one needs 5 x 0.5 s whatever its share: the minimum now says so.
+    assert schedule.minimum_s() == pytest.approx(2.5 + END_RESERVE_S + 3 * 5 * 0.5)
+    # ... and the share handed out is at least those 2.5 s, plus an equal part of the rest.
+    share = schedule.start("t1")
+    assert share == pytest.approx(2.5 + (20.0 - 2.5 - END_RESERVE_S - 3 * 2.5) / 3)
+
+
+def test_budget_schedule_minimum_counts_every_fixed_cost():
+    schedule = _schedule(100, fixed=2.0, n=10)
+    assert schedule.minimum_s() == pytest.approx(END_RESERVE_S + 10 * (2.0 + 0.0005))
+
+
+RUN_MODULES = ["suite.plugin", "suite.budget", "suite.plan", "suite.partial", "suite.distributed",
+               "suite.timing", "suite.devices", "suite.summary", "suite.config", "suite.cases"]
+
+
+def test_the_run_driving_modules_import_each_other_without_circles():
+    graph = {}
+    for name in RUN_MODULES:
+        path = ROOT / (name.replace(".", "/") + ".py")
+        if not path.exists():
+            path = ROOT / name.replace(".", "/") / "__init__.py"
+        graph[name] = {m for m in _imports(path, name.rsplit(".", 1)[0]) if m in RUN_MODULES and m != name}
+
+    def reaches(start: str, goal: str, seen: set) -> bool:
+        return any(m == goal or (m not in seen and reaches(m, goal, seen | {m})) for m in graph[start])
+
+    circles = [name for name in RUN_MODULES if reaches(name, name, {name})]
+    assert circles == [], f"import circles through {circles}: {graph}"
+    assert "suite.plugin" not in graph["suite.distributed"], "distributed must not reach into the plugin"
