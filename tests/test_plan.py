@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -185,3 +186,19 @@ def test_plan_counts_what_pytest_collects():
     collected = [ln for ln in proc.stdout.splitlines() if "::" in ln]
     assert plan["benchmarks"] == len(collected)
     assert plan["families"]["collectives"]["measured"] == 0, "outside torchrun the collectives are skipped"
+
+
+@pytest.mark.parametrize("config", ["configs/quick.yaml", "configs/default.yaml"])
+def test_plan_measured_count_is_what_pytest_runs_here(config):
+    """The plan's `measured` (benchmarks that will not skip on this machine) equals the tests that pass in a
+    real run of the same config (with --benchmark-disable: each case built, checked and called once)."""
+    plan = json.loads(subprocess.run(
+        [sys.executable, "-m", "suite", "plan", "--suite-config", config, "--json"], cwd=ROOT,
+        capture_output=True, text=True, timeout=300, check=True).stdout)
+    measured = sum(f["measured"] for f in plan["families"].values())
+    proc = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", f"--suite-config={config}",
+                           "--benchmark-disable", "-q", "-p", "no:cacheprovider"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    passed = re.search(r"(\d+) passed", proc.stdout)
+    assert passed, proc.stdout[-2000:]
+    assert measured == int(passed.group(1)), proc.stdout[-2000:]

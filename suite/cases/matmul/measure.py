@@ -125,8 +125,20 @@ def build_matmul(label: str, device: str, precision: str, m: int, n: int, k: int
                 extra=mode_record(precision, device, ("matmul",)))
 
 
+def skip_reason(case: Case) -> str | None:
+    """Why this case cannot run with the selected devices (asks no device; the plan uses it too), or None."""
+    p = case.info
+    if p["device"] == ALL_GPUS and len(p["gpus"]) < 2:
+        have = ", ".join(p["gpus"]) if p["gpus"] else "none"
+        return f"{ALL_GPUS} needs two or more GPUs among the selected devices (GPUs selected: {have})"
+    return None
+
+
 def build(case: Case, config) -> Work:
     p = case.info
+    reason = skip_reason(case)
+    if reason:
+        raise SkipCase(reason)
     if p["device"] == ALL_GPUS:
         return build_all_gpus(case)
     return build_matmul(case.id, p["device"], p["precision"], p["m"], p["n"], p["k"])
@@ -136,9 +148,6 @@ def build_all_gpus(case: Case) -> Work:
     """The same matmul launched on every GPU, then all synchronised (Case.devices): the node's aggregate."""
     p = case.info
     gpus = list(p["gpus"])
-    if len(gpus) < 2:
-        have = ", ".join(gpus) if gpus else "none"
-        raise SkipCase(f"{ALL_GPUS} needs two or more GPUs among the selected devices (GPUs selected: {have})")
     precision, m, n, k = p["precision"], p["m"], p["n"], p["k"]
     operands = [_inputs(dev, precision, m, n, k, "matmul") for dev in gpus]
     extra: dict = {**mode_record(precision, gpus[0], ("matmul",)), "gpu_count": len(gpus)}
@@ -238,5 +247,5 @@ def _all_gpus_check(ctx) -> list:
                      f"vs sum of per-device events right after; slowest {info['slowest_device']}")]
 
 
-__all__ = ["ALL_GPUS", "NAME", "SkipCase", "build", "build_matmul", "enumerate_cases", "flops", "gpu_checks",
+__all__ = ["ALL_GPUS", "NAME", "SkipCase", "build", "build_matmul", "enumerate_cases", "flops", "gpu_checks", "skip_reason",
            "matmul_case", "tolerance"]

@@ -52,11 +52,20 @@ def enumerate_cases(config, devices: list[str]) -> list[Case]:
     return cases
 
 
+def skip_reason(case: Case) -> str | None:
+    """Why this case cannot run with the selected devices (asks no device; the plan uses it too), or None."""
+    p = case.info
+    if p["op"] == "to_other" and p.get("dst") is None:
+        return f"to_other on {p['device']} needs a second device; the run selects only {p['device']}"
+    return None
+
+
 def build(case: Case, config) -> Work:
     p = case.info
     dev, op, n = p["device"], p["op"], p["size"]
-    if op == "to_other" and p.get("dst") is None:
-        raise SkipCase(f"to_other on {dev} needs a second device; the run selects only {dev}")
+    reason = skip_reason(case)
+    if reason:
+        raise SkipCase(reason)
     x = buffer(dev, n, data=True)
     target = torch.device(p.get("dst") or dev)
     dst = torch.empty_like(x) if op == "copy_" else None
@@ -104,4 +113,4 @@ def build(case: Case, config) -> Work:
     return work
 
 
-__all__ = ["NAME", "OPS", "build", "enumerate_cases", "other_device"]
+__all__ = ["NAME", "OPS", "build", "enumerate_cases", "other_device", "skip_reason"]
