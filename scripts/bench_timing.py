@@ -103,7 +103,7 @@ def plan_rows() -> list[str]:
 
 def overheads(data: dict, durations: dict, config_path: Path) -> dict[str, list[float]]:
     from suite.config import load_config
-    from suite.plan import warmup_seconds
+    from suite.timing import warmup_seconds
 
     config = load_config(config_path)
     out: dict[str, list[float]] = defaultdict(list)

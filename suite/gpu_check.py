@@ -243,7 +243,7 @@ class CheckContext:
 
     def reference(self, family: str, cfg: Path, bench: dict) -> float:
         """Median seconds per call of the same case as `bench`, built anew in this process, warmed up as long
-        as the suite warmed it up (suite.plan.warmup_seconds: the sustained warm-up for compute on a GPU),
+        as the suite warmed it up (suite.timing.warmup_seconds: the sustained warm-up for compute on a GPU),
         then timed by CUDA events (host clock in the dry run) for as long as its timed rounds lasted."""
         import torch
 
@@ -251,7 +251,7 @@ class CheckContext:
         from suite.cases.precision import mode_for
         from suite.config import load_config
         from suite.devices import resolve_spec, synchronize
-        from suite.plan import warmup_seconds
+        from suite.timing import warmup_seconds
         from suite.timing import SyncTimer, reference_times, warm_up
 
         config = load_config(cfg)

@@ -30,8 +30,8 @@ from suite.errors import UserError  # noqa: E402
 from suite.partial import PartialState  # noqa: E402
 from suite.summary import render  # noqa: E402
 from suite.timing import (  # noqa: E402
-    DEFAULT_CONFIDENCE,
     SyncTimer,
+    cap_fixed_rounds_by_time,
     cap_rounds_by_time,
     parse_duration,
     stopping_info,
@@ -343,30 +343,6 @@ def _has_max_time(benchmark) -> bool:
     return getattr(benchmark, "_mode", None) == "benchmark(...)" and hasattr(benchmark, "_max_time")
 
 
-# pytest-benchmark's precision loop ends once the margin is within the target; a target below zero is never
-# met, so with precision off the loop runs the calibrated rounds, ended at max_time by cap_rounds_by_time.
-_NEVER_PRECISE = -1.0
-
-
-def cap_fixed_rounds_by_time(benchmark) -> bool:
-    """With precision off, make pytest-benchmark's fixed rounds stop at max_time of wall time too.
-
-    With precision off pytest-benchmark runs the rounds fixed by one calibration round in a plain loop that
-    cap_rounds_by_time cannot end: a machine that slows down after calibration overruns max_time (and any
-    budget) many times. This runs them through the precision loop instead, with a target never met, once the
-    result's options are recorded (they keep precision off; stopped_on says "time").
-    """
-    make_stats = getattr(benchmark, "_make_stats", None)
-    if make_stats is None or getattr(benchmark, "_precision", 0.0) is not None:
-        return False
-
-    def make_stats_then_loop(*args, **kwargs):
-        stats = make_stats(*args, **kwargs)
-        benchmark._precision, benchmark._confidence = _NEVER_PRECISE, DEFAULT_CONFIDENCE
-        return stats
-
-    benchmark._make_stats = make_stats_then_loop
-    return True
 
 
 # --- JSON additions ----------------------------------------------------------------------------------

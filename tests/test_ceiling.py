@@ -163,7 +163,7 @@ def test_ceiling_cases_share_the_matmul_check():
 
 def test_a_sweep_shape_on_a_gpu_gets_only_the_general_compute_warm_up(monkeypatch):
     from suite.cases import Work
-    from suite.plan import warmup_seconds
+    from suite.timing import warmup_seconds
 
     config = parse_config({"cases": {"ceiling": {"dtypes": ["bfloat16"], "shapes": ["64x64x64"]}}})
     case = matmul.matmul_case("ceiling", "cuda:0", "bfloat16", 64, 64, 64)

@@ -164,7 +164,7 @@ def test_with_precision_off_the_fixed_rounds_stop_at_max_time_too(pytester):
     pytester.makepyfile(
         """
         import json
-        from suite.plugin import cap_fixed_rounds_by_time
+        from suite.timing import cap_fixed_rounds_by_time
         from suite.timing import SyncTimer, cap_rounds_by_time, stopping_info
         from tests.fakes import FakeClock
 

@@ -39,7 +39,7 @@ def enumerate_cases(config, devices: list[str]) -> list[Case]:
 
 def build(case: Case, config) -> Work:
     # No warm-up of its own: a sweep shape on an accelerator gets the general sustained compute warm-up
-    # (suite.plan.warmup_seconds), which keeps the device busy before its first timed round.
+    # (suite.timing.warmup_seconds), which keeps the device busy before its first timed round.
     p = case.info
     return build_matmul(case.id, p["device"], p["precision"], p["m"], p["n"], p["k"])
 
