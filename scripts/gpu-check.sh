@@ -8,7 +8,8 @@
 # (every suite run of the check merged: one pytest-benchmark file), quick.json (configs/quick.yaml's CUDA
 # cases), gpu-check.log, and quick.partial.jsonl only if the quick run was cut short. Exit status: 0 every
 # check that ran passed (steps out of time are NOT RUN, said in the table, and no failure), 1 a check failed,
-# 2 no GPU (without --dry-run), 3 the carried wheels could not be installed, 124 the hard stop killed it.
+# 2 no GPU (without --dry-run), 3 the carried wheels could not be installed or the suite's requirements are
+# not met (suite/requirements.py names each and its fix), 124 the hard stop killed it.
 # Environment: PYTHON (default python3), GPU_CHECK_WHEELS (default .whl), GPU_CHECK_BUDGET_S (default 240),
 # GPU_CHECK_HARD_STOP_S (default budget + 30). docs/gpu-check.md.
 set -uo pipefail
@@ -69,6 +70,17 @@ EOF
     wheel_dir=${GPU_CHECK_WHEELS:-$root/.whl}
     wheels=("$wheel_dir"/*.whl)
     if [ ${#wheels[@]} -gt 0 ]; then
+        # Only what the node lacks or has older (suite/requirements.py): a newer package of the node's own
+        # stays in front, where the node's other packages expect it.
+        echo "== choosing among ${#wheels[@]} carried wheel(s) in $wheel_dir"
+        chosen=$(PYTHONPATH="$root" "$python" -m suite.requirements wheels "$wheel_dir") \
+            || { echo "gpu-check: could not read the carried wheels in $wheel_dir"; exit 3; }
+        wheels=()
+        [ -z "$chosen" ] || mapfile -t wheels <<< "$chosen"
+    else
+        echo "== no carried wheels in $wheel_dir (scripts/prepare-device.sh makes them); using what is installed"
+    fi
+    if [ ${#wheels[@]} -gt 0 ]; then
         echo "== installing ${#wheels[@]} carried wheel(s) into $site (not the system)"
         if "$python" -m pip --version >/dev/null 2>&1; then
             "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
@@ -82,9 +94,11 @@ EOF
             done
         fi
         ls "$site"
-    else
-        echo "== no carried wheels in $wheel_dir (scripts/prepare-device.sh makes them); using what is installed"
     fi
+    # Whatever was carried, the suite must find what pyproject asks for; if not, nothing below could run.
+    echo "== the suite's requirements, with the carried wheels in front"
+    PYTHONPATH="$root:$site" "$python" -m suite.requirements check --extra test \
+        || { echo "gpu-check: the suite's requirements are not met here (above); nothing was run"; exit 3; }
 } 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 [ "$status" -eq 0 ] || exit "$status"

@@ -236,8 +236,9 @@ class CheckContext:
         # asserts and would warn (an error under pyproject's filterwarnings); the cases' checks need none.
         code = pytest.main([str(ROOT / tests), f"--rootdir={ROOT}", "-q", "-rs", "-p", "no:cacheprovider",
                             "--assert=plain", f"--suite-config={cfg}", f"--benchmark-json={out}", *args])
-        if not out.exists():
-            raise RuntimeError(f"pytest {tests} wrote no results (exit code {int(code)}); see the log above")
+        if _benchmarks(out) is None:
+            raise RuntimeError(f"pytest {tests} wrote no readable results (exit code {int(code)}); see the log "
+                               "above")
         written = yaml.safe_load(cfg.read_text())
         return self.keep_results(out, {"tests": tests, "args": list(args), **written})["benchmarks"]
 
@@ -322,6 +323,15 @@ def _rate_note(bench: dict) -> str:
 # --- steps of the check itself (the families add theirs) --------------------------------------------------
 
 
+def _benchmarks(path: Path) -> list | None:
+    """The benchmarks of a results file a run wrote, or None where it wrote none or one that cannot be read
+    (a run that died at its start can leave an empty file behind)."""
+    try:
+        return list(json.loads(path.read_text())["benchmarks"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:100] if lines else ""
@@ -366,7 +376,7 @@ def quick_rows(ctx: CheckContext, out: Path, timeout: float) -> list[CheckRow]:
     code, text = run_command([sys.executable, "-m", "pytest", "benchmarks", "-q", "-rs", "-p",
                               "no:cacheprovider", f"--suite-config={config}", f"--benchmark-json={result}",
                               *select], timeout)
-    count = len(json.loads(result.read_text())["benchmarks"]) if result.exists() else 0
+    count = len(_benchmarks(result) or [])
     note = "timed out" if code is None else f"{count} results in quick.json; {_last_line(text)}"
     ok = code == 0 and count > 0
     title = f"quick config ({' '.join([config.name, *select])})"

@@ -28,6 +28,7 @@ from suite.cases.ceiling import annotate  # noqa: E402 - pct_of_ceiling / pct_of
 from suite.config import DEFAULT_CONFIG, SuiteConfig, load_config, nothing_selected, resolved  # noqa: E402
 from suite.errors import UserError  # noqa: E402
 from suite.partial import PartialState  # noqa: E402
+from suite.requirements import old_pytest_benchmark  # noqa: E402
 from suite.summary import render  # noqa: E402
 from suite.timing import (  # noqa: E402
     SyncTimer,
@@ -109,6 +110,10 @@ def _config_path(config: pytest.Config) -> Path:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # An older pytest-benchmark dies at the run's start with a traceback that names no version.
+    problem = old_pytest_benchmark()
+    if problem:
+        raise pytest.UsageError(problem)
     config.addinivalue_line("markers", "gpu: needs a real accelerator; skipped where none is present")
     # A benchmark run shows warnings (a torch deprecation, say) but never fails on one; the project's own
     # tests keep pyproject's "error" filter. Later filterwarnings entries win.

@@ -214,6 +214,27 @@ def test_the_script_refuses_a_budget_that_is_not_seconds(tmp_path):
     assert proc.returncode == 64 and "GPU_CHECK_BUDGET_S=4min" in proc.stderr
 
 
+def test_a_node_whose_packages_cannot_run_the_suite_stops_before_any_step(tmp_path):
+    # A Python that finds pytest-benchmark 5.2.3 first (its metadata in front on PYTHONPATH), as a node with an
+    # older one and nothing carried would: one line naming it and the fix, exit 3, no step started.
+    fake = tmp_path / "old-site"
+    (fake / "pytest_benchmark-5.2.3.dist-info").mkdir(parents=True)
+    (fake / "pytest_benchmark-5.2.3.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: pytest-benchmark\nVersion: 5.2.3\n")
+    python = tmp_path / "python-old-benchmark"
+    python.write_text(f'#!/bin/bash\nPYTHONPATH="${{PYTHONPATH:+$PYTHONPATH:}}{fake}" exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    out = tmp_path / "out"
+    proc = subprocess.run(["bash", str(SCRIPT), "--dry-run", str(out)], env=_script_env(tmp_path, PYTHON=str(python)),
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 3, proc.stdout[-2000:]
+    assert ("requirements: pytest-benchmark 5.2.3 is installed; the suite needs pytest-benchmark>=5.3.1: pip "
+            "install 'pytest-benchmark>=5.3.1' (on an offline node: scripts/prepare-device.sh carries it"
+            ) in proc.stdout
+    assert "nothing was run" in proc.stdout and "== collectives" not in proc.stdout
+    assert sorted(p.name for p in out.iterdir()) == ["gpu-check.log"]
+
+
 @pytest.mark.slow
 def test_without_pip_the_wheels_are_unpacked_and_the_hard_stop_still_prints_the_table(tmp_path):
     wheels = tmp_path / "wheels"
