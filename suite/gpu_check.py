@@ -481,16 +481,23 @@ def facts() -> dict:
 
     from suite.devices import inventory
 
-    modules = ["torch", "pydantic", "pydantic_core", "jsonschema", "pytest", "pytest_benchmark",
-               "pytest_timeout", "pandas", "matplotlib", "jinja2", "yaml", "pynvml", "cpuinfo", "hypothesis",
-               "pyarrow"]
+    from suite.requirements import installed
+
+    # module -> the distribution that provides it (its version is the one this Python imports: a carried
+    # wheel in front of the node's own)
+    modules = {"torch": "torch", "pydantic": "pydantic", "pydantic_core": "pydantic-core",
+               "jsonschema": "jsonschema", "pytest": "pytest", "pytest_benchmark": "pytest-benchmark",
+               "pytest_timeout": "pytest-timeout", "pandas": "pandas", "matplotlib": "matplotlib",
+               "jinja2": "jinja2", "yaml": "pyyaml", "pynvml": "nvidia-ml-py", "cpuinfo": "py-cpuinfo",
+               "hypothesis": "hypothesis", "pyarrow": "pyarrow"}
     found = {}
     for name in modules:
         spec = importlib.util.find_spec(name)
         found[name] = spec.origin if spec is not None else None
     return {"python": platform.python_version(), "executable": sys.executable,
             "platform": platform.platform(), "machine": platform.machine(),
-            "modules": found, "machine_info": inventory().as_machine_info()}
+            "modules": found, "versions": {dist: installed(dist) for dist in modules.values()},
+            "machine_info": inventory().as_machine_info()}
 
 
 def _summary(steps: list[Step], rows: list[CheckRow]) -> str:

@@ -53,6 +53,7 @@ def test_dry_run_of_the_shell_script_runs_every_step(dry_run):
     assert [s["name"] for s in check["steps"]] == STEPS and all(s["ok"] and s["ran"] for s in check["steps"])
     assert check["dry_run"] is True and check["exit_code"] == 0
     assert check["facts"]["modules"]["pydantic"], "the node facts name where each needed module comes from"
+    assert check["facts"]["versions"]["pytest-benchmark"], "and the version of each that is imported"
     assert check["facts"]["machine"], "the node facts name the processor architecture"
     rows = {r["name"]: r for r in check["rows"]}
     # The steps that need no GPU are judged in the dry run too.
@@ -100,6 +101,38 @@ def test_the_merged_results_load_in_report_and_compare(dry_run, tmp_path, capsys
     compared = json.loads(capsys.readouterr().out)["results"]
     # Every benchmark lines up with itself (too few rounds on a shared CPU leave some not judged).
     assert len(compared) == len(names) and {r["status"] for r in compared} <= {"unchanged", "not judged"}
+
+
+@pytest.mark.slow
+def test_evidence_keeps_the_checks_files_as_they_came_and_writes_the_readme(dry_run, tmp_path, capsys):
+    from suite import evidence
+
+    proc, out = dry_run
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    readme = tmp_path / "README.md"
+    start, end = evidence.START.format(name="h200"), evidence.END.format(name="h200")
+    readme.write_text(f"# x\n\n{start}\nold\n{end}\n\nrest\n")
+    real = tmp_path / "real"
+    with pytest.raises(evidence.UserError, match="a dry run"):
+        evidence.keep(out, real=real, readme=readme)
+    kept = evidence.keep(out, allow_dry_run=True, real=real, readme=readme)
+    assert [p.name for p in kept] == ["h200_check.json", "h200_quick.json", "h200_gpu_check.json"]
+    for source, target in zip(("results.json", "quick.json", "check.json"), kept):
+        assert target.read_bytes() == (out / source).read_bytes(), "kept byte for byte, never rewritten"
+    text = readme.read_text()
+    assert text.startswith("# x\n") and text.endswith("\n\nrest\n") and "\nold\n" not in text
+    assert evidence.read_section(readme) == evidence.section("h200", real)
+    section = evidence.section("h200", real)
+    assert "**Measured on a dry run on the CPU (no GPU)**" in section and "torch " in section
+    assert "| matmul float32 " in section and "| copy host pageable " in section and "| habit " in section
+    lines = section.splitlines()
+    for row in json.loads((out / "check.json").read_text())["rows"]:
+        assert any(line.startswith(f"| {row['name']} | ") for line in lines), row["name"]
+    # The kept files load in report and compare, as the committed ones will.
+    html = tmp_path / "report.html"
+    assert suite_main(["report", *map(str, kept[:2]), "-o", str(html)]) == 0
+    capsys.readouterr()
+    assert suite_main(["compare", str(kept[0]), str(kept[0]), "--format", "json"]) == 0
 
 
 def _fake_plan(steps):

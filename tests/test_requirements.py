@@ -63,7 +63,8 @@ def test_the_plugin_refuses_an_older_pytest_benchmark_in_one_line(pytester, monk
     out = tmp_path / "results.json"
     result = pytester.runpytest_inprocess(str(ROOT / "benchmarks" / "test_matmul.py"), f"--rootdir={ROOT}",
                                           f"--suite-config={cfg}", f"--benchmark-json={out}",
-                                          "-p", "no:cacheprovider")
+                                          "-p", "no:cacheprovider",
+                                          "-W", "ignore::pytest.PytestAssertRewriteWarning")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     (line,) = [ln for ln in result.stderr.str().splitlines() if ln.strip()]
     assert line == f"ERROR: {requirements.old_pytest_benchmark()}"

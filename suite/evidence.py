@@ -1,0 +1,270 @@
+"""What one run of the GPU check showed, kept as it came: its files under tests/data/real/ and a README section
+written from them, so no figure in the README is typed by hand (docs/gpu-check.md).
+
+    python -m suite.evidence keep OUTDIR [--name h200]   # after scripts/gpu-check.sh OUTDIR on the GPU node
+    python -m suite.evidence show [--name h200]          # the README section the kept files give
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+from suite.errors import UserError
+from suite.summary import format_time
+from suite.units import format_size
+
+ROOT = Path(__file__).resolve().parent.parent
+REAL = ROOT / "tests" / "data" / "real"
+README = ROOT / "README.md"
+# OUTDIR's file -> the kept file's name ({name}: the node, e.g. h200). results.json and quick.json are
+# pytest-benchmark files (report and compare load them); check.json is the check's table and the node's facts.
+KEPT = {"results.json": "{name}_check.json", "quick.json": "{name}_quick.json",
+        "check.json": "{name}_gpu_check.json"}
+START = "<!-- evidence:{name} start (python -m suite.evidence keep writes this section; do not edit) -->"
+END = "<!-- evidence:{name} end -->"
+NOT_YET = """\
+**Status:** the suite has not yet run on a real GPU. Its CUDA paths (pinned and non_blocking copies, side
+streams, TF32 switches, NVML, NCCL) are tested with a fake multi-GPU machine and on the CPU; the first GPU run
+will use `scripts/gpu-check.sh` ([docs/gpu-check.md](docs/gpu-check.md)). One GPU cannot check peer copies,
+all-GPUs-at-once or NCCL with two or more ranks; they stay covered by the fake multi-GPU tests."""
+ONE_GPU = ("One GPU cannot check peer copies, all-GPUs-at-once or NCCL with two or more ranks; they stay "
+           "covered by\nthe fake multi-GPU tests.")
+COPY_PATHS = {"h2d": "host → device", "d2h": "device → host", "local": "same device", "peer": "peer"}
+
+
+def kept_paths(name: str, real: Path = REAL) -> dict[str, Path]:
+    return {source: real / pattern.format(name=name) for source, pattern in KEPT.items()}
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserError(f"{path}: not found; run scripts/gpu-check.sh OUTDIR on the GPU node first") from None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{path}: not readable JSON ({exc}); keep the files of a run that finished") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: not a JSON object; keep the files scripts/gpu-check.sh wrote")
+    return data
+
+
+def keep(out: Path, name: str = "h200", allow_dry_run: bool = False, real: Path = REAL,
+         readme: Path | None = README) -> list[Path]:
+    """Copy a check's files from OUTDIR under `real` byte for byte, after checking that report and compare
+    load them, and rewrite the README's section from them. Returns the kept files."""
+    from suite.results import load_results
+
+    check = _read(out / "check.json")
+    if check.get("dry_run") and not allow_dry_run:
+        raise UserError(f"{out}: a dry run (no GPU); keep the files of scripts/gpu-check.sh without --dry-run")
+    sources = [source for source in KEPT if (out / source).is_file()]
+    if "results.json" not in sources:
+        raise UserError(f"{out}: no results.json; the check measured nothing to keep (see its gpu-check.log)")
+    for source in sources:
+        if source != "check.json" and load_results([out / source]).table.empty:
+            raise UserError(f"{out / source}: holds no results that report and compare can read")
+    real.mkdir(parents=True, exist_ok=True)
+    targets = kept_paths(name, real)
+    for stale in set(targets) - set(sources):  # a kept file from an earlier run would mix two runs
+        targets[stale].unlink(missing_ok=True)
+    kept = []
+    for source in sources:
+        shutil.copyfile(out / source, targets[source])
+        kept.append(targets[source])
+    if readme is not None:
+        write_section(readme, name, section(name, real))
+    return kept
+
+
+# --- the README section ---------------------------------------------------------------------------------
+
+
+def _benchmarks(path: Path) -> list[dict]:
+    return list(_read(path).get("benchmarks") or []) if path.is_file() else []
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    """4 significant digits, thousands grouped: 0.1905, 57.3, 10,789."""
+    if value is None:
+        return "–"
+    return f"{value:,.0f}" if abs(value) >= 10 ** digits else f"{value:.{digits}g}"
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _device_filter(benchmarks: list[dict]):
+    """Figures of the accelerator; of the CPU only where nothing else was measured (a dry run)."""
+    def devices(info):
+        return {str(info.get(k)) for k in ("device", "src", "dst") if info.get(k) is not None}
+
+    gpu = any(d != "cpu" for b in benchmarks for d in devices(b["extra_info"]))
+    return (lambda info: any(d != "cpu" for d in devices(info))) if gpu else (lambda info: True)
+
+
+def _figures(benchmarks: list[dict]) -> list[tuple[str, str, str]]:
+    """(what, figure, against) rows: the largest matmul and the best ceiling per precision with % of the
+    datasheet, each conv and model case, copies at their largest size by path and memory, each habit's cost."""
+    keep = _device_filter(benchmarks)
+    info = [(b["extra_info"], b["stats"]) for b in benchmarks if keep(b["extra_info"])]
+    rows: list[tuple[str, str, str]] = []
+
+    def against(i):
+        parts = []
+        if i.get("pct_of_datasheet") is not None:
+            parts.append(f"{i['pct_of_datasheet']:.0f}% of the datasheet's {_fmt(i['datasheet_tflops'])}")
+        if i.get("pct_of_ceiling") is not None and i.get("case") != "ceiling":
+            parts.append(f"{i['pct_of_ceiling']:.0f}% of the measured ceiling")
+        return "; ".join(parts)
+
+    for family, label in (("matmul", "matmul"), ("ceiling", "ceiling (sustained median, best shape)")):
+        best: dict[str, dict] = {}
+        for i, _ in info:
+            if i.get("case") != family or i.get("tflops") is None or i.get("gpus"):
+                continue
+            key = i.get("precision") or i.get("dtype")
+            metric = "flops" if family == "matmul" else "tflops"
+            if key not in best or i[metric] > best[key][metric]:
+                best[key] = i
+        for precision, i in best.items():
+            shape = f"{i['m']}×{i['n']}×{i['k']}"
+            rows.append((f"{label} {precision} {shape}", f"{_fmt(i['tflops'])} TFLOP/s", against(i)))
+    for i, _ in info:
+        if i.get("case") == "conv" and i.get("tflops") is not None:
+            rows.append((f"conv {i['layer']} {i['precision']} {i['layout']} {i['step']} b{i['batch']}",
+                         f"{_fmt(i['tflops'])} TFLOP/s", against(i)))
+        elif i.get("case") == "model" and i.get("samples_per_s") is not None:
+            rows.append((f"model {i['model']} {i.get('step', '')} {i['precision']} b{i['batch_size']}",
+                         f"{_fmt(i['samples_per_s'])} samples/s", against(i)))
+    largest: dict[tuple, dict] = {}
+    for i, _ in info:
+        if i.get("case") == "copy" and i.get("gbps") is not None:
+            key = (i["path"], i["memory"], i.get("direction", "uni"), bool(i.get("non_blocking")))
+            if key not in largest or i["size"] > largest[key]["size"]:
+                largest[key] = i
+    for (path, memory, direction, non_blocking), i in sorted(largest.items()):
+        what = f"copy {COPY_PATHS.get(path, path)}{'' if memory == 'device' else ' ' + memory} {format_size(i['size'])}"
+        what += "" if direction == "uni" else f" ({direction})"
+        what += ", non_blocking" if non_blocking else ""
+        note = f"{_fmt(i['traffic_gbps'])} GB/s read + written" if path == "local" and i.get("traffic_gbps") else ""
+        rows.append((what, f"{_fmt(i['gbps'])} GB/s", note))
+    pairs: dict[str, dict[str, tuple[dict, dict]]] = {}
+    for i, stats in info:
+        if i.get("case") == "habits" and i.get("pair") and i.get("role") in ("slow", "fast"):
+            pairs.setdefault(i["pair"], {})[i["role"]] = (i, stats)
+    for pair, sides in sorted(pairs.items()):
+        if set(sides) == {"slow", "fast"}:
+            (slow, slow_stats), (fast, fast_stats) = sides["slow"], sides["fast"]
+            rows.append((f"habit {slow['habit']}: {slow['variant']} / {fast['variant']}",
+                         f"{slow_stats['median'] / fast_stats['median']:.3g}×",
+                         f"{format_time(slow_stats['median'])} against {format_time(fast_stats['median'])}"))
+    return rows
+
+
+def section(name: str = "h200", real: Path = REAL) -> str:
+    """The README section the kept files of `name` give, or the not-yet-run status where there are none."""
+    paths = kept_paths(name, real)
+    if not paths["check.json"].is_file():
+        return NOT_YET
+    check = _read(paths["check.json"])
+    results = _read(paths["results.json"]) if paths["results.json"].is_file() else {}
+    benchmarks = _benchmarks(paths["results.json"])
+    quick = _benchmarks(paths["quick.json"])
+    seen = {(b["group"], b["param"]) for b in benchmarks}
+    benchmarks += [b for b in quick if (b["group"], b["param"]) not in seen]
+    machine = results.get("machine_info") or check.get("facts", {}).get("machine_info") or {}
+    gpu = next((d for d in machine.get("devices", []) if d.get("kind") not in (None, "cpu")), None)
+    software = machine.get("software", {})
+    what = "a dry run on the CPU (no GPU)" if check.get("dry_run") else (
+        f"one {gpu['name']}" if gpu else "a machine with no GPU")
+    node = []
+    if gpu:
+        node.append(f"{gpu.get('memory_bytes', 0) / 2**30:.0f} GiB")
+        for key, fmt in (("driver_version", "driver {}"), ("power_limit_w", "{:.0f} W limit"),
+                         ("pcie_gen_max", "PCIe gen {}")):
+            if gpu.get(key) is not None:
+                node.append(fmt.format(gpu[key]))
+    stack = ", ".join(f"{k} {software[k]}" for k in ("torch", "cuda", "cudnn", "nccl", "python")
+                      if software.get(k))
+    code = check.get("exit_code")
+    ended = {0: "every check that ran passed", 1: "a check failed", None: "cut short by the hard stop"}.get(
+        code, f"exit {code}")
+    files = ", ".join(f"[`{p.relative_to(ROOT)}`]({p.relative_to(ROOT)})" if p.is_relative_to(ROOT) else p.name
+                      for p in paths.values() if p.is_file())
+    lines = [f"**Measured on {what}**" + (f" ({', '.join(node)})" if node else "") + f"; {stack}. "
+             f"`scripts/gpu-check.sh`, {str(check.get('started', ''))[:10]}, {check.get('seconds', 0):.0f} s: "
+             f"{ended}. The files, as the check wrote them: {files}.", ""]
+    figures = _figures(benchmarks)
+    if figures:
+        lines += ["| measured | figure | against |", "| --- | --- | --- |"]
+        lines += [f"| {_cell(a)} | {_cell(b)} | {_cell(c)} |" for a, b, c in figures]
+        lines.append("")
+    rows = check.get("rows") or []
+    if rows:
+        lines += ["| check | suite | reference | unit | ratio | verdict | note |",
+                  "| --- | ---: | ---: | --- | ---: | --- | --- |"]
+        for r in rows:
+            ratio = f"{r['ratio']:.3f}" if isinstance(r.get("ratio"), (int, float)) else "–"
+            lines.append(f"| {_cell(r['name'])} | {_fmt(r.get('suite'))} | {_fmt(r.get('reference'))} | "
+                         f"{_cell(r.get('unit', ''))} | {ratio} | {_cell(r.get('verdict', ''))} | "
+                         f"{_cell(r.get('note', ''))} |")
+        lines.append("")
+    lines.append(ONE_GPU)
+    return "\n".join(lines)
+
+
+def _markers(name: str) -> tuple[str, str]:
+    return START.format(name=name), END.format(name=name)
+
+
+def read_section(readme: Path, name: str = "h200") -> str | None:
+    """The README's section for `name` as it stands, or None where it has no markers."""
+    start, end = _markers(name)
+    found = re.search(re.escape(start) + r"\n(.*?)\n" + re.escape(end), readme.read_text(encoding="utf-8"),
+                      re.DOTALL)
+    return found.group(1) if found else None
+
+
+def write_section(readme: Path, name: str, text: str) -> None:
+    start, end = _markers(name)
+    current = readme.read_text(encoding="utf-8")
+    if read_section(readme, name) is None:
+        raise UserError(f"{readme}: no '{start}' ... '{end}' markers; put them where the section goes")
+    pattern = re.escape(start) + r"\n.*?\n" + re.escape(end)
+    readme.write_text(re.sub(pattern, lambda _: f"{start}\n{text}\n{end}", current, count=1, flags=re.DOTALL),
+                      encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m suite.evidence", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    keep_p = sub.add_parser("keep", help="copy a GPU check's files under tests/data/real/ and rewrite the "
+                                         "README's section from them")
+    keep_p.add_argument("outdir", type=Path, help="the OUTDIR scripts/gpu-check.sh wrote")
+    keep_p.add_argument("--allow-dry-run", action="store_true", help="keep a dry run's files (tests only)")
+    show_p = sub.add_parser("show", help="print the README section the kept files give")
+    for p in (keep_p, show_p):
+        p.add_argument("--name", default="h200", help="the node's name in the kept files (default h200)")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "keep":
+            for path in keep(args.outdir, args.name, args.allow_dry_run):
+                print(f"kept {path.relative_to(ROOT)}")
+            print(f"README.md: the {args.name} section rewritten from them")
+        else:
+            print(section(args.name))
+    except UserError as exc:
+        print(f"evidence: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

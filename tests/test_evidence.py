@@ -1,0 +1,99 @@
+"""suite/evidence.py: the README's GPU section is written from the kept files of a GPU check, never by hand."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from suite import evidence
+from tests.conftest import ROOT
+
+
+def test_the_readme_section_is_what_the_kept_files_give():
+    # Without kept files: the not-yet-run status; with them (tests/data/real/h200_*.json): their tables.
+    assert evidence.read_section(ROOT / "README.md") == evidence.section("h200"), (
+        "rewrite it with `python -m suite.evidence keep OUTDIR` (or show it with `python -m suite.evidence show`)")
+
+
+def test_kept_h200_files_load_in_report_and_compare(tmp_path, capsys):
+    from suite.cli import main
+
+    kept = [p for p in evidence.kept_paths("h200").values() if p.is_file() and p.name != "h200_gpu_check.json"]
+    if not kept:
+        pytest.skip("no H200 run kept yet (docs/gpu-check.md); the dry run's files are loaded in test_gpu_check")
+    assert main(["report", *map(str, kept), "-o", str(tmp_path / "report.html")]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(kept[0]), str(kept[0]), "--format", "json"]) == 0
+
+
+def _bench(case: str, param: str, median: float, **info) -> dict:
+    return {"group": case, "param": param, "extra_info": {"case": case, **info}, "stats": {"median": median}}
+
+
+def test_figures_pick_the_headline_of_each_family_on_the_gpu():
+    # GPU-shaped results made up for this test (figures near one H200's; not a measurement).
+    benchmarks = [
+        _bench("matmul", "cuda:0-bfloat16-4096", 2e-4, device="cuda:0", precision="bfloat16", m=4096, n=4096,
+               k=4096, flops=2 * 4096**3, tflops=700.0, pct_of_datasheet=70.8, datasheet_tflops=989.4,
+               pct_of_ceiling=92.0),
+        _bench("matmul", "cuda:0-bfloat16-8192", 1.4e-3, device="cuda:0", precision="bfloat16", m=8192, n=8192,
+               k=8192, flops=2 * 8192**3, tflops=760.0, pct_of_datasheet=76.8, datasheet_tflops=989.4,
+               pct_of_ceiling=99.0),
+        _bench("matmul", "cpu-float32-1024", 1e-2, device="cpu", precision="float32", m=1024, n=1024, k=1024,
+               flops=2 * 1024**3, tflops=0.2),
+        _bench("ceiling", "cuda:0-bfloat16-a", 1e-3, device="cuda:0", precision="bfloat16", m=8192, n=8192,
+               k=8192, tflops=770.0, pct_of_datasheet=77.8, datasheet_tflops=989.4),
+        _bench("ceiling", "cuda:0-bfloat16-b", 1e-3, device="cuda:0", precision="bfloat16", m=4096, n=4096,
+               k=4096, tflops=720.0),
+        _bench("copy", "h2d-pinned-64", 1e-3, src="cpu", dst="cuda:0", path="h2d", memory="pinned", size=2**26,
+               gbps=50.0),
+        _bench("copy", "h2d-pinned-256", 4e-3, src="cpu", dst="cuda:0", path="h2d", memory="pinned", size=2**28,
+               gbps=55.5),
+        _bench("copy", "d2h-pageable-256", 2e-2, src="cuda:0", dst="cpu", path="d2h", memory="pageable",
+               size=2**28, gbps=12.0),
+        _bench("copy", "local-256", 1e-4, src="cuda:0", dst="cuda:0", path="local", memory="device",
+               size=2**28, gbps=2000.0, traffic_gbps=4000.0),
+        _bench("habits", "slow", 3e-3, device="cuda:0", habit="sync_per_step", variant="every_step",
+               role="slow", pair="sync:cuda:0"),
+        _bench("habits", "fast", 1e-3, device="cuda:0", habit="sync_per_step", variant="once", role="fast",
+               pair="sync:cuda:0"),
+    ]
+    rows = evidence._figures(benchmarks)
+    assert rows == [
+        ("matmul bfloat16 8192×8192×8192", "760 TFLOP/s",
+         "77% of the datasheet's 989.4; 99% of the measured ceiling"),
+        ("ceiling (sustained median, best shape) bfloat16 8192×8192×8192", "770 TFLOP/s",
+         "78% of the datasheet's 989.4"),
+        ("copy device → host pageable 256MiB", "12 GB/s", ""),
+        ("copy host → device pinned 256MiB", "55.5 GB/s", ""),
+        ("copy same device 256MiB", "2000 GB/s", "4000 GB/s read + written"),
+        ("habit sync_per_step: every_step / once", "3×", "3 ms against 1 ms"),
+    ], "the CPU's figures are left out where a GPU was measured"
+
+
+def test_keep_refuses_what_it_cannot_keep_in_one_line(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(evidence.UserError, match="check.json: not found; run scripts/gpu-check.sh"):
+        evidence.keep(out, real=tmp_path / "real", readme=None)
+    (out / "check.json").write_text("{")
+    with pytest.raises(evidence.UserError, match="not readable JSON"):
+        evidence.keep(out, real=tmp_path / "real", readme=None)
+    (out / "check.json").write_text(json.dumps({"dry_run": False, "rows": []}))
+    with pytest.raises(evidence.UserError, match="no results.json; the check measured nothing"):
+        evidence.keep(out, real=tmp_path / "real", readme=None)
+    readme = tmp_path / "README.md"
+    readme.write_text("no markers\n")
+    with pytest.raises(evidence.UserError, match="no '<!-- evidence:h200 start"):
+        evidence.write_section(readme, "h200", "text")
+    assert not (tmp_path / "real").exists(), "nothing kept from a refused OUTDIR"
+
+
+def test_the_command_line_shows_the_section_and_refuses_a_dry_run(tmp_path, capsys):
+    assert evidence.main(["show"]) == 0
+    assert capsys.readouterr().out.strip() == evidence.section("h200").strip()
+    (tmp_path / "check.json").write_text(json.dumps({"dry_run": True}))
+    assert evidence.main(["keep", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("evidence: ") and "a dry run" in err and "\n" not in err
