@@ -18,6 +18,7 @@ from suite.plan import (
     shareable,
 )
 from suite.summary import Progress
+from suite.timing import min_round_seconds
 
 # The least max_time a budget hands out: pytest-benchmark still runs min_rounds, so the budget is overrun
 # rather than a benchmark left unmeasured.
@@ -78,7 +79,7 @@ class BudgetSchedule:
                 case.family,
                 fixed_seconds(case, config),
                 shareable(case),
-                timing.min_rounds * timing.min_time,
+                timing.min_rounds * min_round_seconds(case, timing),
                 timing.max_time,
                 timing.min_rounds,
             )

@@ -28,7 +28,7 @@ import yaml
 
 from suite.checkrow import RATIO_TOLERANCE, CheckRow, judged, median, run_command, subprocess_env
 from suite.plan import DEFAULT_OVERHEAD_S, OVERHEAD_S, SESSION_OVERHEAD_S, TORCHRUN_OVERHEAD_S
-from suite.timing import DEFAULT_PRECISION, SUSTAINED_WARMUP_S
+from suite.timing import ACCELERATOR_MIN_ROUND_S, DEFAULT_PRECISION, SUSTAINED_WARMUP_S
 
 ROOT = Path(__file__).resolve().parent.parent
 # Alternations of (suite run, reference) per case: pairs taken seconds apart, as `python -m suite accuracy`
@@ -43,9 +43,12 @@ DRY_ROUNDS = 2
 #   shorter warm-up would time a boosting GPU (suite.timing.SUSTAINED_WARMUP_S);
 # - max_time 0.5 s, not the default 1 s: it only bounds the cases precision stopping does not end (a kernel of
 #   1-30 ms still gets 15+ rounds), and halves what those cost the check's 4-minute budget;
+# - accelerator_min_time = the default 5 ms rounds on the GPU (suite.timing.ACCELERATOR_MIN_ROUND_S): the
+#   conv rows judge whether they keep the launch gap out of a 0.1 ms convolution's figure;
 # - time_limit_s: a case hung on the GPU fails after this long instead of eating the whole budget.
 CHECK_TIMING = {"warmup_s": 0.05, "compute_warmup_s": SUSTAINED_WARMUP_S, "max_time": 0.5, "min_rounds": 5,
-                "precision": DEFAULT_PRECISION, "time_limit_s": 60}
+                "accelerator_min_time": ACCELERATOR_MIN_ROUND_S, "precision": DEFAULT_PRECISION,
+                "time_limit_s": 60}
 # The OOM and SIGKILL steps show structure, not speed: a short warm-up. SIGKILL keeps max_time 1 s so the run
 # is still busy with its later cases when it is killed after the first one.
 STRUCTURE_TIMING = {**CHECK_TIMING, "compute_warmup_s": 0.1}
@@ -197,6 +200,7 @@ class CheckContext:
     rounds: int = ROUNDS
     timing: dict = field(default_factory=lambda: dict(CHECK_TIMING))
     deadline: float = float("inf")  # time.monotonic() by which the whole check should be done
+    step_deadline: float = float("inf")  # ... and the step now running (run_check sets it)
     results_path: Path | None = None  # the merged results of every suite run (OUTDIR/results.json)
     step: str = ""  # the step now running (named in the merged results)
     runs: list[tuple[str, dict, dict]] = field(default_factory=list)
@@ -208,6 +212,11 @@ class CheckContext:
 
     def seconds_left(self) -> float:
         return self.deadline - time.monotonic()
+
+    def step_seconds(self, cap: float) -> float:
+        """What a subprocess of the running step may take: `cap`, or less where the step's own time runs out
+        sooner (never under 5 s: a stopped command is a failed row, not a hung check)."""
+        return max(5.0, min(cap, self.step_deadline - time.monotonic()))
 
     def write_config(self, config: dict) -> Path:
         config = {"timing": dict(self.timing), **config}
@@ -596,7 +605,9 @@ def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S) -> int:
         ctx.step = name
         try:
             # A subprocess step may overrun its estimate, but not the budget by more than STEP_GRACE_S.
-            got = run(min(STEP_TIMEOUT_FACTOR * estimate, max(left, estimate) + STEP_GRACE_S))
+            timeout = min(STEP_TIMEOUT_FACTOR * estimate, max(left, estimate) + STEP_GRACE_S)
+            ctx.step_deadline = time.monotonic() + timeout
+            got = run(timeout)
             ok, note = not any(r.ok is False for r in got), ""
         except Exception as exc:  # noqa: BLE001 - a crashed step is a failed row; the other steps still run
             import traceback
@@ -677,9 +688,15 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dry_run:
         print(f"gpu-check on {torch.cuda.get_device_name(args.device)} x{torch.cuda.device_count()}, torch "
               f"{torch.__version__}, CUDA {torch.version.cuda}", flush=True)
+    from suite.cases.common import keep_inputs
+
+    # Each timing row builds its case six times in this process (three suite runs, three references): draw
+    # each large operand once.
+    keep_inputs(True)
     try:
         return run_check(ctx, out, args.budget_s)
     finally:
+        keep_inputs(False)
         if args.keep_work:
             print(f"gpu-check: working folder kept: {work}", flush=True)
         else:

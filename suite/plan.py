@@ -12,7 +12,7 @@ from suite import devices as dev
 from suite.cases import FAMILIES, Case, family_module
 from suite.config import DEFAULT_CONFIG, SuiteConfig, load_config
 from suite.errors import UserError
-from suite.timing import format_duration, parse_duration, warmup_seconds
+from suite.timing import format_duration, min_round_seconds, parse_duration, warmup_seconds
 
 # Seconds one benchmark costs beyond its warm-up and its timed rounds: pytest's setup, call and teardown,
 # building inputs, the correctness check (float64 references on the host), pytest-benchmark's calibration,
@@ -239,7 +239,7 @@ def make_plan(
                 continue
             fixed = OVERHEAD_S.get(family, DEFAULT_OVERHEAD_S) + warmup_seconds(case, timing)
             fp.estimated_s += fixed + timing.max_time
-            fp.minimum_s += fixed + timing.min_rounds * timing.min_time
+            fp.minimum_s += fixed + timing.min_rounds * min_round_seconds(case, timing)
             fixed_total += fixed
             shared += 1
         if family == "collectives" and fp.runs:

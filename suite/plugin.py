@@ -34,6 +34,7 @@ from suite.timing import (  # noqa: E402
     SyncTimer,
     cap_fixed_rounds_by_time,
     cap_rounds_by_time,
+    min_round_seconds,
     parse_duration,
     stopping_info,
     warm_up,
@@ -203,6 +204,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for name, flag in _TIMING_OPTIONS.items():
             if not _user_set(config, flag):
                 options[name] = getattr(timing, name)
+        if "min_time" in options:
+            options["min_time"] = min_round_seconds(case, timing)
         if options.get("precision") is None:
             options.pop("precision", None)  # off: pytest-benchmark's fixed rounds
         item.add_marker(pytest.mark.benchmark(**options))

@@ -201,6 +201,23 @@ DEFAULT_CONFIDENCE = 0.99
 SUSTAINED_WARMUP_S = 1.0
 
 
+# A round on an accelerator is `t0 = sync; fn() x N; sync`: the device waits while the host launches the first
+# call (a cuDNN convolution: tens of microseconds of dispatch, pytorch PR 51390 measured ~52 us per conv call),
+# and the closing synchronisation wakes the host after the last kernel. Later launches overlap the device's
+# work, so a round measures N x the kernel plus that one gap. calibration_precision bounds only the timer's own
+# cost (the synchronisation on an idle device, a few microseconds), not the gap: rounds of at least 5 ms keep a
+# 50 us gap under 1%, as the GPU check's CUDA-event references demand of a 0.1 ms convolution.
+ACCELERATOR_MIN_ROUND_S = 0.005
+
+
+def min_round_seconds(case, timing) -> float:
+    """The shortest round of `case` (a suite.cases.Case) with `timing` (its TimingConfig): timing.min_time, and
+    at least timing.accelerator_min_time where the case runs on an accelerator (see ACCELERATOR_MIN_ROUND_S)."""
+    if any(d != "cpu" for d in case.devices):
+        return max(timing.min_time, timing.accelerator_min_time)
+    return timing.min_time
+
+
 def warmup_seconds(case, timing) -> float:
     """The warm-up before timing `case` (a suite.cases.Case) with `timing` (its TimingConfig): at least
     SUSTAINED_WARMUP_S (timing.compute_warmup_s) for a compute family on an accelerator, else timing.warmup_s.

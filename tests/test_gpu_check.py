@@ -366,3 +366,37 @@ def test_gpu_tests_show_torch_warnings_instead_of_failing(pytester):
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*FAILED*test_on_cpu*"])
+
+
+def test_kept_inputs_are_drawn_once_and_every_caller_gets_its_own_copy(monkeypatch):
+    import torch
+
+    from suite.cases import common
+
+    draws = []
+    real = torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *a, **k: draws.append(a) or real(*a, **k))
+    fresh = common.randn(64, 32, dtype=torch.float32, device="cpu", seed=3)
+    common.keep_inputs(True)
+    try:
+        first = common.randn(64, 32, dtype=torch.float32, device="cpu", seed=3)
+        first.add_(1.0)  # a caller that writes into its operand must not change the next caller's
+        second = common.randn(64, 32, dtype=torch.bfloat16, device="cpu", seed=3)
+        assert len(draws) == 2, "drawn once while kept"
+        assert torch.equal(second.float(), fresh.to(torch.bfloat16).float()), "the same values as a fresh draw"
+        monkeypatch.setattr(common, "KEPT_INPUTS_MAX_BYTES", 64 * 32 * 4)
+        common.randn(8, 8, dtype=torch.float32, device="cpu", seed=4)
+        assert list(common._KEPT_INPUTS) == [((8, 8), 4)], "the oldest draw goes when the cap is reached"
+    finally:
+        common.keep_inputs(False)
+    common.randn(64, 32, dtype=torch.float32, device="cpu", seed=3)
+    assert len(draws) == 4 and common._KEPT_INPUTS is None, "off again: every build draws anew"
+
+
+def test_a_step_subprocess_gets_the_steps_time_left_with_a_floor(tmp_path):
+    ctx = CheckContext(device="cpu", dry_run=True, workdir=tmp_path)
+    assert ctx.step_seconds(60) == 60, "no step running: the cap"
+    ctx.step_deadline = time.monotonic() + 20
+    assert 19 < ctx.step_seconds(60) <= 20
+    ctx.step_deadline = time.monotonic() - 1
+    assert ctx.step_seconds(60) == 5.0

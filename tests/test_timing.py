@@ -138,3 +138,29 @@ def test_the_dry_run_reference_times_each_call_after_synchronising():
     assert len(times) >= MIN_REFERENCE_CALLS and sum(times) >= 0.05 - 1e-3
     assert times[0] == pytest.approx(1e-3 + 1e-6), "each call's time must include its device work"
     assert len(host_times(gpu.launch, "cuda:0", calls=7, clock=clock, synchronize=gpu.synchronize)) == 7
+
+
+def test_rounds_on_an_accelerator_last_at_least_accelerator_min_time():
+    # One launch gap per round (the device idles while the first call is launched): 5 ms rounds keep 50 us of
+    # it under 1%; the CPU, which runs ops synchronously, keeps min_time.
+    from suite.cases.matmul import measure as matmul
+    from suite.config import parse_config
+    from suite.timing import ACCELERATOR_MIN_ROUND_S, min_round_seconds
+
+    timing = parse_config({}).timing_for("matmul")
+    gpu = matmul.matmul_case("matmul", "cuda:0", "bfloat16", 64, 64, 64)
+    cpu = matmul.matmul_case("matmul", "cpu", "float32", 64, 64, 64)
+    assert timing.accelerator_min_time == ACCELERATOR_MIN_ROUND_S == 0.005
+    assert min_round_seconds(gpu, timing) == 0.005 and min_round_seconds(cpu, timing) == timing.min_time
+    longer = parse_config({"timing": {"min_time": 0.02}}).timing_for("matmul")
+    assert min_round_seconds(gpu, longer) == 0.02, "a longer min_time wins everywhere"
+    own = parse_config({"cases": {"matmul": {"timing": {"accelerator_min_time": 0.001}}}}).timing_for("matmul")
+    assert min_round_seconds(gpu, own) == 0.001, "a family may set its own"
+
+
+def test_the_plugin_gives_each_benchmark_its_shortest_round(run_benchmarks):
+    result, data = run_benchmarks({"devices": "cpu", "timing": {"max_time": 0.02, "min_time": 0.0002},
+                                   "cases": {"matmul": {"dtypes": ["float32"], "shapes": ["32x32x32"]}}},
+                                  "-k", "matmul")
+    (bench,) = data["benchmarks"]
+    assert bench["options"]["min_time"] == 0.0002, "on the CPU: min_time"

@@ -28,10 +28,36 @@ def torch_dtype(name: str) -> torch.dtype:
     return TORCH_DTYPES[name]
 
 
+# Inputs kept by (shape, seed) while `keep_inputs` is on: a process that builds the same large cases again and
+# again (the GPU check: each case three times for the suite, three times for its reference) would otherwise
+# spend most of a second drawing each 8192x8192 operand (the CPU generator is serial). Off in a normal run,
+# where each case is built once and a cache would only hold memory.
+_KEPT_INPUTS: dict[tuple, torch.Tensor] | None = None
+KEPT_INPUTS_MAX_BYTES = 8 * 2**30
+
+
+def keep_inputs(on: bool = True) -> None:
+    """Keep randn's draws for reuse (on) or drop them (off)."""
+    global _KEPT_INPUTS
+    _KEPT_INPUTS = {} if on else None
+
+
 def randn(*shape: int, dtype: torch.dtype, device: str, seed: int = SEED) -> torch.Tensor:
-    """Standard normal data made on the CPU with a fixed seed, then moved: identical on every device."""
-    gen = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=gen, dtype=torch.float32).to(dtype=dtype).to(device)
+    """Standard normal data made on the CPU with a fixed seed, then moved: identical on every device. Always a
+    tensor of the caller's own (a kept draw is copied, never handed out)."""
+    key = (shape, seed)
+    base = _KEPT_INPUTS.get(key) if _KEPT_INPUTS is not None else None
+    if base is None:
+        gen = torch.Generator().manual_seed(seed)
+        base = torch.randn(*shape, generator=gen, dtype=torch.float32)
+        if _KEPT_INPUTS is None:
+            return base.to(dtype=dtype).to(device)
+        held = sum(t.numel() * t.element_size() for t in _KEPT_INPUTS.values())
+        while _KEPT_INPUTS and held + base.numel() * 4 > KEPT_INPUTS_MAX_BYTES:
+            dropped = _KEPT_INPUTS.pop(next(iter(_KEPT_INPUTS)))  # the oldest first
+            held -= dropped.numel() * dropped.element_size()
+        _KEPT_INPUTS[key] = base
+    return base.to(dtype=dtype, device=device, copy=True)
 
 
 def skip_if_unsupported(exc: BaseException, what: str, device: str) -> None:

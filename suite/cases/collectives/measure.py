@@ -330,7 +330,9 @@ def gpu_checks(ctx) -> list:
         "      torch.cuda.nccl.version() if st.device.startswith('cuda') else '')\n"
         "d.shutdown()\n"
     )
-    code, text = run_command([sys.executable, "-c", probe], CHECK_TIMEOUT_S)
+    # Each run is stopped at CHECK_TIMEOUT_S, or sooner where the step's own time (ctx.step_seconds) ends: a
+    # hung NCCL start must not eat the check's whole budget.
+    code, text = run_command([sys.executable, "-c", probe], ctx.step_seconds(CHECK_TIMEOUT_S))
     ok = code == 0 and f"{float(1 << 20)}" in text
     lines = [line for line in text.strip().splitlines() if line.strip()]
     rows.append(CheckRow(f"collectives: {backend} starts, all_reduce with 1 rank", None, None, "", ok,
@@ -345,7 +347,7 @@ def gpu_checks(ctx) -> list:
     cmd = distributed.torchrun_command(2, ["benchmarks/test_collectives.py", "-q", "-p", "no:cacheprovider",
                                            f"--suite-config={cfg}", f"--benchmark-json={out}"])
     try:
-        code, text = run_command(cmd, 2 * CHECK_TIMEOUT_S)
+        code, text = run_command(cmd, ctx.step_seconds(2 * CHECK_TIMEOUT_S))
     except subprocess.SubprocessError as exc:
         code, text = None, str(exc)
     # Kept in the check's merged results too: the node's Gloo figures on its CPU.
