@@ -47,8 +47,8 @@ def test_unmet_requirements_name_what_is_installed_and_the_fix(monkeypatch):
     lines = requirements.unmet(["pytest-benchmark>=5.3.1", "pydantic>=2.5", "torch>=2.1", "pandas>=2"])
     carried = " (on an offline node: scripts/prepare-device.sh carries it, docs/gpu-check.md)"
     assert lines == [
-        "pytest-benchmark 5.2.3 is installed; the suite needs pytest-benchmark>=5.3.1: pip install "
-        f"'pytest-benchmark>=5.3.1'{carried}",
+        ("pytest-benchmark 5.2.3 is installed; the suite needs pytest-benchmark>=5.3.1: pip install "
+         f"'pytest-benchmark>=5.3.1'{carried}"),
         f"pydantic is not installed; the suite needs pydantic>=2.5: pip install 'pydantic>=2.5'{carried}",
     ], "a local version (+cu130) meets a floor as its public part does"
     _have(monkeypatch, jsonschema=None)
