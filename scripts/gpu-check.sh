@@ -2,7 +2,7 @@
 # The GPU check in one command on a bare, offline GPU node: carried wheels into a temporary target (never the
 # system), the suite from this checkout via PYTHONPATH, everything written into OUTDIR, the table printed last.
 #
-#   scripts/gpu-check.sh [--dry-run] OUTDIR
+#   scripts/gpu-check.sh [--dry-run] [--only STEP,STEP...] OUTDIR     # --only: rerun just those steps
 #
 # OUTDIR gets at most six files: table.txt, check.json (every row and step, the node's facts), results.json
 # (every suite run of the check merged: one pytest-benchmark file), quick.json (configs/quick.yaml's CUDA
@@ -20,16 +20,20 @@ BUDGET_S=${GPU_CHECK_BUDGET_S:-240}
 HARD_STOP_MARGIN_S=30
 KILL_AFTER_S=15
 
-usage() { echo "usage: $0 [--dry-run] OUTDIR" >&2; exit 64; }
+usage() { echo "usage: $0 [--dry-run] [--only STEP,STEP...] OUTDIR" >&2; exit 64; }
 dry=()
+only=()
 out=""
-for arg in "$@"; do
-    case "$arg" in
+while [ $# -gt 0 ]; do
+    case "$1" in
         --dry-run) dry=(--dry-run) ;;
+        --only) [ $# -ge 2 ] || usage; only=(--only "$2"); shift ;;
+        --only=*) only=(--only "${1#--only=}") ;;
         -h|--help) usage ;;
-        -*) echo "$0: unknown option $arg" >&2; usage ;;
-        *) [ -z "$out" ] || usage; out=$arg ;;
+        -*) echo "$0: unknown option $1" >&2; usage ;;
+        *) [ -z "$out" ] || usage; out=$1 ;;
     esac
+    shift
 done
 [ -n "$out" ] || usage
 case "$BUDGET_S" in
@@ -106,11 +110,11 @@ status=${PIPESTATUS[0]}
 export PYTHONPATH="$root:$site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 cd "$root" || exit 1
-echo "== suite.gpu_check ${dry[*]} (budget ${BUDGET_S} s, hard stop after ${HARD_STOP_S} s)" | tee -a "$log"
+echo "== suite.gpu_check ${dry[*]} ${only[*]} (budget ${BUDGET_S} s, hard stop after ${HARD_STOP_S} s)" | tee -a "$log"
 # Its output goes to the console as well as the log: if the command is killed from outside, what it printed
 # up to then is still on the console.
-timeout --kill-after="$KILL_AFTER_S" "$HARD_STOP_S" "$python" -m suite.gpu_check "${dry[@]}" --out "$out" \
-    --budget-s "$BUDGET_S" --no-table 2>&1 | tee -a "$log"
+timeout --kill-after="$KILL_AFTER_S" "$HARD_STOP_S" "$python" -m suite.gpu_check "${dry[@]}" "${only[@]}" \
+    --out "$out" --budget-s "$BUDGET_S" --no-table 2>&1 | tee -a "$log"
 status=${PIPESTATUS[0]}
 echo "== finished with status $status after $((SECONDS - start)) s; log: $log" | tee -a "$log"
 if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then

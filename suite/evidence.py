@@ -195,6 +195,8 @@ def section(name: str = "h200", real: Path = REAL) -> str:
     code = check.get("exit_code")
     ended = {0: "every check that ran passed", 1: "a check failed", None: "cut short by the hard stop"}.get(
         code, f"exit {code}")
+    if check.get("only"):
+        ended += f" (a rerun of only: {', '.join(check['only'])})"
     files = ", ".join(f"[`{p.relative_to(ROOT)}`]({p.relative_to(ROOT)})" if p.is_relative_to(ROOT) else p.name
                       for p in paths.values() if p.is_file())
     lines = [f"**Measured on {what}**" + (f" ({', '.join(node)})" if node else "") + f"; {stack}. "

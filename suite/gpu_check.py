@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from suite.checkrow import RATIO_TOLERANCE, CheckRow, judged, median, run_command, subprocess_env
+from suite.errors import UserError
 from suite.plan import DEFAULT_OVERHEAD_S, OVERHEAD_S, SESSION_OVERHEAD_S, TORCHRUN_OVERHEAD_S
 from suite.timing import ACCELERATOR_MIN_ROUND_S, DEFAULT_PRECISION, SUSTAINED_WARMUP_S
 
@@ -579,17 +580,35 @@ def step_estimate(name: str) -> float:
     return STEP_ESTIMATES_S.get(name, DEFAULT_STEP_ESTIMATE_S)
 
 
-def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S) -> int:
+def select_steps(names: list[str], only: str | None) -> list[str]:
+    """The steps `--only` names (comma-separated, in the check's order), or all of them; a name that is not a
+    step is a UserError naming the steps."""
+    if not only:
+        return names
+    wanted = [w.strip() for w in only.split(",") if w.strip()]
+    unknown = [w for w in wanted if w not in names]
+    if unknown or not wanted:
+        raise UserError(f"--only {only!r}: {', '.join(map(repr, unknown)) or 'nothing'} is not a step; the steps "
+                        f"are {', '.join(names)}")
+    return [n for n in names if n in wanted]
+
+
+def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S, only: str | None = None) -> int:
+    """Run the steps (those `only` names, or all) within `budget_s`; write OUTDIR's files; the exit code."""
     started = time.monotonic()
     ctx.deadline = started + budget_s
     if ctx.results_path is None:
         ctx.results_path = out / RESULTS_NAME
+    planned = plan(ctx, out)
+    chosen = select_steps([name for name, _ in planned], only)
     info = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "dry_run": ctx.dry_run, "device": ctx.device,
-            "budget_s": budget_s, "timing": ctx.timing, "facts": facts()}
+            "budget_s": budget_s, "timing": ctx.timing, "only": chosen if only else None, "facts": facts()}
     steps: list[Step] = []
     rows: list[CheckRow] = []
     _write(out, info, steps, rows, None)
-    for name, run in plan(ctx, out):
+    for name, run in planned:
+        if name not in chosen:
+            continue
         estimate = step_estimate(name)
         left = ctx.seconds_left()
         if not ctx.dry_run and left < estimate:
@@ -660,6 +679,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=BUDGET_S,
                         help=f"do not start a step that no longer fits in this many seconds (default "
                              f"{BUDGET_S})")
+    parser.add_argument("--only", metavar="STEPS", default=None,
+                        help="run only these steps, comma-separated (e.g. 'conv,copy': a rerun of what failed); "
+                             "default: every step")
     parser.add_argument("--no-table", action="store_true",
                         help="do not print the table at the end (scripts/gpu-check.sh prints it last itself)")
     parser.add_argument("--keep-work", action="store_true",
@@ -694,7 +716,10 @@ def main(argv: list[str] | None = None) -> int:
     # each large operand once.
     keep_inputs(True)
     try:
-        return run_check(ctx, out, args.budget_s)
+        return run_check(ctx, out, args.budget_s, args.only)
+    except UserError as exc:
+        print(f"gpu-check: {exc}", flush=True)
+        return 64
     finally:
         keep_inputs(False)
         if args.keep_work:

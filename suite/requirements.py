@@ -154,13 +154,33 @@ def choose_wheels(folder: Path) -> tuple[list[Path], list[str]]:
             chosen[name] = f"{name} {carried}: replaces {have} (older)"
         else:
             notes[name] = f"{name} {carried}: not needed, {have} is installed"
+    pins = {name: {p for p, v in _exact_pins(w).items() if p in wheels and wheel_name_version(wheels[p])[1] == v}
+            for name, w in wheels.items()}
     pending = list(chosen)
     while pending:
-        for pinned, version in _exact_pins(wheels[pending.pop()]).items():
-            if pinned in wheels and pinned not in chosen and wheel_name_version(wheels[pinned])[1] == version:
-                chosen[pinned] = f"{pinned} {version}: pinned by a carried wheel that is installed"
+        for pinned in pins[pending.pop()]:
+            if pinned not in chosen:
+                chosen[pinned] = f"{pinned} {wheel_name_version(wheels[pinned])[1]}: pinned by a carried wheel " \
+                                 "that is installed"
                 notes.pop(pinned, None)
                 pending.append(pinned)
+    # A wheel built for another Python or platform cannot be installed here, and neither can what pins it or
+    # what it pins (pydantic without its pydantic-core breaks at import): the node's own copies stay, and the
+    # requirements check says whether they are enough.
+    tags = set(_packaging("tags").sys_tags())
+    unusable = {n for n in chosen if not tags & set(_packaging("utils").parse_wheel_filename(wheels[n].name)[3])}
+    group = set(unusable)
+    while True:
+        grown = group | {n for n in chosen if pins[n] & group} | {p for n in group for p in pins[n]}
+        if grown == group:
+            break
+        group = grown
+    for name in sorted(group & set(chosen)):
+        why = ("built for another Python or platform" if name in unusable
+               else "goes with " + ", ".join(sorted(unusable)))
+        notes[name] = f"{name} {wheel_name_version(wheels[name])[1]}: not installed, {why} " \
+                      f"(scripts/prepare-device.sh with PY_VERSION={sys.version_info[0]}.{sys.version_info[1]})"
+        del chosen[name]
     return [wheels[n] for n in chosen], [chosen[n] for n in chosen] + list(notes.values())
 
 

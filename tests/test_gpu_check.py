@@ -400,3 +400,13 @@ def test_a_step_subprocess_gets_the_steps_time_left_with_a_floor(tmp_path):
     assert 19 < ctx.step_seconds(60) <= 20
     ctx.step_deadline = time.monotonic() - 1
     assert ctx.step_seconds(60) == 5.0
+
+
+def test_only_reruns_the_named_steps_and_a_wrong_name_is_one_line(tmp_path, capsys):
+    code = run_check(CheckContext(device="cpu", dry_run=True, workdir=tmp_path), tmp_path, only="habits")
+    check = json.loads((tmp_path / "check.json").read_text())
+    assert code == 0 and [s["name"] for s in check["steps"]] == ["habits"] and check["only"] == ["habits"]
+    assert gpu_check.main(["--dry-run", "--out", str(tmp_path / "x"), "--only", "conv,nope"]) == 64
+    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("gpu-check:")]
+    assert line.startswith("gpu-check: --only 'conv,nope': 'nope' is not a step; the steps are collectives, ")
+    assert not (tmp_path / "x" / "check.json").exists(), "nothing ran"

@@ -146,3 +146,19 @@ def test_the_command_line_check_and_a_corrupt_wheel_are_one_line_each(tmp_path):
         assert bad.returncode == 2 and "cannot be read" in line and "prepare-device.sh" in line
     missing = run("wheels", str(tmp_path / "nowhere"))
     assert missing.returncode == 2 and "is not a folder of wheels" in missing.stderr
+
+
+def test_a_wheel_for_another_python_is_left_out_with_what_it_pins(monkeypatch, tmp_path):
+    folder = tmp_path / "whl"
+    _carried(folder)
+    wheels = {p.name: p for p in folder.iterdir()}
+    core = wheels["pydantic_core-2.50.5-py3-none-any.whl"]
+    core.rename(folder / "pydantic_core-2.50.5-cp27-cp27m-win32.whl")  # no Python here can install it
+    _have(monkeypatch, pydantic=None, pydantic_core=None, annotated_types=None, typing_inspection=None,
+          typing_extensions=None, pytest_benchmark="5.2.3")
+    chosen, notes = requirements.choose_wheels(folder)
+    assert sorted(requirements.wheel_name_version(p)[0] for p in chosen) == [
+        "annotated-types", "pytest-benchmark", "typing-extensions", "typing-inspection"]
+    assert any(n.startswith("pydantic-core 2.50.5: not installed, built for another Python") for n in notes)
+    assert any(n.startswith("pydantic 2.14.4: not installed, goes with pydantic-core") for n in notes)
+    assert all("PY_VERSION=" in n for n in notes if "not installed," in n)
