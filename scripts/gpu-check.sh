@@ -72,12 +72,14 @@ for name in ("torch", "pydantic", "pydantic-core", "annotated-types", "typing-in
 EOF
     shopt -s nullglob
     wheel_dir=${GPU_CHECK_WHEELS:-$root/.whl}
+    [ ! -d "$wheel_dir" ] || wheel_dir=$(cd "$wheel_dir" && pwd)
     wheels=("$wheel_dir"/*.whl)
     if [ ${#wheels[@]} -gt 0 ]; then
         # Only what the node lacks or has older (suite/requirements.py): a newer package of the node's own
         # stays in front, where the node's other packages expect it.
         echo "== choosing among ${#wheels[@]} carried wheel(s) in $wheel_dir"
-        chosen=$(PYTHONPATH="$root" "$python" -m suite.requirements wheels "$wheel_dir") \
+        # From the checkout: `python -m` looks in the current folder first, where another `suite` may be.
+        chosen=$(cd "$root" && PYTHONPATH="$root" "$python" -m suite.requirements wheels "$wheel_dir") \
             || { echo "gpu-check: could not read the carried wheels in $wheel_dir"; exit 3; }
         wheels=()
         [ -z "$chosen" ] || mapfile -t wheels <<< "$chosen"
@@ -101,7 +103,8 @@ EOF
     fi
     # Whatever was carried, the suite must find what pyproject asks for; if not, nothing below could run.
     echo "== the suite's requirements, with the carried wheels in front"
-    PYTHONPATH="$root:$site" "$python" -m suite.requirements check --extra test \
+    (cd "$root" && PYTHONPATH="$root:$site${PYTHONPATH:+:$PYTHONPATH}" "$python" -m suite.requirements check \
+        --extra test) \
         || { echo "gpu-check: the suite's requirements are not met here (above); nothing was run"; exit 3; }
 } 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}

@@ -68,6 +68,18 @@ def keep(out: Path, name: str = "h200", allow_dry_run: bool = False, real: Path 
     for source in sources:
         if source != "check.json" and load_results([out / source]).table.empty:
             raise UserError(f"{out / source}: holds no results that report and compare can read")
+    # Files of one run only: results of steps this check did not run were left by an earlier one.
+    ran = {s.get("name") for s in check.get("steps", []) if s.get("ran", True)}
+    results_steps = {r.get("step") for r in _read(out / "results.json").get("suite", {}).get("gpu_check", {})
+                     .get("runs", [])}
+    foreign = sorted(str(s) for s in results_steps - ran) + (
+        ["quick config"] if "quick.json" in sources and "quick config" not in ran else [])
+    if foreign:
+        raise UserError(f"{out}: results of steps this check did not run ({', '.join(foreign)}) are left from an "
+                        "earlier run; rerun scripts/gpu-check.sh into an empty OUTDIR")
+    if readme is not None and read_section(readme, name) is None:
+        start, end = _markers(name)
+        raise UserError(f"{readme}: no '{start}' ... '{end}' markers; put them where the section goes")
     real.mkdir(parents=True, exist_ok=True)
     targets = kept_paths(name, real)
     for stale in set(targets) - set(sources):  # a kept file from an earlier run would mix two runs
@@ -89,10 +101,10 @@ def _benchmarks(path: Path) -> list[dict]:
 
 
 def _fmt(value: float | None, digits: int = 4) -> str:
-    """4 significant digits, thousands grouped: 0.1905, 57.3, 10,789."""
+    """4 significant digits below 1000, whole numbers grouped above: 0.1905, 57.3, 10,789."""
     if value is None:
         return "–"
-    return f"{value:,.0f}" if abs(value) >= 10 ** digits else f"{value:.{digits}g}"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.{digits}g}"
 
 
 def _cell(text: object) -> str:
@@ -200,8 +212,9 @@ def section(name: str = "h200", real: Path = REAL) -> str:
     files = ", ".join(f"[`{p.relative_to(ROOT)}`]({p.relative_to(ROOT)})" if p.is_relative_to(ROOT) else p.name
                       for p in paths.values() if p.is_file())
     lines = [f"**Measured on {what}**" + (f" ({', '.join(node)})" if node else "") + f"; {stack}. "
-             f"`scripts/gpu-check.sh`, {str(check.get('started', ''))[:10]}, {check.get('seconds', 0):.0f} s: "
-             f"{ended}. The files, as the check wrote them: {files}.", ""]
+             f"`scripts/gpu-check.sh`, {str(check.get('started', ''))[:10]}"
+             + (f", {check['seconds']:.0f} s" if isinstance(check.get("seconds"), (int, float)) else "")
+             + f": {ended}. The files, as the check wrote them: {files}.", ""]
     figures = _figures(benchmarks)
     if figures:
         lines += ["| measured | figure | against |", "| --- | --- | --- |"]
@@ -228,7 +241,7 @@ def _markers(name: str) -> tuple[str, str]:
 def read_section(readme: Path, name: str = "h200") -> str | None:
     """The README's section for `name` as it stands, or None where it has no markers."""
     start, end = _markers(name)
-    found = re.search(re.escape(start) + r"\n(.*?)\n" + re.escape(end), readme.read_text(encoding="utf-8"),
+    found = re.search(re.escape(start) + r"\n(.*?)\n?" + re.escape(end), readme.read_text(encoding="utf-8"),
                       re.DOTALL)
     return found.group(1) if found else None
 
@@ -238,7 +251,7 @@ def write_section(readme: Path, name: str, text: str) -> None:
     current = readme.read_text(encoding="utf-8")
     if read_section(readme, name) is None:
         raise UserError(f"{readme}: no '{start}' ... '{end}' markers; put them where the section goes")
-    pattern = re.escape(start) + r"\n.*?\n" + re.escape(end)
+    pattern = re.escape(start) + r"\n.*?\n?" + re.escape(end)
     readme.write_text(re.sub(pattern, lambda _: f"{start}\n{text}\n{end}", current, count=1, flags=re.DOTALL),
                       encoding="utf-8")
 

@@ -601,6 +601,10 @@ def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S, only: st
         ctx.results_path = out / RESULTS_NAME
     planned = plan(ctx, out)
     chosen = select_steps([name for name, _ in planned], only)
+    # OUTDIR holds one run: results an earlier run left there (a rerun of some steps into the same folder)
+    # would otherwise pass for this run's.
+    for stale in (RESULTS_NAME, "quick.json", "quick.partial.jsonl"):
+        (out / stale).unlink(missing_ok=True)
     info = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "dry_run": ctx.dry_run, "device": ctx.device,
             "budget_s": budget_s, "timing": ctx.timing, "only": chosen if only else None, "facts": facts()}
     steps: list[Step] = []

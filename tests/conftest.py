@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+# In-process pytester runs put sys.modules back afterwards, and numpy's C extension cannot be loaded twice
+# in one process: imported here, before any such run, it is never dropped.
+import numpy  # noqa: F401
 import pytest
 import yaml
 

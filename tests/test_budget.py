@@ -72,3 +72,26 @@ def test_the_run_driving_modules_import_each_other_without_circles():
     circles = [name for name in RUN_MODULES if reaches(name, name, {name})]
     assert circles == [], f"import circles through {circles}: {graph}"
     assert "suite.plugin" not in graph["suite.distributed"], "distributed must not reach into the plugin"
+
+
+def test_plan_and_budget_count_an_accelerators_rounds_at_accelerator_min_time():
+    # Their floors use each benchmark's shortest round: 5 ms on a GPU, min_time on the CPU.
+    from suite.cases.matmul import measure as matmul
+    from suite.config import parse_config
+    from suite.plan import make_plan
+
+    def config(accel):
+        return parse_config({"timing": {"min_time": 0.0001, "accelerator_min_time": accel, "min_rounds": 5},
+                             "cases": {"matmul": {"dtypes": ["float32"], "shapes": ["32x32x32"]}}})
+
+    gpu = matmul.matmul_case("matmul", "cuda:0", "float32", 32, 32, 32)
+    cpu = matmul.matmul_case("matmul", "cpu", "float32", 32, 32, 32)
+    items = BudgetSchedule.for_cases(60, {"g": gpu, "c": cpu}, config(0.005), started=0.0).items
+    assert items["g"].min_timed_s == pytest.approx(5 * 0.005) and items["c"].min_timed_s == pytest.approx(5e-4)
+    from suite import devices as dev
+    from suite.plan import NodePlatform
+
+    with dev.use_platform(NodePlatform(1)):
+        low, high = (make_plan(config(a), ["cpu", "cuda:0"], gpus=1).families["matmul"].minimum_s
+                     for a in (0.0001, 0.005))
+    assert high - low == pytest.approx(5 * (0.005 - 0.0001)), "only the GPU case's rounds lengthen"

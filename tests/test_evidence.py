@@ -67,7 +67,7 @@ def test_figures_pick_the_headline_of_each_family_on_the_gpu():
          "78% of the datasheet's 989.4"),
         ("copy device → host pageable 256MiB", "12 GB/s", ""),
         ("copy host → device pinned 256MiB", "55.5 GB/s", ""),
-        ("copy same device 256MiB", "2000 GB/s", "4000 GB/s read + written"),
+        ("copy same device 256MiB", "2,000 GB/s", "4,000 GB/s read + written"),
         ("habit sync_per_step: every_step / once", "3×", "3 ms against 1 ms"),
     ], "the CPU's figures are left out where a GPU was measured"
 
@@ -97,3 +97,43 @@ def test_the_command_line_shows_the_section_and_refuses_a_dry_run(tmp_path, caps
     assert evidence.main(["keep", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("evidence: ") and "a dry run" in err and "\n" not in err
+
+
+def _outdir(tmp_path, steps, runs, quick=False):
+    """An OUTDIR as the check writes it: check.json with these steps run, results.json from these steps'
+    runs (a real results file of this repo's, tests/data/real/cpu_quick_run.json, with its steps named)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "check.json").write_text(json.dumps({
+        "dry_run": False, "started": "2026-11-30T04:00:00+0000", "exit_code": None,
+        "steps": [{"name": s, "ran": True} for s in steps], "rows": []}))
+    data = json.loads((ROOT / "tests" / "data" / "real" / "cpu_quick_run.json").read_text())
+    data.setdefault("suite", {})["gpu_check"] = {"runs": [{"step": r} for r in runs]}
+    (out / "results.json").write_text(json.dumps(data))
+    if quick:
+        (out / "quick.json").write_text(json.dumps(data))
+    return out
+
+
+def test_keep_refuses_results_an_earlier_run_left_in_outdir(tmp_path):
+    out = _outdir(tmp_path, ["habits"], ["matmul", "habits"], quick=True)
+    with pytest.raises(evidence.UserError, match=r"results of steps this check did not run \(matmul, quick "
+                                                 r"config\) are left from an earlier run; rerun"):
+        evidence.keep(out, real=tmp_path / "real", readme=None)
+    assert not (tmp_path / "real").exists()
+
+
+def test_keep_checks_the_readme_before_keeping_anything_and_fills_an_empty_section(tmp_path):
+    out = _outdir(tmp_path, ["matmul"], ["matmul"])
+    readme = tmp_path / "README.md"
+    readme.write_text("no markers")
+    with pytest.raises(evidence.UserError, match="no '<!-- evidence:h200 start"):
+        evidence.keep(out, real=tmp_path / "real", readme=readme)
+    assert not (tmp_path / "real").exists(), "nothing kept while the README cannot take the section"
+    start, end = evidence.START.format(name="h200"), evidence.END.format(name="h200")
+    readme.write_text(f"{start}\n{end}")  # empty, no trailing newline
+    assert evidence.read_section(readme) == ""
+    evidence.keep(out, real=tmp_path / "real", readme=readme)
+    section = evidence.read_section(readme)
+    assert section == evidence.section("h200", tmp_path / "real")
+    assert ": cut short by the hard stop." in section and " 0 s" not in section, "no seconds: none shown"

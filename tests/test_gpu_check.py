@@ -403,10 +403,28 @@ def test_a_step_subprocess_gets_the_steps_time_left_with_a_floor(tmp_path):
 
 
 def test_only_reruns_the_named_steps_and_a_wrong_name_is_one_line(tmp_path, capsys):
+    for stale in ("quick.json", gpu_check.RESULTS_NAME):  # an earlier run's, in the same OUTDIR
+        (tmp_path / stale).write_text("{}")
     code = run_check(CheckContext(device="cpu", dry_run=True, workdir=tmp_path), tmp_path, only="habits")
     check = json.loads((tmp_path / "check.json").read_text())
     assert code == 0 and [s["name"] for s in check["steps"]] == ["habits"] and check["only"] == ["habits"]
+    assert not (tmp_path / "quick.json").exists(), "OUTDIR holds this run's files only"
+    assert json.loads((tmp_path / gpu_check.RESULTS_NAME).read_text())["suite"]["gpu_check"]["runs"][0]["step"] \
+        == "habits"
     assert gpu_check.main(["--dry-run", "--out", str(tmp_path / "x"), "--only", "conv,nope"]) == 64
     (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("gpu-check:")]
     assert line.startswith("gpu-check: --only 'conv,nope': 'nope' is not a step; the steps are collectives, ")
     assert not (tmp_path / "x" / "check.json").exists(), "nothing ran"
+
+
+def test_the_collectives_step_ends_its_runs_with_the_step(tmp_path, monkeypatch):
+    from suite import checkrow
+    from suite.cases.collectives import measure as collectives
+
+    timeouts = []
+    monkeypatch.setattr(checkrow, "run_command", lambda cmd, timeout, env=None: timeouts.append(timeout) or (1, ""))
+    ctx = CheckContext(device="cpu", dry_run=True, workdir=tmp_path)
+    ctx.step_deadline = time.monotonic() + 12
+    rows = collectives.gpu_checks(ctx)
+    assert len(timeouts) == 2 and all(5 <= t <= 12 for t in timeouts), timeouts
+    assert [r.ok for r in rows] == [False, False], "a run stopped or failed is a failed row"

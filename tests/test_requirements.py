@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import tomllib
 import zipfile
 
 import pytest
@@ -17,6 +16,10 @@ from tests.conftest import ROOT
 
 
 def _pyproject() -> dict:
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        from pip._vendor import tomli as tomllib
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 
 
@@ -44,6 +47,7 @@ def test_this_python_meets_the_requirements_and_the_test_extra():
 
 def test_unmet_requirements_name_what_is_installed_and_the_fix(monkeypatch):
     _have(monkeypatch, pytest_benchmark="5.2.3", pydantic=None, torch="2.11.0+cu130", pandas="3.1.1")
+    monkeypatch.setattr(requirements, "_provider", lambda name: None)  # nothing else provides pydantic
     lines = requirements.unmet(["pytest-benchmark>=5.3.1", "pydantic>=2.5", "torch>=2.1", "pandas>=2"])
     carried = " (on an offline node: scripts/prepare-device.sh carries it, docs/gpu-check.md)"
     assert lines == [
@@ -162,3 +166,23 @@ def test_a_wheel_for_another_python_is_left_out_with_what_it_pins(monkeypatch, t
     assert any(n.startswith("pydantic-core 2.50.5: not installed, built for another Python") for n in notes)
     assert any(n.startswith("pydantic 2.14.4: not installed, goes with pydantic-core") for n in notes)
     assert all("PY_VERSION=" in n for n in notes if "not installed," in n)
+
+
+def test_what_imports_or_is_only_older_is_a_warning_and_only_what_cannot_run_stops(monkeypatch):
+    # py-cpuinfo absent but its module `cpuinfo` imports (pytest-benchmark 5.3 brings py-cpuinfo2); an older
+    # pytest-timeout imports too; a package whose module is nowhere, or pytest-benchmark below its floor, stops.
+    _have(monkeypatch, py_cpuinfo=None, pytest_timeout="2.2.0", pytest_benchmark="5.2.3")
+    found = requirements.problems(["py-cpuinfo>=9", "pytest-timeout>=2.3", "pytest-benchmark>=5.3.1",
+                                   "no-such-package-here>=1"])
+    assert [fatal for _, fatal in found] == [False, False, True, True]
+    assert found[0][0].startswith("py-cpuinfo is not installed, but its module cpuinfo (from ")
+    assert found[1][0].endswith("(going on: it may work)")
+
+
+def test_a_carried_local_version_equal_to_the_nodes_is_not_installed(monkeypatch, tmp_path):
+    folder = tmp_path / "whl"
+    folder.mkdir()
+    _wheel(folder, "probe-pkg", "2.11.0+cu130")
+    _have(monkeypatch, probe_pkg="2.11.0+cu130")
+    chosen, notes = requirements.choose_wheels(folder)
+    assert chosen == [] and notes == ["probe-pkg 2.11.0+cu130: not needed, 2.11.0+cu130 is installed"]

@@ -50,7 +50,7 @@ def randn(*shape: int, dtype: torch.dtype, device: str, seed: int = SEED) -> tor
     if base is None:
         gen = torch.Generator().manual_seed(seed)
         base = torch.randn(*shape, generator=gen, dtype=torch.float32)
-        if _KEPT_INPUTS is None:
+        if _KEPT_INPUTS is None or base.numel() * 4 > KEPT_INPUTS_MAX_BYTES:
             return base.to(dtype=dtype).to(device)
         held = sum(t.numel() * t.element_size() for t in _KEPT_INPUTS.values())
         while _KEPT_INPUTS and held + base.numel() * 4 > KEPT_INPUTS_MAX_BYTES:
