@@ -77,9 +77,8 @@ def keep(out: Path, name: str = "h200", allow_dry_run: bool = False, real: Path 
     if foreign:
         raise UserError(f"{out}: results of steps this check did not run ({', '.join(foreign)}) are left from an "
                         "earlier run; rerun scripts/gpu-check.sh into an empty OUTDIR")
-    if readme is not None and read_section(readme, name) is None:
-        start, end = _markers(name)
-        raise UserError(f"{readme}: no '{start}' ... '{end}' markers; put them where the section goes")
+    if readme is not None:
+        _require_markers(readme, name)
     real.mkdir(parents=True, exist_ok=True)
     targets = kept_paths(name, real)
     for stale in set(targets) - set(sources):  # a kept file from an earlier run would mix two runs
@@ -246,11 +245,16 @@ def read_section(readme: Path, name: str = "h200") -> str | None:
     return found.group(1) if found else None
 
 
+def _require_markers(readme: Path, name: str) -> None:
+    if read_section(readme, name) is None:
+        start, end = _markers(name)
+        raise UserError(f"{readme}: no '{start}' ... '{end}' markers; put them where the section goes")
+
+
 def write_section(readme: Path, name: str, text: str) -> None:
+    _require_markers(readme, name)
     start, end = _markers(name)
     current = readme.read_text(encoding="utf-8")
-    if read_section(readme, name) is None:
-        raise UserError(f"{readme}: no '{start}' ... '{end}' markers; put them where the section goes")
     pattern = re.escape(start) + r"\n.*?\n?" + re.escape(end)
     readme.write_text(re.sub(pattern, lambda _: f"{start}\n{text}\n{end}", current, count=1, flags=re.DOTALL),
                       encoding="utf-8")

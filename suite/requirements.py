@@ -145,7 +145,8 @@ def unmet(reqs: list[str]) -> list[str]:
 def old_pytest_benchmark() -> str | None:
     """The one-line reason the installed pytest-benchmark cannot run the suite, or None (the plugin's check
     before a run: an older one would crash at the run's start, its traceback naming no version)."""
-    return next(iter(unmet([f"pytest-benchmark>={MIN_PYTEST_BENCHMARK}"])), None)
+    fatal = [line for line, stop in problems([f"pytest-benchmark>={MIN_PYTEST_BENCHMARK}"]) if stop]
+    return fatal[0] if fatal else None
 
 
 # --- carried wheels (scripts/prepare-device.sh, scripts/gpu-check.sh) ----------------------------------------

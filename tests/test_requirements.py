@@ -186,3 +186,11 @@ def test_a_carried_local_version_equal_to_the_nodes_is_not_installed(monkeypatch
     _have(monkeypatch, probe_pkg="2.11.0+cu130")
     chosen, notes = requirements.choose_wheels(folder)
     assert chosen == [] and notes == ["probe-pkg 2.11.0+cu130: not needed, 2.11.0+cu130 is installed"]
+
+
+def test_the_plugin_goes_on_where_pytest_benchmarks_module_imports_without_its_metadata(monkeypatch):
+    # A source checkout of pytest-benchmark on sys.path has no distribution metadata: not a reason to refuse.
+    _have(monkeypatch, pytest_benchmark=None)
+    assert requirements.old_pytest_benchmark() is None
+    _have(monkeypatch, pytest_benchmark="5.2.3")
+    assert requirements.old_pytest_benchmark().startswith("pytest-benchmark 5.2.3 is installed")
