@@ -7,10 +7,12 @@ the suite has a single code path and tests can swap in a fake multi-GPU machine 
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import os
 import platform as _pyplatform
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import torch
@@ -72,6 +74,13 @@ class Platform:
         if a.type == b.type == "cuda" and a != b:
             return bool(torch.cuda.can_device_access_peer(a.index, b.index))
         return False
+
+    def link(self, a: torch.device, b: torch.device) -> str | None:
+        """What connects two GPUs, named as `nvidia-smi topo -m` names it ('NV18', 'PIX', 'SYS'); None where
+        NVML cannot tell (no nvidia-ml-py or driver, a MIG instance, not two distinct CUDA devices)."""
+        if a.type == b.type == "cuda" and a != b:
+            return _cuda_links().get((a.index or 0, b.index or 0))
+        return None
 
     def mem_get_info(self, device: torch.device) -> tuple[int, int] | None:
         """(free, total) bytes on an accelerator, None where the backend cannot tell."""
@@ -346,6 +355,124 @@ def _nvml_info(index: int, uuid: str | None = None) -> dict:
     return info
 
 
+# `nvidia-smi topo -m`'s names for the closest PCIe ancestor two GPUs share, by NVML topology level: one
+# board or one PCIe switch (PIX), several switches (PXB), the CPU's host bridge (PHB), host bridges of one
+# NUMA node (NODE), across the sockets' interconnect (SYS).
+PCIE_LEVELS = {0: "PIX", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+# What each name means, for the docs and the devices command.
+LINK_MEANINGS = {
+    "NV#": "a bonded set of # NVLinks (direct, or through NVSwitch)",
+    "NVLink": "NVLink peer-to-peer, link count not reported",
+    "PIX": "at most one PCIe switch",
+    "PXB": "several PCIe switches, not the host bridge",
+    "PHB": "a PCIe host bridge (the CPU)",
+    "NODE": "PCIe host bridges within one NUMA node",
+    "SYS": "PCIe and the interconnect between NUMA nodes (QPI/UPI, Infinity Fabric)",
+}
+
+
+@functools.cache
+def _cuda_links() -> dict[tuple[int, int], str]:
+    """link() of every ordered pair of CUDA devices, by torch index; read once per process (the topology of a
+    running machine does not change)."""
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if n < 2:
+        return {}
+    uuids = tuple(_platform.properties(torch.device("cuda", i)).get("uuid") for i in range(n))
+    return nvml_links(uuids)
+
+
+def _pci_address(info) -> tuple[int, int, int] | None:
+    """(domain, bus, device) of an NVML PCI info: how a link's far end is matched to a GPU."""
+    try:
+        return int(info.domain), int(info.bus), int(info.device)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _nvlinks(nvml, handle) -> list[tuple[tuple[int, int, int] | None, bool]]:
+    """(far end's PCI address, far end is an NVSwitch) of each active NVLink of one GPU; [] without NVLink."""
+    links = []
+    for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
+        try:
+            active = nvml.nvmlDeviceGetNvLinkState(handle, link) == nvml.NVML_FEATURE_ENABLED
+        except Exception:
+            break  # not supported (a PCIe-only GPU), or past this GPU's last link
+        if not active:
+            continue
+        remote, switch = None, False
+        with contextlib.suppress(Exception):
+            remote = _pci_address(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link))
+        with contextlib.suppress(Exception):
+            switch = (nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link)
+                      == nvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
+        links.append((remote, switch))
+    return links
+
+
+def nvml_links(uuids: tuple[str | None, ...], nvml=None) -> dict[tuple[int, int], str]:
+    """What connects each ordered pair of GPUs (by position in `uuids`), as `nvidia-smi topo -m` names it.
+
+    `NV<n>` where NVLink joins them: n links straight to the other GPU, or, through NVSwitch, the links each
+    GPU has into the switches (the lower of the two), when NVML says NVLink peer-to-peer works between them.
+    Otherwise the PCIe path, from NVML's closest common ancestor (PCIE_LEVELS). A pair NVML says nothing about
+    is left out. Empty for fewer than two GPUs, a GPU without a UUID or a MIG instance (MIG has no peer
+    copies), or where nvidia-ml-py or the driver is missing. `nvml`: the module (tests pass a fake).
+    """
+    if len(uuids) < 2 or any(not u or u.startswith("MIG-") for u in uuids):
+        return {}
+    try:
+        if nvml is None:
+            import pynvml as nvml
+        nvml.nvmlInit()
+    except Exception:
+        return {}
+    out: dict[tuple[int, int], str] = {}
+    try:
+        try:
+            handles = [nvml.nvmlDeviceGetHandleByUUID(u) for u in uuids]
+        except Exception:
+            return {}
+        addresses = []
+        for h in handles:
+            try:
+                addresses.append(_pci_address(nvml.nvmlDeviceGetPciInfo(h)))
+            except Exception:
+                addresses.append(None)
+        nvlinks = [_nvlinks(nvml, h) for h in handles]
+        for i, j in itertools.permutations(range(len(handles)), 2):
+            direct = sum(1 for far, _ in nvlinks[i] if far is not None and far == addresses[j])
+            fabric = min(sum(s for _, s in nvlinks[i]), sum(s for _, s in nvlinks[j]))
+            p2p = None
+            with contextlib.suppress(Exception):
+                status = nvml.nvmlDeviceGetP2PStatus(handles[i], handles[j], nvml.NVML_P2P_CAPS_INDEX_NVLINK)
+                p2p = status == nvml.NVML_P2P_STATUS_OK
+            if direct:
+                out[(i, j)] = f"NV{direct}"
+            elif fabric and p2p is not False:
+                out[(i, j)] = f"NV{fabric}"
+            elif p2p:
+                out[(i, j)] = "NVLink"
+            else:
+                with contextlib.suppress(Exception):
+                    level = nvml.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j])
+                    if int(level) in PCIE_LEVELS:
+                        out[(i, j)] = PCIE_LEVELS[int(level)]
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+    return out
+
+
+def link_matrix(devices: list[torch.device] | None = None) -> dict[str, dict[str, str]]:
+    """link() for every ordered pair of distinct CUDA devices NVML tells about; {} where it tells nothing."""
+    plat = current_platform()
+    gpus = [d for d in (devices if devices is not None else accelerators()) if d.type == "cuda"]
+    links = {device_id(a): {device_id(b): plat.link(a, b) for b in gpus if b != a} for a in gpus}
+    links = {a: {b: v for b, v in row.items() if v} for a, row in links.items()}
+    return {a: row for a, row in links.items() if row}
+
+
 def peer_matrix(devices: list[torch.device] | None = None) -> dict[str, dict[str, bool]]:
     """can_device_access_peer for every ordered pair of distinct CUDA devices."""
     plat = current_platform()
@@ -358,9 +485,11 @@ class Inventory:
     devices: list[dict]
     peer_access: dict[str, dict[str, bool]]
     software: dict
+    links: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def as_machine_info(self) -> dict:
-        return {"devices": self.devices, "peer_access": self.peer_access, "software": self.software}
+        return {"devices": self.devices, "peer_access": self.peer_access, "links": self.links,
+                "software": self.software}
 
 
 def inventory() -> Inventory:
@@ -368,6 +497,7 @@ def inventory() -> Inventory:
     plat = current_platform()
     entries = [_cpu_info()]
     peers = peer_matrix()
+    links = link_matrix()
     runtime = torch.version.cuda or getattr(torch.version, "hip", None)
     for dev in accelerators():
         entry = {"id": device_id(dev), "kind": dev.type}
@@ -375,12 +505,14 @@ def inventory() -> Inventory:
         if dev.type == "cuda":
             entry["runtime_version"] = runtime
             entry["peer_access"] = peers.get(device_id(dev), {})
+            if links.get(device_id(dev)):
+                entry["links"] = links[device_id(dev)]
             entry.update(_nvml_info(dev.index or 0, entry.get("uuid")))
         entries.append(entry)
     from suite import __version__
 
     software = dict(plat.software(), suite=__version__)
-    return Inventory(devices=entries, peer_access=peers, software=software)
+    return Inventory(devices=entries, peer_access=peers, software=software, links=links)
 
 
 # --- `python -m suite devices` -------------------------------------------------------------------------
@@ -404,18 +536,31 @@ def run(args) -> int:
     print()
     for entry in inv.devices:
         gib = entry.get("memory_bytes", 0) / 2**30
-        extras = {k: v for k, v in entry.items() if k not in ("id", "kind", "name", "memory_bytes", "peer_access")}
+        skip = ("id", "kind", "name", "memory_bytes", "peer_access", "links")
+        extras = {k: v for k, v in entry.items() if k not in skip}
         detail = ", ".join(f"{k}={v}" for k, v in extras.items() if v is not None)
         print(f"{entry['id']:<8} {entry['name']}  {gib:.1f} GiB  {detail}")
     if inv.peer_access:
-        print("\npeer access (row can access column):")
-        gpus = list(inv.peer_access)
-        print("        " + " ".join(f"{g:>7}" for g in gpus))
-        for a in gpus:
-            cells = ["      -" if a == b else f"{'yes' if inv.peer_access[a].get(b) else 'no':>7}" for b in gpus]
-            print(f"{a:<8}" + " ".join(cells))
+        print("\n" + "\n".join(pair_matrix_lines(inv.peer_access, inv.links)))
     print("\nsoftware: " + ", ".join(f"{k} {v}" for k, v in inv.software.items() if v))
     return 0
+
+
+def pair_matrix_lines(peer_access: dict[str, dict[str, bool]], links: dict[str, dict[str, str]]) -> list[str]:
+    """The GPU pairs as `python -m suite devices` prints them: peer access, and the link where NVML tells it
+    ('yes NV18', 'no SYS'), row to column; then what each link name that appears means."""
+    gpus = list(peer_access)
+    cell = {(a, b): ("yes" if peer_access[a].get(b) else "no")
+            + (f" {links[a][b]}" if links.get(a, {}).get(b) else "") for a in gpus for b in gpus if a != b}
+    width = max([7, *(len(c) for c in cell.values())])
+    title = "peer access and link (row to column):" if links else "peer access (row can access column):"
+    lines = [title, " " * 8 + " ".join(f"{g:>{width}}" for g in gpus)]
+    for a in gpus:
+        lines.append(f"{a:<8}" + " ".join(f"{'-' if a == b else cell[(a, b)]:>{width}}" for b in gpus))
+    used = {v for row in links.values() for v in row.values()}
+    names = {"NV#" if v.startswith("NV") and v[2:].isdigit() else v for v in used}
+    lines += [f"  {n:<6} {LINK_MEANINGS[n]}" for n in LINK_MEANINGS if n in names]
+    return lines
 
 
 def check_spec(spec, option: str = "--suite-devices") -> list[str]:

@@ -79,6 +79,7 @@ MEASURED_KEYS = frozenset(
         "slowest_device",
         "slowest_tflops",
         "peer_access",
+        "link",
         "copy_engines",
         "timeout_s",
         # Where an imported result came from and how often it ran: provenance, not a parameter.
@@ -96,6 +97,9 @@ MEASURED_KEYS = frozenset(
 )
 # extra_info of how precision stopping ended, carried as columns (the report shows them) but never matched on.
 STOP_KEYS = ("stopped_on", "margin", "precision_target", "confidence")
+# extra_info of the machine a copy ran over, carried as columns but never matched on: what joins a GPU pair
+# (`NV18`, `SYS`; devices.nvml_links), which health groups peer pairs by and the copy matrix shows.
+LINK_KEYS = ("link",)
 STAT_KEYS = ("median", "iqr", "q1", "q3", "min", "max", "mean", "stddev", "rounds", "iterations")
 DERIVED_COLUMNS = ("metric", "metric_name", "metric_unit")  # set from the rate columns once per table
 
@@ -117,6 +121,7 @@ COLUMNS = (
     *STAT_KEYS,
     *NUMERIC_KEYS,
     *STOP_KEYS,
+    *LINK_KEYS,
     "metric",
     "metric_name",
     "metric_unit",
@@ -540,7 +545,7 @@ def _rows(
         columns[key] = _floats([st.get(key) for st in stats])
     for key in NUMERIC_KEYS:
         columns[key] = _floats([e.get(key) for e in extras])
-    for key in STOP_KEYS:
+    for key in (*STOP_KEYS, *LINK_KEYS):
         columns[key] = _scalars([e.get(key) for e in extras])
     for key in keys:
         if key not in columns and key not in DERIVED_COLUMNS:

@@ -9,12 +9,15 @@ from suite.devices import Platform
 
 
 class FakePlatform(Platform):
-    """`gpus` CUDA devices named like H100s; peer access from `peer` (a set of (i, j) pairs) or all/none."""
+    """`gpus` CUDA devices named like H100s; peer access from `peer` (a set of (i, j) pairs) or all/none; the
+    link of a pair from `links` ((i, j) -> 'NV18', 'SYS'; a pair not in it: NVML tells nothing)."""
 
-    def __init__(self, gpus: int = 0, peer: bool | set[tuple[int, int]] = True, memory: int = 80 * 2**30):
+    def __init__(self, gpus: int = 0, peer: bool | set[tuple[int, int]] = True, memory: int = 80 * 2**30,
+                 links: dict[tuple[int, int], str] | None = None):
         self.gpus = gpus
         self.peer = peer
         self.memory = memory
+        self.links = links or {}
         self.synchronized: list[str] = []
 
     def count(self, kind: str) -> int:
@@ -33,6 +36,9 @@ class FakePlatform(Platform):
         if isinstance(self.peer, bool):
             return self.peer
         return (a.index, b.index) in self.peer
+
+    def link(self, a: torch.device, b: torch.device) -> str | None:
+        return self.links.get((a.index, b.index)) if a != b else None
 
     def mem_get_info(self, device: torch.device):
         return (self.memory // 2, self.memory) if device.type == "cuda" else None

@@ -29,8 +29,8 @@ def config(**copy) -> object:
     return parse_config({"cases": {"copy": {"sizes": SIZES, **copy}}}, "test.yaml")
 
 
-def cases_of(gpus: int, peer=True, devices: list[str] | None = None, **copy) -> list:
-    with use_platform(FakePlatform(gpus=gpus, peer=peer)):
+def cases_of(gpus: int, peer=True, devices: list[str] | None = None, links=None, **copy) -> list:
+    with use_platform(FakePlatform(gpus=gpus, peer=peer, links=links)):
         names = devices if devices is not None else ["cpu", *(f"cuda:{i}" for i in range(gpus))]
         return copy_case.enumerate_cases(config(**copy), names)
 
@@ -215,6 +215,24 @@ def test_one_peer_pair_per_link_kind_gets_the_sweep():
     assert uni[("cuda:2", "cuda:3")] == {MiB} and uni[("cuda:1", "cuda:3")] == {MiB}
     kinds = {c.info["peer_access"] for c in cases if (c.info["src"], c.info["dst"]) in peer_swept}
     assert kinds == {True, False}
+
+
+def test_one_peer_pair_per_link_gets_the_sweep_where_nvml_tells_the_links():
+    # Four GPUs with peer access everywhere: 0<->1 and 2<->3 over NVLink bridges, the rest across the sockets.
+    pairs = [(i, j) for i in range(4) for j in range(4) if i != j]
+    links = {(i, j): "NV4" if {i, j} in ({0, 1}, {2, 3}) else "SYS" for i, j in pairs}
+    cases = cases_of(4, links=links, sizes=["4KiB", "1MiB"], matrix_sizes=["1MiB"])
+    uni = _sizes_by_pair(cases)
+    peer_swept = {pair for pair, sizes in uni.items() if len(sizes) == 2 and "cpu" not in pair
+                  and pair[0] != pair[1]}
+    assert peer_swept == {("cuda:0", "cuda:1"), ("cuda:1", "cuda:0"),
+                          ("cuda:0", "cuda:2"), ("cuda:2", "cuda:0")}
+    peer = [c for c in cases if c.info["path"] == "peer"]
+    assert all(c.info["link"] == links[(int(c.info["src"][-1]), int(c.info["dst"][-1]))] for c in peer)
+    # The link is a figure of the machine, not of the benchmark: the ids are those every pair at every size
+    # has without NVML.
+    assert {c.id for c in cases_of(4, sizes=["4KiB", "1MiB"])} >= {c.id for c in peer}
+    assert all(c.info["link"] is None for c in cases_of(2, sizes=["4KiB"]) if c.info["path"] == "peer")
 
 
 def test_pairs_option_and_matrix_sizes_together():

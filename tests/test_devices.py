@@ -183,3 +183,136 @@ def test_nvml_reads_the_link_of_the_gpu_and_labels_current_and_max(uuid, monkeyp
     assert info["power_limit_w"] == 700.0 and info["driver_version"] == "580.159.03"
     if uuid.startswith("MIG-"):
         assert info["mig"] is True and info["mig_parent_uuid"] == "GPU-parent"
+
+
+# --- NVML: what joins each pair of GPUs, as nvidia-smi topo -m names it -------------------------------------
+
+
+class TopologyNvml:
+    """pynvml for a node of GPUs 'GPU-0'..: GPU i at PCI bus 0x10+i. `links[i]`: the far end of each of its
+    active NVLinks, another GPU's index or 'switch'; `p2p`: the pairs NVML's NVLink P2P status calls OK (None:
+    the query fails, as on an old driver); `level(i, j)`: their closest common PCIe ancestor."""
+
+    NVML_FEATURE_ENABLED, NVML_NVLINK_DEVICE_TYPE_GPU, NVML_NVLINK_DEVICE_TYPE_SWITCH = 1, 0, 2
+    NVML_P2P_CAPS_INDEX_NVLINK, NVML_P2P_STATUS_OK, NVML_P2P_STATUS_NOT_SUPPORTED = 2, 0, 5
+    NVML_NVLINK_MAX_LINKS = 18
+
+    def __init__(self, n, links=None, p2p=None, level=lambda i, j: 50, fails_init=False):
+        self.n, self.links, self.p2p, self.level, self.fails_init = n, links or {}, p2p, level, fails_init
+        self.shut = False
+
+    def nvmlInit(self):
+        if self.fails_init:
+            raise RuntimeError("NVML_ERROR_DRIVER_NOT_LOADED")
+
+    def nvmlShutdown(self):
+        self.shut = True
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        i = int(uuid.removeprefix("GPU-"))
+        if i >= self.n:
+            raise RuntimeError("NVML_ERROR_NOT_FOUND")
+        return i
+
+    @staticmethod
+    def _pci(bus):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(domain=0, bus=bus, device=0, busId=f"00000000:{bus:02X}:00.0".encode())
+
+    def nvmlDeviceGetPciInfo(self, h):
+        return self._pci(0x10 + h)
+
+    def nvmlDeviceGetNvLinkState(self, h, link):
+        if h not in self.links:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")  # a PCIe-only GPU
+        if link >= len(self.links[h]) + 1:
+            raise RuntimeError("NVML_ERROR_INVALID_ARGUMENT")  # past its last link
+        return 0 if link == len(self.links[h]) else 1  # one more link, inactive
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
+        far = self.links[h][link]
+        return self._pci(0xE0 + link % 4 if far == "switch" else 0x10 + far)
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, h, link):
+        return 2 if self.links[h][link] == "switch" else 0
+
+    def nvmlDeviceGetP2PStatus(self, a, b, index):
+        assert index == self.NVML_P2P_CAPS_INDEX_NVLINK
+        if self.p2p is None:
+            raise RuntimeError("NVML_ERROR_FUNCTION_NOT_FOUND")
+        return 0 if (a, b) in self.p2p else 5
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a, b):
+        return self.level(a, b)
+
+
+def _uuids(n):
+    return tuple(f"GPU-{i}" for i in range(n))
+
+
+def test_nvswitch_node_every_pair_is_nv18():
+    every = {(i, j) for i in range(8) for j in range(8) if i != j}
+    fake = TopologyNvml(8, links={i: ["switch"] * 18 for i in range(8)}, p2p=every)
+    links = dev.nvml_links(_uuids(8), fake)
+    assert set(links) == every and set(links.values()) == {"NV18"} and fake.shut
+
+
+def test_pcie_node_with_nvlink_bridges_names_each_pair():
+    # 0<->1 and 2<->3 bridged with 4 NVLinks each; 0,1 share a PCIe switch with nothing else; 0-1 / 2-3 sit on
+    # two sockets; one socket's GPUs share a host bridge.
+    bridges = {0: [1] * 4, 1: [0] * 4, 2: [3] * 4, 3: [2] * 4}
+    level = {frozenset({0, 1}): 10, frozenset({2, 3}): 30}
+    fake = TopologyNvml(4, links=bridges, p2p={(0, 1), (1, 0), (2, 3), (3, 2)},
+                        level=lambda i, j: level.get(frozenset({i, j}), 50))
+    links = dev.nvml_links(_uuids(4), fake)
+    assert links[(0, 1)] == links[(1, 0)] == links[(2, 3)] == links[(3, 2)] == "NV4"
+    assert links[(0, 2)] == links[(3, 1)] == "SYS"
+
+
+@pytest.mark.parametrize("level, name", [(0, "PIX"), (10, "PIX"), (20, "PXB"), (30, "PHB"), (40, "NODE"),
+                                         (50, "SYS"), (60, None)])
+def test_pcie_levels_are_named_as_nvidia_smi_names_them(level, name):
+    links = dev.nvml_links(_uuids(2), TopologyNvml(2, level=lambda i, j: level))
+    assert links.get((0, 1)) == name and links.get((1, 0)) == name
+
+
+def test_switch_links_without_nvlink_p2p_are_the_pcie_path():
+    # Both GPUs wired to NVSwitches, but NVML says NVLink P2P does not work between them (fabric not up).
+    fake = TopologyNvml(2, links={0: ["switch"] * 18, 1: ["switch"] * 18}, p2p=set(), level=lambda i, j: 40)
+    assert dev.nvml_links(_uuids(2), fake) == {(0, 1): "NODE", (1, 0): "NODE"}
+    # An old driver that cannot answer the P2P query: the switch links count.
+    fake = TopologyNvml(2, links={0: ["switch"] * 12, 1: ["switch"] * 12}, p2p=None)
+    assert dev.nvml_links(_uuids(2), fake) == {(0, 1): "NV12", (1, 0): "NV12"}
+
+
+@pytest.mark.parametrize("uuids, fake", [
+    (("GPU-0",), TopologyNvml(1)),  # one GPU: no pairs
+    (("GPU-0", None), TopologyNvml(2)),  # a GPU without a UUID cannot be found in NVML
+    (("GPU-0", "MIG-1"), TopologyNvml(2)),  # MIG instances have no peer copies
+    (("GPU-0", "GPU-1"), TopologyNvml(2, fails_init=True)),  # no driver
+    (("GPU-0", "GPU-7"), TopologyNvml(2)),  # NVML does not know the UUID
+])
+def test_nvml_links_tell_nothing_rather_than_guess(uuids, fake):
+    assert dev.nvml_links(uuids, fake) == {}
+
+
+def test_links_reach_the_inventory_and_the_devices_command(capsys):
+    fake = FakePlatform(gpus=3, peer={(0, 1), (1, 0)}, links={(0, 1): "NV4", (1, 0): "NV4", (0, 2): "SYS",
+                                                             (2, 0): "SYS", (1, 2): "SYS", (2, 1): "SYS"})
+    with use_platform(fake):
+        info = dev.inventory().as_machine_info()
+        assert info["links"]["cuda:0"] == {"cuda:1": "NV4", "cuda:2": "SYS"}
+        assert next(d for d in info["devices"] if d["id"] == "cuda:2")["links"] == {"cuda:0": "SYS",
+                                                                                    "cuda:1": "SYS"}
+        from suite.cli import main
+
+        assert main(["devices"]) == 0
+    out = capsys.readouterr().out
+    matrix = out.split("peer access and link (row to column):")[1].splitlines()
+    row = next(line for line in matrix if line.startswith("cuda:0"))
+    assert row.split() == ["cuda:0", "-", "yes", "NV4", "no", "SYS"]
+    assert "NV#    a bonded set of # NVLinks" in out and "SYS    PCIe and the interconnect" in out
+    assert "PIX" not in out  # only the names that appear are explained
+    with use_platform(FakePlatform(gpus=2)):  # no NVML: the peer-access matrix alone, as before
+        assert dev.inventory().as_machine_info()["links"] == {}

@@ -385,3 +385,50 @@ def test_untimed_runs_are_chosen_by_file_name_not_modification_time(tmp_path, ca
         (copied / p.name).write_text(p.read_text(encoding="utf-8"), encoding="utf-8")
     assert main(["health", str(copied)]) == 0
     assert "judged the last by file name, 2-after.json" in capsys.readouterr().err + err
+
+
+def _pair_copies(gpus: int, nvlinked, slow=None, links=True) -> list[dict]:
+    """Every ordered GPU pair's copy: 100 GB/s over NVLink (`nvlinked(i, j)`), 20 GB/s across the sockets
+    (SYS); the pair `slow` at a fifth of that; each with its link recorded, as NVML tells it, if `links`."""
+    out = []
+    for i in range(gpus):
+        for j in range(gpus):
+            if i != j:
+                nv = nvlinked(i, j)
+                gbps = (100.0 if nv else 20.0) * (0.2 if (i, j) == slow else 1)
+                out.append(copy(f"cuda:{i}", f"cuda:{j}", gbps))
+                if links:
+                    out[-1]["extra_info"]["link"] = "NV4" if nv else "SYS"
+    return out
+
+
+def _stragglers(capsys, tmp_path, gpus: int, benches: list[dict]) -> tuple[int, set[str]]:
+    path = fleet.write(tmp_path, "mixed", ours("mixed", gpus, benches, gpu="NVIDIA L40S"))
+    code, result = health_json(capsys, str(path))
+    return code, {f["device"] for f in node(result, "mixed")["findings"] if f["kind"] == "straggler"}
+
+
+def test_gpu_pairs_are_peers_only_over_the_same_link(tmp_path, capsys):
+    # Five PCIe GPUs: 0-3 joined by NVLink bridges, GPU 4 across the sockets from all of them. Healthy: its
+    # pairs are slower by design. Without the links (a run without NVML) every pair is every other's peer,
+    # and GPU 4's pairs, the minority, read as stragglers.
+    def nvlinked(i, j):
+        return i < 4 and j < 4
+
+    assert _stragglers(capsys, tmp_path, 5, _pair_copies(5, nvlinked)) == (0, set())
+    code, found = _stragglers(capsys, tmp_path, 5, _pair_copies(5, nvlinked, links=False))
+    assert code == 1
+    assert found == {f"cuda:{i}->cuda:4" for i in range(4)} | {f"cuda:4->cuda:{i}" for i in range(4)}
+
+
+def test_a_slow_nvlink_pair_stands_out_among_its_links_pairs(tmp_path, capsys):
+    # Four PCIe GPUs: 0<->1 and 2<->3 over NVLink bridges, the other pairs (the majority) across the sockets.
+    # 2->3 at a fifth of its link's speed (P2P disabled: staged through the host) is a straggler among the
+    # NVLink pairs; without the links the slower majority hides it.
+    def nvlinked(i, j):
+        return {i, j} in ({0, 1}, {2, 3})
+
+    assert _stragglers(capsys, tmp_path, 4, _pair_copies(4, nvlinked)) == (0, set())
+    code, found = _stragglers(capsys, tmp_path, 4, _pair_copies(4, nvlinked, slow=(2, 3)))
+    assert (code, found) == (1, {"cuda:2->cuda:3"})
+    assert _stragglers(capsys, tmp_path, 4, _pair_copies(4, nvlinked, slow=(2, 3), links=False)) == (0, set())

@@ -372,3 +372,23 @@ def test_ceiling_and_conv_sections_have_titles_and_notes(tmp_path):
     html = out.read_text(encoding="utf-8")
     assert 'Compute ceiling <span class="count">' in html and 'Convolutions <span class="count">' in html
     assert "the measured ceiling that % of ceiling" in html and "can exceed 100% of the ceiling" in html
+
+
+def test_heatmap_names_each_gpu_pairs_link_under_its_figure(tmp_path, figures):
+    from suite.report.charts import copy_heatmaps
+
+    data = json.loads((DATA / "h200x2.json").read_text(encoding="utf-8"))
+    for bench in data["benchmarks"]:
+        extra = bench["extra_info"]
+        src, dst = extra.get("src", "cpu"), extra.get("dst", "cpu")
+        if extra.get("case") == "copy" and "cpu" not in (src, dst) and src != dst:
+            extra["link"] = "NV18"
+    path = tmp_path / "h200x2.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    (chart,) = copy_heatmaps(*_family(path, "copy"))
+    cells = [t.get_text() for t in figures[-1].axes[0].texts]
+    linked = [c for c in cells if c.endswith("\nNV18")]
+    assert len(linked) == 2 and all(float(c.split()[0]) > 100 for c in linked), cells
+    assert "nvidia-smi topo -m" in chart.caption
+    (chart,) = copy_heatmaps(*_family(DATA / "h200x2.json", "copy"))  # no link recorded: nothing claimed
+    assert not any("\n" in t.get_text() for t in figures[-1].axes[0].texts) and "topo" not in chart.caption

@@ -306,17 +306,21 @@ def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         ax.set_xlabel("dst")
         ax.set_ylabel("src")
         values = grid.to_numpy(dtype=float)
+        # What joins each GPU pair (NV18, PIX, SYS), where the run recorded it, under the pair's figure.
+        linked = sub[sub["link"].map(type) == str] if "link" in sub else sub.iloc[:0]
+        links = linked.groupby(["src", "dst"])["link"].first().to_dict()
         if len(names) <= 9 and np.isfinite(values).any():
             top = np.nanmax(values)
             for (r, c), v in np.ndenumerate(values):
                 if not math.isnan(v):  # dark text on the bright end of viridis, light on the dark end
+                    link = links.get((names[r], names[c]))
                     ax.text(
                         c,
                         r,
-                        f"{v:.0f}" if v >= 100 else f"{v:.3g}",
+                        (f"{v:.0f}" if v >= 100 else f"{v:.3g}") + (f"\n{_text(link)}" if link else ""),
                         ha="center",
                         va="center",
-                        fontsize=8,
+                        fontsize=8 if not link else 7,
                         color="black" if v > 0.6 * top else "white",
                     )
         size = format_size(int(sub["bytes"].max())) if len(sub) else ""
@@ -329,6 +333,8 @@ def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         frozenset({"pageable"}): "; host copies from pageable memory (no pinned copies measured).",
         frozenset({"pinned", "pageable"}): "; host copies from pinned memory where measured, else pageable.",
     }.get(frozenset(host_memory), ".")
+    if "link" in rows and (rows["link"].map(type) == str).any():
+        caption += " Under a GPU pair's figure: its link as nvidia-smi topo -m names it (NV#: # NVLinks)."
     if extra > 0:
         caption += f" {extra} more machine(s) in the table."
     return [Chart("Copy bandwidth matrix, src × dst (GB/s)", _png(fig), caption)]

@@ -55,11 +55,12 @@ def _pairs(section, devices: list[str]) -> list[tuple[str, str]]:
     return [(s, d) for s in devices for d in devices]
 
 
-def link_kind(src: str, dst: str) -> bool | None:
-    """The link kind of a device pair as the device seam tells it: True with peer access (a direct link),
-    False when torch stages the copy through host memory, None for a device this machine lacks. The seam does
-    not tell NVLink from PCIe peer access, so two peer pairs over different links count as one kind."""
-    return _peer_access(src, dst)
+def link_kind(src: str, dst: str) -> tuple[bool | None, str | None]:
+    """The link kind of a GPU pair as the device seam tells it: (peer access, link). Peer access: True with a
+    direct path, False when torch stages the copy through host memory, None for a device this machine lacks.
+    Link: what joins them as `nvidia-smi topo -m` names it ('NV18', 'PIX', 'SYS'), None where NVML cannot
+    tell; where it cannot, NVLink and PCIe peer pairs count as one kind."""
+    return _peer_access(src, dst), _link(src, dst)
 
 
 def sweep_pairs(pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
@@ -101,6 +102,8 @@ def _case(src: str, dst: str, size: int, memory: str, non_blocking: bool, direct
     if path == "peer":
         # Recorded with every peer result: without peer access, torch stages the copy through host memory.
         params["peer_access"] = _peer_access(src, dst)
+        # And what joins them (NVLink or the PCIe path), where NVML tells: pairs over different links differ.
+        params["link"] = _link(src, dst)
     return make_case(NAME, tuple(_unique((src, dst))), parts, **params)
 
 
@@ -110,6 +113,14 @@ def _peer_access(src: str, dst: str) -> bool | None:
     if missing_reason(src) or missing_reason(dst):
         return None  # the plugin skips the case; asking torch about a missing device would raise
     return current_platform().can_access_peer(torch.device(src), torch.device(dst))
+
+
+def _link(src: str, dst: str) -> str | None:
+    from suite.devices import missing_reason
+
+    if missing_reason(src) or missing_reason(dst):
+        return None
+    return current_platform().link(torch.device(src), torch.device(dst))
 
 
 def enumerate_cases(config, devices: list[str]) -> list[Case]:
