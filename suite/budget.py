@@ -71,10 +71,14 @@ class BudgetSchedule:
         config: SuiteConfig,
         started: float,
         clock=time.monotonic,
+        overrides: dict | None = None,
     ) -> "BudgetSchedule":
+        """`overrides`: timing keys the command line sets over every family's (user_timing in the plugin)."""
         items = {}
         for key, case in cases.items():
             timing = config.timing_for(case.family)
+            if overrides:
+                timing = timing.model_copy(update=overrides)
             items[key] = BudgetItem(
                 case.family,
                 fixed_seconds(case, config),
@@ -163,9 +167,9 @@ class RunState:
         self.warmups: dict[str, float] = {}
         self.max_times: dict[str, float] = {}  # nodeid -> the max_time the budget gave it
 
-    def plan(self, cases: dict[str, Case], config: SuiteConfig) -> None:
+    def plan(self, cases: dict[str, Case], config: SuiteConfig, overrides: dict | None = None) -> None:
         """After selection (nodeid -> case): the families for progress lines; with a budget, refuse it now if
-        it is too small (UserError)."""
+        it is too small (UserError). `overrides`: the timing the command line sets (BudgetSchedule.for_cases)."""
         self.families = {nodeid: case.family for nodeid, case in cases.items()}
         counts: dict[str, int] = {}
         for family in self.families.values():
@@ -173,7 +177,8 @@ class RunState:
         self.progress = Progress(counts)
         if self.budget_s is None or not cases:
             return
-        self.schedule = BudgetSchedule.for_cases(self.budget_s, cases, config, self.run_started)
+        self.schedule = BudgetSchedule.for_cases(self.budget_s, cases, config, self.run_started,
+                                                 overrides=overrides)
         minimum = self.schedule.minimum_s()
         if minimum > self.budget_s:
             running = sum(1 for c in cases.values() if runs_here(c))

@@ -275,8 +275,9 @@ def least_budget_s(minimum_s: float) -> float:
 
 def budget_error(budget_s: float, minimum_s: float, count: int, source: str) -> UserError:
     need = format_duration(least_budget_s(minimum_s))
+    what = "the benchmark that runs" if count == 1 else f"the {count} benchmarks that run"
     return UserError(
-        f"{source} {format_duration(budget_s)} is too small for the {count} benchmarks that run here: give "
+        f"{source} {format_duration(budget_s)} is too small for {what} here: give "
         f"{need} or more (warm-up, checks and min_rounds of each), or select fewer (-k, --suite-devices, a "
         "smaller --suite-config)"
     )

@@ -186,6 +186,22 @@ def _user_set(config: pytest.Config, option: str) -> bool:
     return any(a == option or a.startswith(option + "=") for a in args)
 
 
+def user_timing(config: pytest.Config) -> dict:
+    """The timing keys set by --benchmark-* options on the command line (or addopts), with pytest-benchmark's
+    parsed values: they beat the config's for every benchmark (the markers leave them out), so a budget plans
+    with them: a --benchmark-min-rounds or --benchmark-min-time above the config's is counted in the least
+    the run needs and in each share. A user's --benchmark-min-time is the round floor as given: no
+    accelerator floor."""
+    user = {}
+    for name, flag in _TIMING_OPTIONS.items():
+        value = config.getoption("benchmark_" + name) if _user_set(config, flag) else None
+        if value is not None:  # seconds come as text ('0.1'), the fixture's float() reads them
+            user[name] = int(value) if name in ("min_rounds", "calibration_precision") else float(value)
+    if "min_time" in user:
+        user["accelerator_min_time"] = 0.0
+    return user
+
+
 @pytest.hookimpl(trylast=True)  # after -k / -m deselection: the budget is shared over what will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     suite_config = config.stash[_CONFIG]
@@ -220,7 +236,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if callspec is not None and (family, callspec.params.get("case")) in registry:
             cases[item.nodeid] = registry[(family, callspec.params["case"])]
     try:
-        config.stash[_RUN].plan(cases, suite_config)
+        config.stash[_RUN].plan(cases, suite_config, user_timing(config))
     except UserError as exc:
         raise pytest.UsageError(str(exc)) from None
 

@@ -120,6 +120,15 @@ def test_a_budget_only_shortens_and_is_recorded(run_benchmarks):
     assert data["suite"]["budget_s"] == 12
 
 
+def test_a_budget_plans_with_the_timing_options_the_user_passed(run_benchmarks):
+    # 1,000 rounds of at least 0.1 s each cannot fit a minute: refused before anything runs, as the config's
+    # own timing would be (the config's 5 rounds of a few microseconds fit).
+    result, data = run_benchmarks(SMALL, "-k", "matmul", "--suite-budget", "60s",
+                                  "--benchmark-min-rounds=1000", "--benchmark-min-time=0.1")
+    assert result.ret != 0 and data is None
+    assert "--suite-budget 1m00s is too small for the benchmark that runs here: give 1m5" in result.stderr.str()
+
+
 def test_without_a_budget_the_config_max_time_is_recorded(run_benchmarks):
     result, data = run_benchmarks(SMALL, "-k", "matmul")
     (bench,) = data["benchmarks"]
