@@ -306,6 +306,7 @@ def _nvml_info(index: int, uuid: str | None = None) -> dict:
     set (as under Slurm) or CUDA orders devices fastest first. Without a UUID the index is trusted only when
     CUDA_VISIBLE_DEVICES is unset, and CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA use NVML's order. A MIG
     instance ('MIG-' UUID) has no PCIe link, clocks or power limit of its own: they are read from its GPU.
+    `nvlinks_active` counts the GPU's active NVLinks, `nvlinks_to_switch` those into NVSwitches.
     The PCIe link is recorded twice: `*_max` is what the link can do; `*_current` is what it ran at when read,
     which at idle is often a power-saving down-shift (gen 1), not a fault. `pcie_gen_max` is the link's: the
     lower of the GPU's and the slot's (NVML's MaxPcieLinkGeneration), what bounds host copies;
@@ -344,7 +345,12 @@ def _nvml_info(index: int, uuid: str | None = None) -> dict:
             "mem_clock_max_mhz": lambda: pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_MEM),
             "power_limit_w": lambda: pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0,
             "temperature_c": lambda: pynvml.nvmlDeviceGetTemperature(handle, pynvml.NVML_TEMPERATURE_GPU),
+            # Active NVLinks, and how many of them go to NVSwitches: a GPU with fewer than its peers has a
+            # link down (0 on a PCIe-only GPU).
+            "nvlinks_active": lambda: len(nvlinks),
+            "nvlinks_to_switch": lambda: sum(switch for _, switch in nvlinks),
         }
+        nvlinks = _nvlinks(pynvml, handle)
         for key, query in queries.items():
             with contextlib.suppress(Exception):
                 value = query()
@@ -390,14 +396,17 @@ def _pci_address(info) -> tuple[int, int, int] | None:
         return None
 
 
-def _nvlinks(nvml, handle) -> list[tuple[tuple[int, int, int] | None, bool]]:
-    """(far end's PCI address, far end is an NVSwitch) of each active NVLink of one GPU; [] without NVLink."""
+def _nvlinks(nvml, handle) -> list[tuple[tuple[int, int, int] | None, bool]] | None:
+    """(far end's PCI address, far end is an NVSwitch) of each active NVLink of one GPU; [] on a GPU without
+    NVLink (NVML: not supported); None where NVML cannot tell (an old nvidia-ml-py, another error)."""
     links = []
     for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
         try:
             active = nvml.nvmlDeviceGetNvLinkState(handle, link) == nvml.NVML_FEATURE_ENABLED
-        except Exception:
-            break  # not supported (a PCIe-only GPU), or past this GPU's last link
+        except Exception as exc:
+            if link == 0 and getattr(exc, "value", None) != getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3):
+                return None
+            break  # not supported (a PCIe-only GPU), or past this GPU's last link (invalid argument)
         if not active:
             continue
         remote, switch = None, False
@@ -439,7 +448,7 @@ def nvml_links(uuids: tuple[str | None, ...], nvml=None) -> dict[tuple[int, int]
                 addresses.append(_pci_address(nvml.nvmlDeviceGetPciInfo(h)))
             except Exception:
                 addresses.append(None)
-        nvlinks = [_nvlinks(nvml, h) for h in handles]
+        nvlinks = [_nvlinks(nvml, h) or [] for h in handles]
         for i, j in itertools.permutations(range(len(handles)), 2):
             direct = sum(1 for far, _ in nvlinks[i] if far is not None and far == addresses[j])
             fabric = min(sum(s for _, s in nvlinks[i]), sum(s for _, s in nvlinks[j]))

@@ -188,6 +188,14 @@ def test_nvml_reads_the_link_of_the_gpu_and_labels_current_and_max(uuid, monkeyp
 # --- NVML: what joins each pair of GPUs, as nvidia-smi topo -m names it -------------------------------------
 
 
+class NvmlError(Exception):
+    """pynvml's NVMLError: the NVML return code in `value`."""
+
+    def __init__(self, value: int):
+        super().__init__(f"NVML error {value}")
+        self.value = value
+
+
 class TopologyNvml:
     """pynvml for a node of GPUs 'GPU-0'..: GPU i at PCI bus 0x10+i. `links[i]`: the far end of each of its
     active NVLinks, another GPU's index or 'switch'; `p2p`: the pairs NVML's NVLink P2P status calls OK (None:
@@ -225,9 +233,9 @@ class TopologyNvml:
 
     def nvmlDeviceGetNvLinkState(self, h, link):
         if h not in self.links:
-            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")  # a PCIe-only GPU
+            raise NvmlError(3)  # NVML_ERROR_NOT_SUPPORTED: a PCIe-only GPU
         if link >= len(self.links[h]) + 1:
-            raise RuntimeError("NVML_ERROR_INVALID_ARGUMENT")  # past its last link
+            raise NvmlError(2)  # NVML_ERROR_INVALID_ARGUMENT: past its last link
         return 0 if link == len(self.links[h]) else 1  # one more link, inactive
 
     def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
@@ -316,3 +324,32 @@ def test_links_reach_the_inventory_and_the_devices_command(capsys):
     assert "PIX" not in out  # only the names that appear are explained
     with use_platform(FakePlatform(gpus=2)):  # no NVML: the peer-access matrix alone, as before
         assert dev.inventory().as_machine_info()["links"] == {}
+
+
+@pytest.mark.parametrize("links, active, to_switch", [
+    ({3: ["switch"] * 18}, 18, 18),  # an HGX GPU: every link into the NVSwitches
+    ({3: ["switch"] * 17}, 17, 17),  # ... with one link down
+    ({3: [2] * 4}, 4, 0),  # an NVLink bridge to GPU 2
+    ({}, 0, 0),  # a PCIe-only GPU
+])
+def test_inventory_counts_a_gpus_active_nvlinks(links, active, to_switch, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", TopologyNvml(4, links=links))
+    info = dev._nvml_info(3, "GPU-3")
+    assert (info["nvlinks_active"], info["nvlinks_to_switch"]) == (active, to_switch)
+
+
+def test_nvlinks_nvml_cannot_read_are_not_called_zero(monkeypatch):
+    import sys
+
+    fake = TopologyNvml(2)
+
+    def unknown(h, link):
+        raise NvmlError(999)  # NVML_ERROR_UNKNOWN, or a call this nvidia-ml-py lacks
+
+    fake.nvmlDeviceGetNvLinkState = unknown
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    assert "nvlinks_active" not in dev._nvml_info(1, "GPU-1")
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())  # no NVLink calls at all
+    assert "nvlinks_active" not in dev._nvml_info(0, "GPU-parent")

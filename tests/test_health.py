@@ -432,3 +432,19 @@ def test_a_slow_nvlink_pair_stands_out_among_its_links_pairs(tmp_path, capsys):
     code, found = _stragglers(capsys, tmp_path, 4, _pair_copies(4, nvlinked, slow=(2, 3)))
     assert (code, found) == (1, {"cuda:2->cuda:3"})
     assert _stragglers(capsys, tmp_path, 4, _pair_copies(4, nvlinked, slow=(2, 3), links=False)) == (0, set())
+
+
+@pytest.mark.parametrize("counts, switched, flagged", [
+    ([18] * 8, True, {}),  # an HGX node: every GPU's 18 links up
+    ([18, 18, 18, 17, 18, 18, 18, 18], True, {"cuda:3": "nvlinks_active 17, peers 18: 1 NVLink(s) down"}),
+    ([18, 0, 18, 18], True, {"cuda:1": "nvlinks_active 0, peers 18: 18 NVLink(s) down"}),
+    ([4, 4, 0, 0], False, {}),  # PCIe cards, one bridged pair: the builder's choice, not a fault
+])
+def test_a_gpu_with_nvlinks_down_is_a_straggler(counts, switched, flagged, tmp_path, capsys):
+    data = ours("node", len(counts), [matmul(f"cuda:{i}", 780) for i in range(len(counts))])
+    for device, n in zip(data["machine_info"]["devices"], counts):
+        device.update(nvlinks_active=n, nvlinks_to_switch=n if switched else 0)
+    code, result = health_json(capsys, str(fleet.write(tmp_path, "node", data)))
+    found = {f["device"]: f["text"] for f in node(result, "node")["findings"] if f["kind"] == "straggler"}
+    assert {d: t.split(" (NVML)")[0] for d, t in found.items()} == flagged
+    assert code == (1 if flagged else 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -435,6 +436,37 @@ def _stragglers(rows: pd.DataFrame, findings: list[Finding]) -> None:
         )
 
 
+def _nvlinks_down(loaded: LoadedResults, labels: list[str], findings: list[Finding]) -> None:
+    """A GPU with fewer active NVLinks than the other GPUs of its model in the run, where those reach
+    NVSwitches (machine_info's `nvlinks_active` / `nvlinks_to_switch`, from NVML): a link is down, and every
+    peer copy and collective through it is slower. Only on a switch fabric, where every GPU has the same
+    links: on PCIe cards, which pairs carry an NVLink bridge is the builder's choice, not a fault."""
+
+    def whole(d: dict, key: str) -> int | None:
+        value = d.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    for label in labels:
+        machine = loaded.machines[label]
+        by_model: dict[str, list[tuple[str, int, int]]] = {}
+        for d in machine.devices:
+            active, to_switch = whole(d, "nvlinks_active"), whole(d, "nvlinks_to_switch")
+            if d.get("kind") != "cpu" and active is not None and to_switch is not None:
+                by_model.setdefault(str(d.get("name") or ""), []).append((str(d.get("id")), active, to_switch))
+        for gpus in by_model.values():
+            for device, active, _ in gpus:
+                others = [a for d, a, _ in gpus if d != device]
+                switched = [s for d, _, s in gpus if d != device]
+                if not others or not statistics.median(switched) or active >= statistics.median(others):
+                    continue
+                expected = float(statistics.median(others))
+                peers = f"{min(others)}" if min(others) == max(others) else f"{min(others)}–{max(others)}"
+                findings.append(Finding(
+                    "straggler", machine.node, device, "nvlink",
+                    f"nvlinks_active {active}, peers {peers}: {expected - active:g} NVLink(s) down (NVML)",
+                    float(active), expected, 100 * active / expected))
+
+
 def _fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) -> None:
     rows = rows[rows["speed"].notna() & (rows["speed"] > 0)]
     rows = rows.assign(fleet_=rows["label"].map({k: m.gpu_model for k, m in loaded.machines.items()}))
@@ -478,6 +510,7 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
     tables: dict[str, list[dict]] = {}
     pct = _expected(rows, loaded, labels, expectations, findings, tables)
     _stragglers(rows, findings)
+    _nvlinks_down(loaded, labels, findings)
     _fleet(rows, loaded, findings)
     nodes: dict[str, NodeVerdict] = {}
     for label in labels:
