@@ -452,7 +452,8 @@ def _nvlinks_down(loaded: LoadedResults, labels: list[str], findings: list[Findi
         for d in machine.devices:
             active, to_switch = whole(d, "nvlinks_active"), whole(d, "nvlinks_to_switch")
             if d.get("kind") != "cpu" and active is not None and to_switch is not None:
-                by_model.setdefault(str(d.get("name") or ""), []).append((str(d.get("id")), active, to_switch))
+                entry = (str(d.get("id")), active, to_switch)
+                by_model.setdefault(str(d.get("name") or ""), []).append(entry)
         for gpus in by_model.values():
             for device, active, _ in gpus:
                 others = [a for d, a, _ in gpus if d != device]
