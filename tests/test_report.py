@@ -374,6 +374,26 @@ def test_ceiling_and_conv_sections_have_titles_and_notes(tmp_path):
     assert "the measured ceiling that % of ceiling" in html and "can exceed 100% of the ceiling" in html
 
 
+def test_machine_card_names_the_driver_and_counts_the_gpu_links(tmp_path):
+    data = json.loads((DATA / "h200x2.json").read_text(encoding="utf-8"))
+    gpus = [d for d in data["machine_info"]["devices"] if d.get("kind") != "cpu"]
+    for d in gpus:
+        d["driver_version"] = "580.159.03"
+        d["links"] = {e["id"]: "NV18" for e in gpus if e is not d}
+    path = tmp_path / "h200x2.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "r.html"
+    assert main(["report", str(path), "-o", str(out)]) == 0
+    html = out.read_text(encoding="utf-8")
+    assert "<dt>driver</dt><dd>580.159.03</dd>" in html
+    assert "<dt>GPU links</dt><dd>NV18 × 1 pair</dd>" in html  # two GPUs: one pair, counted once
+    from suite.report.tables import links_text
+
+    mixed = [{"id": f"cuda:{i}", "links": {f"cuda:{j}": "NV4" if {i, j} in ({0, 1}, {2, 3}) else "SYS"
+                                           for j in range(4) if j != i}} for i in range(4)]
+    assert links_text(mixed) == "NV4 × 2 pairs, SYS × 4 pairs" and links_text([{"id": "cpu"}]) == ""
+
+
 def test_heatmap_names_each_gpu_pairs_link_under_its_figure(tmp_path, figures):
     from suite.report.charts import copy_heatmaps
 

@@ -55,6 +55,20 @@ class MachineView:
     config_path: str
     n_benchmarks: int
     foreign: bool
+    driver: str = ""
+    links: str = ""  # what joins the GPU pairs, counted: `NV18 × 28 pairs`, `NV4 × 2 pairs, SYS × 4 pairs`
+
+
+def links_text(devices: list[dict]) -> str:
+    """The machine's GPU pairs by link (each device's `links` row, from NVML), each pair counted once."""
+    counts: dict[str, int] = {}
+    for d in devices:
+        row = d.get("links")
+        for peer, link in (row.items() if isinstance(row, dict) else ()):
+            if isinstance(link, str) and str(d.get("id")) < str(peer):
+                counts[link] = counts.get(link, 0) + 1
+    order = sorted(counts, key=lambda k: (not k.startswith("NV"), -counts[k], k))
+    return ", ".join(f"{k} × {counts[k]} pair{'s' if counts[k] != 1 else ''}" for k in order)
 
 
 def machine_views(machines: dict[str, Machine]) -> list[MachineView]:
@@ -88,6 +102,7 @@ def machine_views(machines: dict[str, Machine]) -> list[MachineView]:
             (k, str(m.software[k])) for k in ("torch", "cuda", "cudnn", "nccl", "python") if m.software.get(k)
         ]
         commit = str(m.commit.get("id") or "")[:12] + (" (dirty)" if m.commit.get("dirty") else "")
+        drivers = sorted({str(d["driver_version"]) for d in m.devices if d.get("driver_version")})
         views.append(
             MachineView(
                 label=m.label,
@@ -102,6 +117,8 @@ def machine_views(machines: dict[str, Machine]) -> list[MachineView]:
                 config_path=m.config_path,
                 n_benchmarks=m.n_benchmarks,
                 foreign=m.foreign,
+                driver=", ".join(drivers),
+                links=links_text(m.devices),
             )
         )
     return views
