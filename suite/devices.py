@@ -7,7 +7,6 @@ the suite has a single code path and tests can swap in a fake multi-GPU machine 
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import os
 import platform as _pyplatform
@@ -79,8 +78,20 @@ class Platform:
         """What connects two GPUs, named as `nvidia-smi topo -m` names it ('NV18', 'PIX', 'SYS'); None where
         NVML cannot tell (no nvidia-ml-py or driver, a MIG instance, not two distinct CUDA devices)."""
         if a.type == b.type == "cuda" and a != b:
-            return _cuda_links().get((a.index or 0, b.index or 0))
+            return self._cuda_links().get((a.index or 0, b.index or 0))
         return None
+
+    def _cuda_links(self) -> dict[tuple[int, int], str]:
+        """link() of every ordered pair of CUDA devices, by torch index; read from NVML once per platform
+        (the topology of a running machine does not change). NVML is asked by UUID: torch's device order
+        and CUDA_VISIBLE_DEVICES need not be NVML's."""
+        cached = self.__dict__.get("_links_by_index")
+        if cached is None:
+            n = self.count("cuda")
+            gpus = [torch.device("cuda", i) for i in range(n)] if n > 1 else []
+            uuids = tuple(self.properties(d).get("uuid") for d in gpus)
+            cached = self.__dict__["_links_by_index"] = nvml_links(uuids)
+        return cached
 
     def mem_get_info(self, device: torch.device) -> tuple[int, int] | None:
         """(free, total) bytes on an accelerator, None where the backend cannot tell."""
@@ -377,17 +388,6 @@ LINK_MEANINGS = {
 }
 
 
-@functools.cache
-def _cuda_links() -> dict[tuple[int, int], str]:
-    """link() of every ordered pair of CUDA devices, by torch index; read once per process (the topology of a
-    running machine does not change)."""
-    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if n < 2:
-        return {}
-    uuids = tuple(_platform.properties(torch.device("cuda", i)).get("uuid") for i in range(n))
-    return nvml_links(uuids)
-
-
 def _pci_address(info) -> tuple[int, int, int] | None:
     """(domain, bus, device) of an NVML PCI info: how a link's far end is matched to a GPU."""
     try:
@@ -400,13 +400,20 @@ def _nvlinks(nvml, handle) -> list[tuple[tuple[int, int, int] | None, bool]] | N
     """(far end's PCI address, far end is an NVSwitch) of each active NVLink of one GPU; [] on a GPU without
     NVLink (NVML: not supported); None where NVML cannot tell (an old nvidia-ml-py, another error)."""
     links = []
+    not_supported = getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3)
+    invalid = getattr(nvml, "NVML_ERROR_INVALID_ARGUMENT", 2)
     for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
         try:
             active = nvml.nvmlDeviceGetNvLinkState(handle, link) == nvml.NVML_FEATURE_ENABLED
         except Exception as exc:
-            if link == 0 and getattr(exc, "value", None) != getattr(nvml, "NVML_ERROR_NOT_SUPPORTED", 3):
+            code = getattr(exc, "value", None)
+            if link == 0 and code == not_supported:
+                return []  # a PCIe-only GPU
+            if link == 0 and code != invalid:
                 return None
-            break  # not supported (a PCIe-only GPU), or past this GPU's last link (invalid argument)
+            if code == invalid:
+                break  # past this GPU's last link (nvidia-ml-py's NVML_NVLINK_MAX_LINKS is 36; H100 has 18)
+            continue  # this link unreadable: the others still count
         if not active:
             continue
         remote, switch = None, False

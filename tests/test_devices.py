@@ -353,3 +353,39 @@ def test_nvlinks_nvml_cannot_read_are_not_called_zero(monkeypatch):
     assert "nvlinks_active" not in dev._nvml_info(1, "GPU-1")
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())  # no NVLink calls at all
     assert "nvlinks_active" not in dev._nvml_info(0, "GPU-parent")
+
+
+def test_the_real_platform_asks_nvml_by_uuid_in_torchs_order(monkeypatch):
+    # torch's cuda:0..2 are NVML's GPUs 2, 1, 0 (CUDA_VISIBLE_DEVICES=2,1,0). NVML's 0 and 1 reach the
+    # NVSwitches with 18 and 12 links (NV12: the lower), its 2 is a PCIe card across the sockets.
+    import sys
+    from types import SimpleNamespace
+
+    fake = TopologyNvml(3, links={0: ["switch"] * 18, 1: ["switch"] * 12}, p2p={(0, 1), (1, 0)})
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(
+        name="NVIDIA H100", total_memory=2**30, major=9, minor=0, multi_processor_count=132,
+        uuid=str(2 - torch.device(d).index)))
+    plat = dev.Platform()
+    cuda = [torch.device("cuda", i) for i in range(3)]
+    assert plat.link(cuda[1], cuda[2]) == plat.link(cuda[2], cuda[1]) == "NV12"
+    assert plat.link(cuda[0], cuda[1]) == plat.link(cuda[2], cuda[0]) == "SYS"
+    assert plat.link(cuda[0], cuda[0]) is None and plat.link(cuda[0], torch.device("cpu")) is None
+    fake.nvmlDeviceGetTopologyCommonAncestor = None  # read once: NVML is not asked again
+    assert plat.link(cuda[0], cuda[1]) == "SYS"
+
+
+def test_an_unreadable_nvlink_is_skipped_not_the_end_of_the_count(monkeypatch):
+    fake = TopologyNvml(2, links={0: [1] * 4, 1: [0] * 4}, p2p={(0, 1), (1, 0)})
+    state = fake.nvmlDeviceGetNvLinkState
+
+    def flaky(h, link):
+        if link == 1:
+            raise NvmlError(999)  # NVML_ERROR_UNKNOWN on one link
+        return state(h, link)
+
+    fake.nvmlDeviceGetNvLinkState = flaky
+    assert dev.nvml_links(_uuids(2), fake) == {(0, 1): "NV3", (1, 0): "NV3"}

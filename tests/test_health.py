@@ -448,3 +448,19 @@ def test_a_gpu_with_nvlinks_down_is_a_straggler(counts, switched, flagged, tmp_p
     found = {f["device"]: f["text"] for f in node(result, "node")["findings"] if f["kind"] == "straggler"}
     assert {d: t.split(" (NVML)")[0] for d, t in found.items()} == flagged
     assert code == (1 if flagged else 0)
+
+
+def test_an_nvlink_pair_with_links_down_is_judged_among_all_nvlink_pairs(tmp_path, capsys):
+    # An HGX node whose GPU 3 has 6 of 18 links up: NVML names its pairs NV6, the others NV18. Its 14 pairs
+    # at a third of the speed are stragglers among the NVLink pairs, not a group of their own.
+    benches = []
+    for i in range(8):
+        for j in range(8):
+            if i != j:
+                down = 3 in (i, j)
+                benches.append(copy(f"cuda:{i}", f"cuda:{j}", 120.0 if down else 360.0))
+                benches[-1]["extra_info"]["link"] = "NV6" if down else "NV18"
+    code, found = _stragglers(capsys, tmp_path, 8, benches)
+    assert code == 1
+    others = [k for k in range(8) if k != 3]
+    assert found == {f"cuda:{k}->cuda:3" for k in others} | {f"cuda:3->cuda:{k}" for k in others}

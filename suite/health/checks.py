@@ -123,10 +123,12 @@ def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
     rows["node"] = rows["label"].map({k: m.node for k, m in machines.items()})
     rows["route_"] = route_kinds(rows["src"], rows["dst"])
     rows["peer_key"], rows["subject"] = peer_keys(rows, rows["route_"])
-    # GPU pairs are peers only over the same link: on a node mixing NVLink and PCIe, or PCIe switches and the
-    # sockets' interconnect (SYS), the slower pairs are slower by design. A pair whose link is NVLink but
-    # which has no peer access stays among its link's pairs, and stands out as it should.
-    link = rows["link"].where(rows["link"].map(type) == str, "")
+    # GPU pairs are peers only over the same kind of link: on a node mixing NVLink and PCIe, or PCIe switches
+    # and the sockets' interconnect (SYS), the slower pairs are slower by design. Every NVLink pair is one
+    # kind whatever its count: a pair with links down (NV6 among NV18) or without peer access stays among
+    # the NVLink pairs, and stands out as it should.
+    link = rows["link"].where(rows["link"].map(type) == str, "").astype(str)
+    link = link.where(~link.str.startswith("NV"), "NVLink")
     rows["peer_key"] = rows["peer_key"].where(rows["route_"] != "peer", rows["peer_key"] + "|" + link)
     # The subject's first device (cuda:0 of cuda:0->cuda:1) names the model and PCIe generation; one lookup
     # per distinct (label, device), mapped back onto the rows.
