@@ -65,6 +65,9 @@ class NodePlatform(dev.Platform):
     def can_access_peer(self, a: torch.device, b: torch.device) -> bool:
         return a != b
 
+    def link(self, a: torch.device, b: torch.device) -> str | None:
+        return None  # links unknown: every GPU pair is one kind, as on a node whose NVML says nothing
+
     def supports_pinned_memory(self) -> bool:
         return self.gpus > 0
 
