@@ -234,6 +234,11 @@ def pair_sides(
     return sorted(pairs, key=lambda p: p[0][0]), [base.runs[k][0] for k in rest_base]
 
 
+def _links(table: pd.DataFrame) -> bool:
+    """Whether a run's copies recorded what joins their GPU pairs (the `link` column, from NVML)."""
+    return "link" in table and bool((table["link"].map(type) == str).any())
+
+
 def compare_tables(
     base: pd.DataFrame,
     cand: pd.DataFrame,
@@ -429,12 +434,15 @@ def run(args: argparse.Namespace) -> int:
     check_families(thresholds, base.families | cand.families)
     check_device_map(device_map, base, cand)
     pairs, missing_machines = pair_sides(base, cand, args.baseline, args.candidate)
-    regression, missing, outputs = False, 0, []
+    regression, missing, outputs, unlinked = False, 0, [], False
     for (base_label, base), (cand_label, cand) in pairs:
         rows = compare_tables(base, cand, metric=args.metric, threshold=threshold, device_map=device_map,
                               thresholds=thresholds)
         regression |= any(r.status == "regression" for r in rows)
         missing += sum(r.status == "missing" for r in rows)
+        # Which GPU pairs a copy run sweeps depends on the links NVML told it (one pair per link kind).
+        copies_missing = any(r.status == "missing" and r.case == "copy" for r in rows)
+        unlinked |= copies_missing and _links(base) and not _links(cand)
         if args.fmt == "json" and len(pairs) > 1:
             outputs.append(_as_json(rows, base_label, cand_label, args.metric, threshold, thresholds))
         else:
@@ -453,5 +461,9 @@ def run(args: argparse.Namespace) -> int:
             "config): failing; pass --allow-missing if the candidate measures a subset on purpose",
             file=sys.stderr,
         )
+        if unlinked:
+            print("compare: the baseline's copies recorded the GPU links (NVML) and the candidate's did not: "
+                  "its size sweep covered one peer pair per link, the candidate's one pair in all; install "
+                  "nvidia-ml-py where the candidate runs, or pass --allow-missing", file=sys.stderr)
         return 1
     return 1 if regression else 0

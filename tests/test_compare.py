@@ -368,3 +368,26 @@ def test_map_naming_a_device_a_run_lacks_is_a_one_line_error(pair, mapping, mess
     err = capsys.readouterr().err.strip().splitlines()
     assert len([line for line in err if line.startswith("error:")]) == 1
     assert err[-1].startswith("error: --map") and message in err[-1]
+
+
+def test_copies_missing_because_the_candidate_had_no_nvml_say_so(tmp_path, capsys):
+    data = json.loads((DATA / "h200x2.json").read_text(encoding="utf-8"))
+    peer = [b for b in data["benchmarks"] if b["extra_info"].get("case") == "copy"
+            and "cpu" not in (b["extra_info"].get("src", "cpu"), b["extra_info"].get("dst", "cpu"))
+            and b["extra_info"]["src"] != b["extra_info"]["dst"]]
+    assert peer
+    base = copy.deepcopy(data)
+    for b in base["benchmarks"]:
+        if b in peer:
+            b["extra_info"]["link"] = "NV18"
+    (tmp_path / "base.json").write_text(json.dumps(base), encoding="utf-8")
+    cand = copy.deepcopy(data)
+    cand["benchmarks"] = [b for b in cand["benchmarks"] if b["name"] != peer[0]["name"]]
+    (tmp_path / "cand.json").write_text(json.dumps(cand), encoding="utf-8")
+    assert main(["compare", str(tmp_path / "base.json"), str(tmp_path / "cand.json")]) == 1
+    err = capsys.readouterr().err
+    assert "1 benchmark(s) of the baseline missing" in err and "install nvidia-ml-py" in err
+    # Neither side read the links: the plain missing message alone.
+    (tmp_path / "base.json").write_text(json.dumps(data), encoding="utf-8")
+    assert main(["compare", str(tmp_path / "base.json"), str(tmp_path / "cand.json")]) == 1
+    assert "nvidia-ml-py" not in capsys.readouterr().err
