@@ -201,6 +201,9 @@ def section(name: str = "h200", real: Path = REAL) -> str:
                          ("pcie_gen_max", "PCIe gen {}")):
             if gpu.get(key) is not None:
                 node.append(fmt.format(gpu[key]))
+        if isinstance(gpu.get("nvlinks_active"), int) and gpu["nvlinks_active"]:
+            switch = " into NVSwitches" if gpu.get("nvlinks_to_switch") == gpu["nvlinks_active"] else ""
+            node.append(f"{gpu['nvlinks_active']} NVLinks active{switch} (NVML)")
     stack = ", ".join(f"{k} {software[k]}" for k in ("torch", "cuda", "cudnn", "nccl", "python")
                       if software.get(k))
     code = check.get("exit_code")

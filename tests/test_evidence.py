@@ -137,3 +137,17 @@ def test_keep_checks_the_readme_before_keeping_anything_and_fills_an_empty_secti
     section = evidence.read_section(readme)
     assert section == evidence.section("h200", tmp_path / "real")
     assert ": cut short by the hard stop." in section and " 0 s" not in section, "no seconds: none shown"
+
+
+def test_the_section_names_the_gpus_nvlinks_nvml_read(tmp_path):
+    paths = evidence.kept_paths("h200", tmp_path)
+    gpu = {"id": "cuda:0", "kind": "cuda", "name": "NVIDIA H200", "memory_bytes": 141 * 2**30,
+           "driver_version": "580.159.03", "nvlinks_active": 18, "nvlinks_to_switch": 18}
+    results = {"machine_info": {"devices": [gpu], "software": {"torch": "2.11.0"}}, "benchmarks": []}
+    paths["results.json"].write_text(json.dumps(results))
+    paths["check.json"].write_text(json.dumps({"dry_run": False, "exit_code": 0, "steps": [], "rows": []}))
+    text = evidence.section("h200", tmp_path)
+    assert "driver 580.159.03, 18 NVLinks active into NVSwitches (NVML))" in text
+    gpu.update(nvlinks_active=0, nvlinks_to_switch=0)  # a PCIe card: nothing claimed
+    paths["results.json"].write_text(json.dumps(results))
+    assert "NVLink" not in evidence.section("h200", tmp_path)
