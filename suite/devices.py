@@ -11,6 +11,7 @@ import itertools
 import os
 import platform as _pyplatform
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
@@ -92,6 +93,41 @@ class Platform:
             uuids = tuple(self.properties(d).get("uuid") for d in gpus)
             cached = self.__dict__["_links_by_index"] = nvml_links(uuids)
         return cached
+
+    def clock_limits(self, device: torch.device) -> dict[str, float] | None:
+        """Seconds, counted by NVML since the driver loaded, that each of CLOCK_LIMITS held this GPU's clocks
+        below what it was asked to run at; None where NVML cannot tell (not CUDA, no nvidia-ml-py or driver,
+        a MIG instance, a policy this GPU does not report)."""
+        if device.type != "cuda":
+            return None
+        handle = self._nvml_handle(device.index or 0)
+        if handle is None:
+            return None
+        import pynvml
+
+        held = {}
+        for name, policy in CLOCK_LIMITS.items():
+            try:
+                held[name] = pynvml.nvmlDeviceGetViolationStatus(handle, policy).violationTime / 1e9
+            except Exception:
+                return None
+        return held
+
+    def _nvml_handle(self, index: int):
+        """The NVML handle of CUDA device `index`, found by UUID; NVML stays initialised for the process
+        (its init is counted, so _nvml_info's own init and shutdown do not end it). None where NVML cannot
+        tell, which is remembered."""
+        handles = self.__dict__.setdefault("_nvml_handles", {})
+        if index not in handles:
+            handles[index] = None
+            uuid = self.properties(torch.device("cuda", index)).get("uuid")
+            if uuid and not uuid.startswith("MIG-"):
+                with contextlib.suppress(Exception):
+                    import pynvml
+
+                    pynvml.nvmlInit()
+                    handles[index] = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+        return handles[index]
 
     def mem_get_info(self, device: torch.device) -> tuple[int, int] | None:
         """(free, total) bytes on an accelerator, None where the backend cannot tell."""
@@ -370,6 +406,51 @@ def _nvml_info(index: int, uuid: str | None = None) -> dict:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
     return info
+
+
+# NVML's performance policies (nvmlPerfPolicyType_t) that hold a GPU's clocks down, by the name the results
+# use. The power limit holding a GPU under full load is its normal state on many parts (an H100 SXM at a
+# large matmul); thermal, board and reliability limits are not. Left out: sync boost, and low utilisation
+# (clocks lowered because the GPU waits on the host, which is the benchmark's own doing).
+CLOCK_LIMITS = {"power": 0, "thermal": 1, "board_limit": 3, "reliability": 5}
+# A limit holding the clocks for less than this share of a benchmark's run is not named (counter noise).
+CLOCKS_HELD_NAMED_FROM = 0.01
+
+
+class ClockWatch:
+    """How long NVML's power, thermal, board or reliability limits held a benchmark's GPUs' clocks down
+    while it ran: counters read when it starts and when it ends (after the final synchronisation).
+
+    `stop()` gives `clocks_held`, the largest share of the run any one limit held any one of its GPUs (0 to
+    1), and `clocks_held_by`, the limits that held one for 1% of the run or more, largest first
+    (`power`, `power,thermal`); {} where NVML cannot tell for any of its devices (the CPU, no nvidia-ml-py).
+    """
+
+    def __init__(self, devices: list[str], clock=time.monotonic) -> None:
+        plat = current_platform()
+        self.clock = clock
+        self.devices = [torch.device(d) for d in devices]
+        self.before = {d: plat.clock_limits(d) for d in self.devices}
+        self.started = clock()
+
+    def stop(self) -> dict:
+        seconds = self.clock() - self.started
+        plat = current_platform()
+        shares: dict[str, float] = {}
+        read = False
+        for device, before in self.before.items():
+            after = plat.clock_limits(device) if before else None
+            if not before or not after:
+                continue
+            read = True
+            for name in before.keys() & after.keys():
+                share = min(1.0, max(0.0, after[name] - before[name]) / seconds) if seconds > 0 else 0.0
+                shares[name] = max(shares.get(name, 0.0), share)
+        if not read:
+            return {}
+        named = sorted((n for n, s in shares.items() if s >= CLOCKS_HELD_NAMED_FROM),
+                       key=lambda n: -shares[n])
+        return {"clocks_held": max(shares.values(), default=0.0), "clocks_held_by": ",".join(named)}
 
 
 # `nvidia-smi topo -m`'s names for the closest PCIe ancestor two GPUs share, by NVML topology level: one

@@ -353,7 +353,12 @@ def measure(request: pytest.FixtureRequest, benchmark):
         request.config.stash[_RUN].warmups[request.node.nodeid] = timing.warmup_s
         cap_fixed_rounds_by_time(benchmark)
         cap_rounds_by_time(benchmark)
+        watch = dev.ClockWatch(case.devices)
         info = run_case(case, benchmark, config.model_copy(update={"timing": timing}))
+        # Whether a power, thermal, board or reliability limit held its GPUs' clocks down while it ran (NVML).
+        held = watch.stop()
+        benchmark.extra_info.update(held)
+        info.update(held)
         if benchmark.stats is not None and case.family in FAMILIES and _has_max_time(benchmark):
             # The max_time this benchmark ran under: the config's, or less under a budget (never more).
             benchmark.extra_info["max_time"] = info["max_time"] = benchmark._max_time

@@ -80,6 +80,8 @@ MEASURED_KEYS = frozenset(
         "slowest_tflops",
         "peer_access",
         "link",
+        "clocks_held",
+        "clocks_held_by",
         "copy_engines",
         "timeout_s",
         # Where an imported result came from and how often it ran: provenance, not a parameter.
@@ -97,9 +99,11 @@ MEASURED_KEYS = frozenset(
 )
 # extra_info of how precision stopping ended, carried as columns (the report shows them) but never matched on.
 STOP_KEYS = ("stopped_on", "margin", "precision_target", "confidence")
-# extra_info of the machine a copy ran over, carried as columns but never matched on: what joins a GPU pair
-# (`NV18`, `SYS`; devices.nvml_links), which health groups peer pairs by and the copy matrix shows.
-LINK_KEYS = ("link",)
+# extra_info of the machine's state, carried as columns but never matched on: what joins a GPU pair (`NV18`,
+# `SYS`; devices.nvml_links), which health groups peer pairs by and the copy matrix shows; and how long a
+# power, thermal, board or reliability limit held the GPUs' clocks down while a benchmark ran
+# (devices.ClockWatch), which health names beside a slow result.
+STATE_KEYS = ("link", "clocks_held", "clocks_held_by")
 STAT_KEYS = ("median", "iqr", "q1", "q3", "min", "max", "mean", "stddev", "rounds", "iterations")
 DERIVED_COLUMNS = ("metric", "metric_name", "metric_unit")  # set from the rate columns once per table
 
@@ -121,7 +125,7 @@ COLUMNS = (
     *STAT_KEYS,
     *NUMERIC_KEYS,
     *STOP_KEYS,
-    *LINK_KEYS,
+    *STATE_KEYS,
     "metric",
     "metric_name",
     "metric_unit",
@@ -545,7 +549,7 @@ def _rows(
         columns[key] = _floats([st.get(key) for st in stats])
     for key in NUMERIC_KEYS:
         columns[key] = _floats([e.get(key) for e in extras])
-    for key in (*STOP_KEYS, *LINK_KEYS):
+    for key in (*STOP_KEYS, *STATE_KEYS):
         columns[key] = _scalars([e.get(key) for e in extras])
     for key in keys:
         if key not in columns and key not in DERIVED_COLUMNS:

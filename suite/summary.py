@@ -244,6 +244,26 @@ def _stopping(benchmarks: list[dict]) -> list[str]:
     return [f"stopping: {text}{worst}"]
 
 
+# Limits that point at the machine rather than the workload: the power limit holding a GPU under a large
+# matmul is its normal state, so it is not called out at the end of a run.
+_MACHINE_LIMITS = ("thermal", "board_limit", "reliability")
+
+
+def _held(benchmarks: list[dict]) -> list[str]:
+    """One line per machine limit that held a GPU's clocks for 5% of a benchmark's run or more (NVML)."""
+    seen: dict[str, list[float]] = defaultdict(list)
+    for b in benchmarks:
+        info = _info(b) if isinstance(b, dict) else {}
+        share = _num(info.get("clocks_held"))
+        limits = [n for n in str(info.get("clocks_held_by") or "").split(",") if n in _MACHINE_LIMITS]
+        if share is not None and share >= 0.05 and limits:
+            for limit in limits:
+                seen[limit].append(share)
+    return [f"clocks held by {limit.replace('_', ' ')} (NVML) in {len(shares)} benchmark(s), up to "
+            f"{max(shares):.0%} of a run: see each one's clocks_held in the JSON; `python -m suite health`"
+            for limit, shares in sorted(seen.items())]
+
+
 def _rate(info: dict) -> tuple[float, str] | None:
     for key, unit in RATE_KEYS:
         value = _num(info.get(key))
@@ -311,7 +331,7 @@ def render(benchmarks: list[dict]) -> list[str]:
         part = part or _generic(name, benches)
         if part:
             lines += part + [""]
-    return lines + _stopping(benchmarks)
+    return lines + _stopping(benchmarks) + _held(benchmarks)
 
 
 def shown_on_this_rank(env=os.environ) -> bool:

@@ -18,6 +18,8 @@ class FakePlatform(Platform):
         self.peer = peer
         self.memory = memory
         self.links = links or {}
+        # GPU index -> NVML's clock-limit counters in seconds; tests advance them
+        self.held: dict[int, dict[str, float]] = {}
         self.synchronized: list[str] = []
 
     def count(self, kind: str) -> int:
@@ -36,6 +38,10 @@ class FakePlatform(Platform):
         if isinstance(self.peer, bool):
             return self.peer
         return (a.index, b.index) in self.peer
+
+    def clock_limits(self, device: torch.device) -> dict[str, float] | None:
+        counters = self.held.get(device.index) if device.type == "cuda" else None
+        return dict(counters) if counters is not None else None
 
     def link(self, a: torch.device, b: torch.device) -> str | None:
         return self.links.get((a.index, b.index)) if a != b else None

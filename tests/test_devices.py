@@ -389,3 +389,39 @@ def test_an_unreadable_nvlink_is_skipped_not_the_end_of_the_count(monkeypatch):
 
     fake.nvmlDeviceGetNvLinkState = flaky
     assert dev.nvml_links(_uuids(2), fake) == {(0, 1): "NV3", (1, 0): "NV3"}
+
+
+def test_clock_watch_reports_the_largest_share_a_limit_held_a_gpu(monkeypatch):
+    fake = FakePlatform(gpus=2)
+    fake.held = {0: {"power": 100.0, "thermal": 5.0}, 1: {"power": 50.0, "thermal": 7.0}}
+    now = [10.0]
+    with use_platform(fake):
+        watch = dev.ClockWatch(["cuda:0", "cuda:1"], clock=lambda: now[0])
+        now[0] += 2.0  # a 2 s run: cuda:1 held 1.2 s by power and 0.1 s by thermal, cuda:0 0.5 s by power
+        fake.held = {0: {"power": 100.5, "thermal": 5.0}, 1: {"power": 51.2, "thermal": 7.1}}
+        assert watch.stop() == {"clocks_held": pytest.approx(0.6), "clocks_held_by": "power,thermal"}
+        watch = dev.ClockWatch(["cuda:0"], clock=lambda: now[0])
+        now[0] += 1.0  # nothing held: measured, and zero
+        assert watch.stop() == {"clocks_held": 0.0, "clocks_held_by": ""}
+        watch = dev.ClockWatch(["cpu"], clock=lambda: now[0])
+        assert watch.stop() == {}  # NVML says nothing about the CPU: nothing recorded
+        watch = dev.ClockWatch(["cuda:0"], clock=lambda: now[0])
+        fake.held = {}  # NVML stopped answering: no figure rather than a wrong one
+        assert watch.stop() == {}
+
+
+def test_clock_limits_read_nvmls_violation_counters(monkeypatch):
+    import sys
+    from types import SimpleNamespace
+
+    fake = TopologyNvml(1)
+    fake.nvmlDeviceGetViolationStatus = lambda h, policy: SimpleNamespace(violationTime=(policy + 1) * 10**9)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(
+        name="NVIDIA H200", total_memory=2**30, major=9, minor=0, multi_processor_count=132, uuid="0"))
+    plat = dev.Platform()
+    assert plat.clock_limits(torch.device("cuda", 0)) == {"power": 1.0, "thermal": 2.0, "board_limit": 4.0,
+                                                          "reliability": 6.0}
+    assert plat.clock_limits(torch.device("cpu")) is None
+    del fake.nvmlDeviceGetViolationStatus  # an nvidia-ml-py without the call
+    assert plat.clock_limits(torch.device("cuda", 0)) is None

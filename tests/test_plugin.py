@@ -129,6 +129,18 @@ def test_a_budget_plans_with_the_timing_options_the_user_passed(run_benchmarks):
     assert "--suite-budget 1m00s is too small for the benchmark that runs here: give 1m5" in result.stderr.str()
 
 
+def test_results_record_how_long_a_limit_held_the_clocks(run_benchmarks):
+    # tests.held_clocks gives the CPU NVML-style counters: thermal slowdown holding it a quarter of the time.
+    result, data = run_benchmarks(SMALL, "-k", "matmul or placement", "-p", "tests.held_clocks")
+    result.assert_outcomes(passed=3)
+    for bench in data["benchmarks"]:
+        assert bench["extra_info"]["clocks_held"] == pytest.approx(0.25, abs=0.03)
+        assert bench["extra_info"]["clocks_held_by"] == "thermal"
+    # Where NVML tells nothing (the CPU, as on any machine without it), nothing is recorded.
+    result, data = run_benchmarks(SMALL, "-k", "matmul")
+    assert "clocks_held" not in data["benchmarks"][0]["extra_info"]
+
+
 def test_without_a_budget_the_config_max_time_is_recorded(run_benchmarks):
     result, data = run_benchmarks(SMALL, "-k", "matmul")
     (bench,) = data["benchmarks"]

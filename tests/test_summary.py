@@ -186,6 +186,20 @@ def test_stopping_line_counts_how_benchmarks_stopped():
     assert lines[-1] == "stopping: 1 on precision, 1 on time; stopped on time, the widest margin was +-8.0%"
 
 
+def test_machine_limits_that_held_the_clocks_are_named_at_the_end():
+    lines = render(
+        [
+            _bench(1.0, case="other", clocks_held=0.9, clocks_held_by="power"),  # a GPU's usual state: quiet
+            _bench(1.0, case="other", clocks_held=0.62, clocks_held_by="thermal,power"),
+            _bench(1.0, case="other", clocks_held=0.2, clocks_held_by="thermal"),
+            _bench(1.0, case="other", clocks_held=0.03, clocks_held_by="board_limit"),  # under 5%: quiet
+        ]
+    )
+    assert lines[-1] == ("clocks held by thermal (NVML) in 2 benchmark(s), up to 62% of a run: see each one's "
+                         "clocks_held in the JSON; `python -m suite health`")
+    assert lines[-2].startswith("stopping: ")
+
+
 def test_progress_lines_only_for_long_families_and_not_too_often():
     now = [0.0]
     progress = Progress({"copy": PROGRESS_MIN_BENCHMARKS, "conv": 2}, clock=lambda: now[0])

@@ -115,6 +115,22 @@ def _fmt(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}" if unit != "s" else f"{value * 1e6:.3g} µs"
 
 
+# A slow result whose GPU a power, thermal, board or reliability limit held for at least this share of its
+# run says so beside its numbers: the likely cause, read from NVML (devices.ClockWatch).
+CLOCKS_HELD_SHOWN_FROM = 0.05
+LIMIT_NAMES = {"power": "the power limit", "thermal": "thermal slowdown", "board_limit": "a board limit",
+               "reliability": "a reliability limit"}
+
+
+def _held(row) -> str:
+    """'; clocks held 62% of its run by the power limit (NVML)' for a row whose GPU was held, else ''."""
+    share = getattr(row, "clocks_held", None)
+    if not isinstance(share, (int, float)) or isinstance(share, bool) or not share >= CLOCKS_HELD_SHOWN_FROM:
+        return ""
+    by = [LIMIT_NAMES.get(n, n) for n in str(getattr(row, "clocks_held_by", "") or "").split(",") if n]
+    return f"; clocks held {share:.0%} of its run" + (f" by {' and '.join(by)}" if by else "") + " (NVML)"
+
+
 def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
     """The latest run of each node and tool, with node, subject device, its model, speed and noise."""
     table = loaded.table
@@ -286,7 +302,7 @@ def _judge_measure(
                     r.subject,
                     r.case,
                     f"{measure_name} {_fmt(rate, measure.unit)} = {r.pct_:.0f}% of the expected "
-                    f"{_fmt(fig.value, measure.unit)} (best: {r.name}; {fig.source})",
+                    f"{_fmt(fig.value, measure.unit)} (best: {r.name}; {fig.source}){_held(r)}",
                     rate,
                     fig.value,
                     r.pct_,
@@ -423,7 +439,7 @@ def _stragglers(rows: pd.DataFrame, findings: list[Finding]) -> None:
             f"{r.name} {_fmt(own, r.unit)}, peers {_fmt(lo, r.unit)}–{_fmt(hi, r.unit)}"
             if r.unit != "s"
             else f"{r.name} {_fmt(own, 's')}, peers {_fmt(lo, 's')}–{_fmt(hi, 's')}"
-        )
+        ) + _held(r)
         findings.append(
             Finding(
                 "straggler",

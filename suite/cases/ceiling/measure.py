@@ -180,8 +180,14 @@ def gpu_checks(ctx) -> list:
     ceiling = info["tflops"]
     shape = f"{info['m']}x{info['n']}x{info['k']}"
     verdict = judged(ctx, ceiling >= CEILING_TARGET * H200_BF16_MAMF) if judge else None
+    # What held the clocks while the best shape ran (NVML): the power limit is the usual cause of a ceiling
+    # below the reference on a full-power GPU, thermal slowdown the cooling's.
+    held = info.get("clocks_held")
+    held_note = ("" if not isinstance(held, (int, float)) else
+                 f"; clocks held {held:.0%} of its run by {info['clocks_held_by']} (NVML)"
+                 if info.get("clocks_held_by") else "; no clock limit held it (NVML)")
     rows = [CheckRow(f"ceiling {dtype} (sustained median, best of {len(sweep)}) vs H200 figure", ceiling,
-                     H200_BF16_MAMF, "TFLOP/s", verdict, f"at {shape}; {why}")]
+                     H200_BF16_MAMF, "TFLOP/s", verdict, f"at {shape}; {why}{held_note}")]
     tdtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
     a = randn(info["m"], info["k"], dtype=tdtype, device=ctx.device, seed=1)
     b = randn(info["k"], info["n"], dtype=tdtype, device=ctx.device, seed=2)
