@@ -195,8 +195,8 @@ def test_machine_limits_that_held_the_clocks_are_named_at_the_end():
             _bench(1.0, case="other", clocks_held=0.03, clocks_held_by="board_limit"),  # under 5%: quiet
         ]
     )
-    assert lines[-1] == ("clocks held by thermal (NVML) in 2 benchmark(s), up to 62% of a run: see each one's "
-                         "clocks_held in the JSON; `python -m suite health`")
+    assert lines[-1] == ("clocks held by thermal (NVML) in 2 benchmark(s), up to 62% of a run: see each "
+                         "one's clocks_held in the JSON; `python -m suite health`")
     assert lines[-2].startswith("stopping: ")
 
 
