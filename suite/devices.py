@@ -96,8 +96,8 @@ class Platform:
 
     def clock_limits(self, device: torch.device) -> dict[str, float] | None:
         """Seconds, counted by NVML since the driver loaded, that each of CLOCK_LIMITS held this GPU's clocks
-        below what it was asked to run at; None where NVML cannot tell (not CUDA, no nvidia-ml-py or driver,
-        a MIG instance, a policy this GPU does not report)."""
+        below what it was asked to run at (a limit it does not report is left out); None where NVML cannot
+        tell (not CUDA, no nvidia-ml-py or driver, a MIG instance)."""
         if device.type != "cuda":
             return None
         handle = self._nvml_handle(device.index or 0)
@@ -107,11 +107,9 @@ class Platform:
 
         held = {}
         for name, policy in CLOCK_LIMITS.items():
-            try:
+            with contextlib.suppress(Exception):  # a policy this GPU or driver does not report is left out
                 held[name] = pynvml.nvmlDeviceGetViolationStatus(handle, policy).violationTime / 1e9
-            except Exception:
-                return None
-        return held
+        return held or None
 
     def _nvml_handle(self, index: int):
         """The NVML handle of CUDA device `index`, found by UUID; NVML stays initialised for the process

@@ -423,5 +423,14 @@ def test_clock_limits_read_nvmls_violation_counters(monkeypatch):
     assert plat.clock_limits(torch.device("cuda", 0)) == {"power": 1.0, "thermal": 2.0, "board_limit": 4.0,
                                                           "reliability": 6.0}
     assert plat.clock_limits(torch.device("cpu")) is None
+
+
+    def some(h, policy):
+        if policy == 5:
+            raise NvmlError(3)  # NOT_SUPPORTED: this GPU does not report reliability limits
+        return SimpleNamespace(violationTime=0)
+
+    fake.nvmlDeviceGetViolationStatus = some
+    assert plat.clock_limits(torch.device("cuda", 0)) == {"power": 0.0, "thermal": 0.0, "board_limit": 0.0}
     del fake.nvmlDeviceGetViolationStatus  # an nvidia-ml-py without the call
     assert plat.clock_limits(torch.device("cuda", 0)) is None
