@@ -434,3 +434,26 @@ def test_clock_limits_read_nvmls_violation_counters(monkeypatch):
     assert plat.clock_limits(torch.device("cuda", 0)) == {"power": 0.0, "thermal": 0.0, "board_limit": 0.0}
     del fake.nvmlDeviceGetViolationStatus  # an nvidia-ml-py without the call
     assert plat.clock_limits(torch.device("cuda", 0)) is None
+
+
+@pytest.mark.gpu
+def test_real_nvml_counts_links_and_clock_limits():
+    # On a CUDA GPU whose NVML answers: the readers work on the real library, not only on the fakes.
+    pytest.importorskip("pynvml")
+    gpu = next((g for g in dev.accelerators() if g.type == "cuda"), None)
+    if gpu is None:
+        pytest.skip("no CUDA GPU")
+    plat = dev.Platform()
+    before = plat.clock_limits(gpu)
+    if before is None:
+        pytest.skip("NVML reports no clock limits for this GPU (MIG, or no driver access)")
+    assert set(before) <= set(dev.CLOCK_LIMITS) and {"power", "thermal"} <= set(before)
+    x = torch.randn(4096, 4096, device=gpu)
+    for _ in range(20):
+        x = x @ x / 64
+    dev.synchronize(gpu)
+    after = plat.clock_limits(gpu)
+    assert all(after[k] >= before[k] >= 0 for k in before), (before, after)  # counters only grow
+    entry = next(d for d in dev.inventory().devices if d["id"] == dev.device_id(gpu))
+    if "nvlinks_active" in entry:
+        assert entry["nvlinks_to_switch"] <= entry["nvlinks_active"] <= 36
