@@ -18,6 +18,7 @@ from typing import Iterator
 import torch
 
 from suite.errors import UserError
+from suite.limits import CLOCK_LIMITS, CLOCKS_HELD_NAMED_FROM
 
 ACCELERATOR_KINDS = ("cuda", "xpu", "mps")
 _DEVICE_RE = re.compile(r"^(cpu|cuda|xpu|mps)(?::(\d+))?$")
@@ -119,13 +120,23 @@ class Platform:
         if index not in handles:
             handles[index] = None
             uuid = self.properties(torch.device("cuda", index)).get("uuid")
-            if uuid and not uuid.startswith("MIG-"):
+            if uuid and not uuid.startswith("MIG-") and self._nvml_ready():
                 with contextlib.suppress(Exception):
                     import pynvml
 
-                    pynvml.nvmlInit()
                     handles[index] = pynvml.nvmlDeviceGetHandleByUUID(uuid)
         return handles[index]
+
+    def _nvml_ready(self) -> bool:
+        """nvmlInit once per platform, kept for the process; whether it worked (remembered)."""
+        if "_nvml_ok" not in self.__dict__:
+            self.__dict__["_nvml_ok"] = False
+            with contextlib.suppress(Exception):
+                import pynvml
+
+                pynvml.nvmlInit()
+                self.__dict__["_nvml_ok"] = True
+        return self.__dict__["_nvml_ok"]
 
     def mem_get_info(self, device: torch.device) -> tuple[int, int] | None:
         """(free, total) bytes on an accelerator, None where the backend cannot tell."""
@@ -406,22 +417,15 @@ def _nvml_info(index: int, uuid: str | None = None) -> dict:
     return info
 
 
-# NVML's performance policies (nvmlPerfPolicyType_t) that hold a GPU's clocks down, by the name the results
-# use. The power limit holding a GPU under full load is its normal state on many parts (an H100 SXM at a
-# large matmul); thermal, board and reliability limits are not. Left out: sync boost, and low utilisation
-# (clocks lowered because the GPU waits on the host, which is the benchmark's own doing).
-CLOCK_LIMITS = {"power": 0, "thermal": 1, "board_limit": 3, "reliability": 5}
-# A limit holding the clocks for less than this share of a benchmark's run is not named (counter noise).
-CLOCKS_HELD_NAMED_FROM = 0.01
-
-
 class ClockWatch:
     """How long NVML's power, thermal, board or reliability limits held a benchmark's GPUs' clocks down
-    while it ran: counters read when it starts and when it ends (after the final synchronisation).
+    while it was warmed up and timed: counters read before the warm-up and after the final synchronisation.
 
-    `stop()` gives `clocks_held`, the largest share of the run any one limit held any one of its GPUs (0 to
-    1), and `clocks_held_by`, the limits that held one for 1% of the run or more, largest first
-    (`power`, `power,thermal`); {} where NVML cannot tell for any of its devices (the CPU, no nvidia-ml-py).
+    `stop()` gives, where NVML answered for at least one of its devices: `clocks_held`, the largest share of
+    that window (0 to 1) any one limit held any one of its GPUs; `clocks_held_<limit>` (power, thermal,
+    board_limit, reliability), that limit's own largest share, for each limit that held one for at least
+    CLOCKS_HELD_NAMED_FROM of the window; `clocks_window_s`, the window's length. {} where NVML tells nothing
+    (the CPU, no nvidia-ml-py, a MIG instance).
     """
 
     def __init__(self, devices: list[str], clock=time.monotonic) -> None:
@@ -446,9 +450,8 @@ class ClockWatch:
                 shares[name] = max(shares.get(name, 0.0), share)
         if not read:
             return {}
-        named = sorted((n for n, s in shares.items() if s >= CLOCKS_HELD_NAMED_FROM),
-                       key=lambda n: -shares[n])
-        return {"clocks_held": max(shares.values(), default=0.0), "clocks_held_by": ",".join(named)}
+        held = {f"clocks_held_{n}": s for n, s in shares.items() if s >= CLOCKS_HELD_NAMED_FROM}
+        return {"clocks_held": max(shares.values(), default=0.0), **held, "clocks_window_s": seconds}
 
 
 # `nvidia-smi topo -m`'s names for the closest PCIe ancestor two GPUs share, by NVML topology level: one

@@ -284,6 +284,9 @@ def run_case(case: Case, benchmark, config: SuiteConfig) -> dict:
         try:
             work = family.build(case, config)
             work.check()
+            # Whether a power, thermal, board or reliability limit held its GPUs' clocks down while it was
+            # warmed up and timed (NVML's counters, read outside the timed rounds).
+            watch = dev.ClockWatch(case.devices)
             if work.pedantic is not None:
                 # Fixed rounds and warm-up from the case (collectives: every rank must run the same calls in
                 # lockstep; time-based warm-up and calibration would differ between ranks and hang them).
@@ -308,6 +311,7 @@ def run_case(case: Case, benchmark, config: SuiteConfig) -> dict:
     # into this case's buffers: wait for all of it, so no work of this case is queued when its tensors are
     # freed (the caching allocator would hand them to the next case) or when the next case starts timing.
     dev.synchronize(*case.devices)
+    held = watch.stop()
 
     info: dict = {"case": case.family, **case.info}
     stats = getattr(benchmark, "stats", None)
@@ -326,6 +330,7 @@ def run_case(case: Case, benchmark, config: SuiteConfig) -> dict:
         if work.samples is not None:
             info["samples_per_s"] = work.samples / median
     info.update(work.extra)
+    info.update(held)
     if median and work.derive is not None:
         info.update(work.derive(median))
     if stats is not None:
@@ -353,12 +358,7 @@ def measure(request: pytest.FixtureRequest, benchmark):
         request.config.stash[_RUN].warmups[request.node.nodeid] = timing.warmup_s
         cap_fixed_rounds_by_time(benchmark)
         cap_rounds_by_time(benchmark)
-        watch = dev.ClockWatch(case.devices)
         info = run_case(case, benchmark, config.model_copy(update={"timing": timing}))
-        # Whether a power, thermal, board or reliability limit held its GPUs' clocks down while it ran (NVML).
-        held = watch.stop()
-        benchmark.extra_info.update(held)
-        info.update(held)
         if benchmark.stats is not None and case.family in FAMILIES and _has_max_time(benchmark):
             # The max_time this benchmark ran under: the config's, or less under a budget (never more).
             benchmark.extra_info["max_time"] = info["max_time"] = benchmark._max_time

@@ -81,7 +81,11 @@ MEASURED_KEYS = frozenset(
         "peer_access",
         "link",
         "clocks_held",
-        "clocks_held_by",
+        "clocks_held_power",
+        "clocks_held_thermal",
+        "clocks_held_board_limit",
+        "clocks_held_reliability",
+        "clocks_window_s",
         "copy_engines",
         "timeout_s",
         # Where an imported result came from and how often it ran: provenance, not a parameter.
@@ -101,9 +105,10 @@ MEASURED_KEYS = frozenset(
 STOP_KEYS = ("stopped_on", "margin", "precision_target", "confidence")
 # extra_info of the machine's state, carried as columns but never matched on: what joins a GPU pair (`NV18`,
 # `SYS`; devices.nvml_links), which health groups peer pairs by and the copy matrix shows; and how long a
-# power, thermal, board or reliability limit held the GPUs' clocks down while a benchmark ran
-# (devices.ClockWatch), which health names beside a slow result.
-STATE_KEYS = ("link", "clocks_held", "clocks_held_by")
+# power, thermal, board or reliability limit held the GPUs' clocks down while a benchmark was warmed up and
+# timed (devices.ClockWatch), which health names beside a slow result.
+STATE_KEYS = ("link", "clocks_held", "clocks_held_power", "clocks_held_thermal", "clocks_held_board_limit",
+              "clocks_held_reliability")
 STAT_KEYS = ("median", "iqr", "q1", "q3", "min", "max", "mean", "stddev", "rounds", "iterations")
 DERIVED_COLUMNS = ("metric", "metric_name", "metric_unit")  # set from the rate columns once per table
 

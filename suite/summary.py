@@ -6,6 +6,7 @@ import os
 import time
 from collections import defaultdict
 
+from suite.limits import limits_held
 from suite.timing import format_duration
 from suite.units import format_size
 
@@ -250,17 +251,16 @@ _MACHINE_LIMITS = ("thermal", "board_limit", "reliability")
 
 
 def _held(benchmarks: list[dict]) -> list[str]:
-    """One line per machine limit that held a GPU's clocks for 5% of a benchmark's run or more (NVML)."""
+    """One line per machine limit that held a GPU's clocks for 5% of a benchmark's warm-up and timing or
+    more (NVML)."""
     seen: dict[str, list[float]] = defaultdict(list)
     for b in benchmarks:
         info = _info(b) if isinstance(b, dict) else {}
-        share = _num(info.get("clocks_held"))
-        limits = [n for n in str(info.get("clocks_held_by") or "").split(",") if n in _MACHINE_LIMITS]
-        if share is not None and share >= 0.05 and limits:
-            for limit in limits:
+        for limit, share in limits_held(info).items():
+            if limit in _MACHINE_LIMITS and share >= 0.05:
                 seen[limit].append(share)
-    return [f"clocks held by {limit.replace('_', ' ')} (NVML) in {len(shares)} benchmark(s), up to "
-            f"{max(shares):.0%} of a run: see each one's clocks_held in the JSON; `python -m suite health`"
+    return [f"clocks held back by {limit.replace('_', ' ')} (NVML) in {len(shares)} benchmark(s), up to "
+            f"{max(shares):.0%} of the time: see clocks_held_{limit} in the JSON, `python -m suite health`"
             for limit, shares in sorted(seen.items())]
 
 

@@ -399,10 +399,11 @@ def test_clock_watch_reports_the_largest_share_a_limit_held_a_gpu(monkeypatch):
         watch = dev.ClockWatch(["cuda:0", "cuda:1"], clock=lambda: now[0])
         now[0] += 2.0  # a 2 s run: cuda:1 held 1.2 s by power and 0.1 s by thermal, cuda:0 0.5 s by power
         fake.held = {0: {"power": 100.5, "thermal": 5.0}, 1: {"power": 51.2, "thermal": 7.1}}
-        assert watch.stop() == {"clocks_held": pytest.approx(0.6), "clocks_held_by": "power,thermal"}
+        assert watch.stop() == {"clocks_held": pytest.approx(0.6), "clocks_held_power": pytest.approx(0.6),
+                                "clocks_held_thermal": pytest.approx(0.05), "clocks_window_s": 2.0}
         watch = dev.ClockWatch(["cuda:0"], clock=lambda: now[0])
         now[0] += 1.0  # nothing held: measured, and zero
-        assert watch.stop() == {"clocks_held": 0.0, "clocks_held_by": ""}
+        assert watch.stop() == {"clocks_held": 0.0, "clocks_window_s": 1.0}
         watch = dev.ClockWatch(["cpu"], clock=lambda: now[0])
         assert watch.stop() == {}  # NVML says nothing about the CPU: nothing recorded
         watch = dev.ClockWatch(["cuda:0"], clock=lambda: now[0])
@@ -424,7 +425,6 @@ def test_clock_limits_read_nvmls_violation_counters(monkeypatch):
                                                           "reliability": 6.0}
     assert plat.clock_limits(torch.device("cpu")) is None
 
-
     def some(h, policy):
         if policy == 5:
             raise NvmlError(3)  # NOT_SUPPORTED: this GPU does not report reliability limits
@@ -444,16 +444,18 @@ def test_real_nvml_counts_links_and_clock_limits():
     if gpu is None:
         pytest.skip("no CUDA GPU")
     plat = dev.Platform()
+    if "MIG" in torch.cuda.get_device_name(gpu):
+        pytest.skip("a MIG instance has no clock-limit counters of its own")
     before = plat.clock_limits(gpu)
-    if before is None:
-        pytest.skip("NVML reports no clock limits for this GPU (MIG, or no driver access)")
-    assert set(before) <= set(dev.CLOCK_LIMITS) and {"power", "thermal"} <= set(before)
+    assert before, ("NVML answered no clock-limit counter for a whole GPU: nvmlDeviceGetViolationStatus may "
+                    "be gone (deprecated in CUDA 13); read them another way (suite/limits.py)")
+    assert set(before) <= set(dev.CLOCK_LIMITS)
     x = torch.randn(4096, 4096, device=gpu)
     for _ in range(20):
         x = x @ x / 64
     dev.synchronize(gpu)
-    after = plat.clock_limits(gpu)
-    assert all(after[k] >= before[k] >= 0 for k in before), (before, after)  # counters only grow
+    after = plat.clock_limits(gpu) or {}
+    assert all(after.get(k, -1) >= before[k] >= 0 for k in before), (before, after)  # counters only grow
     entry = next(d for d in dev.inventory().devices if d["id"] == dev.device_id(gpu))
     if "nvlinks_active" in entry:
         assert entry["nvlinks_to_switch"] <= entry["nvlinks_active"] <= 36

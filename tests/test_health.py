@@ -469,13 +469,15 @@ def test_an_nvlink_pair_with_links_down_is_judged_among_all_nvlink_pairs(tmp_pat
 def test_a_slow_gpu_held_by_a_limit_says_so(tmp_path, capsys):
     benches = [matmul(f"cuda:{i}", 600 if i == 2 else 780) for i in range(4)]
     for i, b in enumerate(benches):
-        b["extra_info"].update(clocks_held=0.62 if i == 2 else 0.3, clocks_held_by="thermal,power" if i == 2
-                               else "power")
+        b["extra_info"].update(clocks_held=0.62 if i == 2 else 0.3, clocks_held_power=0.3)
+        if i == 2:
+            b["extra_info"].update(clocks_held_thermal=0.62)
     _, result = health_json(capsys, str(fleet.write(tmp_path, "box", ours("box", 4, benches))))
     texts = {f["kind"]: f["text"] for f in node(result, "box")["findings"] if f["device"] == "cuda:2"}
-    held = "; clocks held 62% of its run by thermal slowdown and the power limit (NVML)"
+    held = ("; clocks held back 62% of the time by (software) thermal slowdown, 30% of the time by the power "
+            "limit (NVML)")
     assert texts["straggler"].endswith(held) and texts["low"].endswith(held)
-    # Held under 5% of its run: not named.
-    benches[2]["extra_info"].update(clocks_held=0.04)
+    # Each limit under 5% of the time: not named.
+    benches[2]["extra_info"].update(clocks_held=0.04, clocks_held_thermal=0.04, clocks_held_power=0.02)
     _, result = health_json(capsys, str(fleet.write(tmp_path, "box", ours("box", 4, benches))))
     assert not any("clocks held" in f["text"] for f in node(result, "box")["findings"])

@@ -189,14 +189,16 @@ def test_stopping_line_counts_how_benchmarks_stopped():
 def test_machine_limits_that_held_the_clocks_are_named_at_the_end():
     lines = render(
         [
-            _bench(1.0, case="other", clocks_held=0.9, clocks_held_by="power"),  # a GPU's usual state: quiet
-            _bench(1.0, case="other", clocks_held=0.62, clocks_held_by="thermal,power"),
-            _bench(1.0, case="other", clocks_held=0.2, clocks_held_by="thermal"),
-            _bench(1.0, case="other", clocks_held=0.03, clocks_held_by="board_limit"),  # under 5%: quiet
+            _bench(1.0, case="other", clocks_held=0.9, clocks_held_power=0.9),  # a GPU's usual state: quiet
+            # The power limit held it 90%, thermal slowdown 2%: thermal's own share is what counts.
+            _bench(1.0, case="other", clocks_held=0.9, clocks_held_power=0.9, clocks_held_thermal=0.02),
+            _bench(1.0, case="other", clocks_held=0.62, clocks_held_thermal=0.62, clocks_held_power=0.3),
+            _bench(1.0, case="other", clocks_held=0.2, clocks_held_thermal=0.2),
+            _bench(1.0, case="other", clocks_held=0.03, clocks_held_board_limit=0.03),  # under 5%: quiet
         ]
     )
-    assert lines[-1] == ("clocks held by thermal (NVML) in 2 benchmark(s), up to 62% of a run: see each "
-                         "one's clocks_held in the JSON; `python -m suite health`")
+    assert lines[-1] == ("clocks held back by thermal (NVML) in 2 benchmark(s), up to 62% of the time: see "
+                         "clocks_held_thermal in the JSON, `python -m suite health`")
     assert lines[-2].startswith("stopping: ")
 
 

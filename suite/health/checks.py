@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from suite.compare import NOISE_IQR_SHARE
+from suite.limits import limits_held
 from suite.health.expect import HOST_LINKS, MEASURES, OK_AT_PCT, Expectations, Measure
 from suite.results import FOREIGN_CASE, LoadedResults, latest_runs, peer_keys, route_kinds
 
@@ -118,17 +119,18 @@ def _fmt(value: float, unit: str) -> str:
 # A slow result whose GPU a power, thermal, board or reliability limit held for at least this share of its
 # run says so beside its numbers: the likely cause, read from NVML (devices.ClockWatch).
 CLOCKS_HELD_SHOWN_FROM = 0.05
-LIMIT_NAMES = {"power": "the power limit", "thermal": "thermal slowdown", "board_limit": "a board limit",
-               "reliability": "a reliability limit"}
+LIMIT_NAMES = {"power": "the power limit", "thermal": "(software) thermal slowdown",
+               "board_limit": "a board limit", "reliability": "a reliability limit"}
 
 
 def _held(row) -> str:
-    """'; clocks held 62% of its run by the power limit (NVML)' for a row whose GPU was held, else ''."""
-    share = getattr(row, "clocks_held", None)
-    if not isinstance(share, (int, float)) or isinstance(share, bool) or not share >= CLOCKS_HELD_SHOWN_FROM:
+    """'; clocks held back 62% of the time by thermal slowdown, 30% by the power limit (NVML)' for a row
+    whose GPU a limit held for CLOCKS_HELD_SHOWN_FROM of its warm-up and timing or more, else ''."""
+    limits = {n: s for n, s in limits_held(row._asdict()).items() if s >= CLOCKS_HELD_SHOWN_FROM}
+    if not limits:
         return ""
-    by = [LIMIT_NAMES.get(n, n) for n in str(getattr(row, "clocks_held_by", "") or "").split(",") if n]
-    return f"; clocks held {share:.0%} of its run" + (f" by {' and '.join(by)}" if by else "") + " (NVML)"
+    parts = [f"{share:.0%} of the time by {LIMIT_NAMES[n]}" for n, share in limits.items()]
+    return "; clocks held back " + ", ".join(parts) + " (NVML)"
 
 
 def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:

@@ -182,10 +182,12 @@ def gpu_checks(ctx) -> list:
     verdict = judged(ctx, ceiling >= CEILING_TARGET * H200_BF16_MAMF) if judge else None
     # What held the clocks while the best shape ran (NVML): the power limit is the usual cause of a ceiling
     # below the reference on a full-power GPU, thermal slowdown the cooling's.
-    held = info.get("clocks_held")
-    held_note = ("" if not isinstance(held, (int, float)) else
-                 f"; clocks held {held:.0%} of its run by {info['clocks_held_by']} (NVML)"
-                 if info.get("clocks_held_by") else "; no clock limit held it (NVML)")
+    from suite.limits import limits_held
+
+    held = ", ".join(f"{name} {share:.0%}" for name, share in limits_held(info).items())
+    held_note = ("" if "clocks_held" not in info else
+                 f"; clocks held back (share of warm-up and timing, NVML): {held}" if held
+                 else "; no clock limit held it (NVML)")
     rows = [CheckRow(f"ceiling {dtype} (sustained median, best of {len(sweep)}) vs H200 figure", ceiling,
                      H200_BF16_MAMF, "TFLOP/s", verdict, f"at {shape}; {why}{held_note}")]
     tdtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
