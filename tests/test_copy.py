@@ -202,13 +202,17 @@ def test_default_config_on_8_gpus_sweeps_the_chosen_pairs_and_runs_the_matrix_at
     assert "cuda:3->cuda:5-device-4KiB" not in ids and "cuda:4->cuda:4-device-4KiB" not in ids
 
 
+def _peer_pairs_swept(uni: dict) -> set:
+    """The GPU pairs (src != dst) that ran both sizes of a two-size sweep."""
+    return {pair for pair, sizes in uni.items() if len(sizes) == 2 and "cpu" not in pair and pair[0] != pair[1]}
+
+
 def test_one_peer_pair_per_link_kind_gets_the_sweep():
     # cuda:0<->cuda:1 and cuda:2<->cuda:3 have peer access; the pairs across them are staged through the host.
     access = {(0, 1), (1, 0), (2, 3), (3, 2)}
     cases = cases_of(4, peer=access, sizes=["4KiB", "1MiB"], matrix_sizes=["1MiB"])
     uni = _sizes_by_pair(cases)
-    peer_swept = {pair for pair, sizes in uni.items() if len(sizes) == 2 and "cpu" not in pair
-                  and pair[0] != pair[1]}
+    peer_swept = _peer_pairs_swept(uni)
     # The first pair of each kind, both ways: cuda:0<->cuda:1 (peer access), cuda:0<->cuda:2 (none).
     assert peer_swept == {("cuda:0", "cuda:1"), ("cuda:1", "cuda:0"),
                           ("cuda:0", "cuda:2"), ("cuda:2", "cuda:0")}
@@ -222,10 +226,7 @@ def test_one_peer_pair_per_link_gets_the_sweep_where_nvml_tells_the_links():
     pairs = [(i, j) for i in range(4) for j in range(4) if i != j]
     links = {(i, j): "NV4" if {i, j} in ({0, 1}, {2, 3}) else "SYS" for i, j in pairs}
     cases = cases_of(4, links=links, sizes=["4KiB", "1MiB"], matrix_sizes=["1MiB"])
-    uni = _sizes_by_pair(cases)
-    peer_swept = {pair for pair, sizes in uni.items() if len(sizes) == 2 and "cpu" not in pair
-                  and pair[0] != pair[1]}
-    assert peer_swept == {("cuda:0", "cuda:1"), ("cuda:1", "cuda:0"),
+    assert _peer_pairs_swept(_sizes_by_pair(cases)) == {("cuda:0", "cuda:1"), ("cuda:1", "cuda:0"),
                           ("cuda:0", "cuda:2"), ("cuda:2", "cuda:0")}
     peer = [c for c in cases if c.info["path"] == "peer"]
     assert all(c.info["link"] == links[(int(c.info["src"][-1]), int(c.info["dst"][-1]))] for c in peer)
