@@ -13,6 +13,7 @@ import platform as _pyplatform
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Iterator
 
 import torch
@@ -352,7 +353,51 @@ def _cpu_info() -> dict:
         "cores": len(pairs) or threads,
         "threads": threads,
         "torch_threads": torch.get_num_threads(),
+        **numa_of_process(),
     }
+
+
+SYS = Path("/sys")
+
+
+def _cpulist(text: str) -> set[int]:
+    """'0-15,32-47' -> {0, ..., 15, 32, ..., 47} (the kernel's cpulist format)."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if part:
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def numa_of_process(sys_root: Path | None = None, cpus: set[int] | None = None) -> dict:
+    """The machine's NUMA node count and the nodes whose CPUs this process may run on (`numactl
+    --cpunodebind` or a Slurm binding narrows them); {} where /sys does not list NUMA nodes. Pinned host
+    memory is placed on the node of the CPU that first touches it: a run spread over several nodes may
+    copy from far memory."""
+    try:
+        nodes = {int(d.name[4:]): _cpulist((d / "cpulist").read_text())
+                 for d in ((sys_root or SYS) / "devices/system/node").glob("node[0-9]*")}
+        cpus = set(os.sched_getaffinity(0)) if cpus is None else cpus
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not nodes:
+        return {}
+    return {"numa_nodes": len(nodes), "numa_nodes_used": sorted(n for n, c in nodes.items() if c & cpus)}
+
+
+def numa_node_of_pci(bus_id: str, sys_root: Path | None = None) -> int | None:
+    """The NUMA node of a PCI device (NVML's '00000000:18:00.0' or '0000:18:00.0'), from /sys; None where the
+    platform does not tell (-1 there: one node, or firmware that does not say)."""
+    parts = bus_id.strip().lower().split(":")
+    if len(parts) != 3:
+        return None
+    try:
+        node = int(((sys_root or SYS) / "bus/pci/devices" / f"{parts[0][-4:]:0>4}:{parts[1]}:{parts[2]}" / "numa_node")
+                   .read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return node if node >= 0 else None
 
 
 def _nvml_info(index: int, uuid: str | None = None) -> dict:
@@ -405,12 +450,15 @@ def _nvml_info(index: int, uuid: str | None = None) -> dict:
             # link down (0 on a PCIe-only GPU).
             "nvlinks_active": lambda: len(nvlinks),
             "nvlinks_to_switch": lambda: sum(switch for _, switch in nvlinks),
+            # The GPU's NUMA node: host copies from another node's memory cross the sockets' interconnect.
+            "numa_node": lambda: numa_node_of_pci(_text(pynvml.nvmlDeviceGetPciInfo(handle).busId)),
         }
         nvlinks = _nvlinks(pynvml, handle)
         for key, query in queries.items():
             with contextlib.suppress(Exception):
                 value = query()
-                info[key] = value.decode() if isinstance(value, bytes) else value
+                if value is not None:
+                    info[key] = value.decode() if isinstance(value, bytes) else value
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
@@ -468,6 +516,10 @@ LINK_MEANINGS = {
     "NODE": "PCIe host bridges within one NUMA node",
     "SYS": "PCIe and the interconnect between NUMA nodes (QPI/UPI, Infinity Fabric)",
 }
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _pci_address(info) -> tuple[int, int, int] | None:

@@ -459,3 +459,35 @@ def test_real_nvml_counts_links_and_clock_limits():
     entry = next(d for d in dev.inventory().devices if d["id"] == dev.device_id(gpu))
     if "nvlinks_active" in entry:
         assert entry["nvlinks_to_switch"] <= entry["nvlinks_active"] <= 36
+
+
+def _sys_tree(root, nodes: dict[int, str], gpus: dict[str, int]):
+    """A /sys with NUMA nodes (node -> cpulist) and PCI devices (sysfs address -> numa_node)."""
+    for n, cpulist in nodes.items():
+        (root / f"devices/system/node/node{n}").mkdir(parents=True)
+        (root / f"devices/system/node/node{n}/cpulist").write_text(cpulist + "\n")
+    for address, node in gpus.items():
+        (root / f"bus/pci/devices/{address}").mkdir(parents=True)
+        (root / f"bus/pci/devices/{address}/numa_node").write_text(f"{node}\n")
+    return root
+
+
+def test_numa_nodes_of_the_process_and_of_a_gpu(tmp_path):
+    root = _sys_tree(tmp_path, {0: "0-15,32-47", 1: "16-31,48-63"}, {"0000:18:00.0": 0, "0000:9a:00.0": 1,
+                                                                     "0000:00:04.0": -1})
+    assert dev.numa_of_process(root, cpus={0, 1, 2}) == {"numa_nodes": 2, "numa_nodes_used": [0]}
+    assert dev.numa_of_process(root, cpus={3, 40, 50}) == {"numa_nodes": 2, "numa_nodes_used": [0, 1]}
+    assert dev.numa_node_of_pci("00000000:9A:00.0", root) == 1  # NVML's spelling: 8-digit domain, upper case
+    assert dev.numa_node_of_pci("0000:18:00.0", root) == 0
+    assert dev.numa_node_of_pci("0000:00:04.0", root) is None  # -1: the platform does not say
+    assert dev.numa_node_of_pci("0000:77:00.0", root) is None and dev.numa_node_of_pci("garbage", root) is None
+    assert dev.numa_of_process(tmp_path / "nothing") == {}
+
+
+def test_inventory_records_each_gpus_numa_node_from_nvml(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setattr(dev, "SYS", _sys_tree(tmp_path, {0: "0-3", 1: "4-7"}, {"0000:13:00.0": 1}))
+    monkeypatch.setitem(sys.modules, "pynvml", TopologyNvml(4))
+    assert dev._nvml_info(3, "GPU-3")["numa_node"] == 1  # TopologyNvml puts GPU 3 at bus 0x13
+    assert "numa_node" not in dev._nvml_info(2, "GPU-2")  # /sys does not know its bus

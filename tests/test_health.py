@@ -481,3 +481,24 @@ def test_a_slow_gpu_held_by_a_limit_says_so(tmp_path, capsys):
     benches[2]["extra_info"].update(clocks_held=0.04, clocks_held_thermal=0.04, clocks_held_power=0.02)
     _, result = health_json(capsys, str(fleet.write(tmp_path, "box", ours("box", 4, benches))))
     assert not any("clocks held" in f["text"] for f in node(result, "box")["findings"])
+
+
+@pytest.mark.parametrize("used, says", [
+    ([0], "; cuda:0 is on NUMA node 1, this run's CPUs on node 0: its host memory was across the sockets "
+          "(numactl --cpunodebind=1 --membind=1 measures the near path)"),
+    ([0, 1], "; this run was not bound to cuda:0's NUMA node (1): its host memory may have been on another "
+             "(numactl --cpunodebind=1 --membind=1 measures the near path)"),
+    ([1], None),  # bound to the GPU's own node: NUMA is not why it is slow
+])
+def test_a_slow_host_link_names_the_numa_nodes(used, says, tmp_path, capsys):
+    # nvbandwidth issue 6's four GPUs: cuda:0's host->device 14.2 GB/s against ~57; cuda:0 on node 1.
+    rates = (14.2, 57.06, 56.68, 57.07)
+    benches = [copy("cpu", f"cuda:{i}", gbps, memory="pinned") for i, gbps in enumerate(rates)]
+    data = ours("vm", 4, benches)
+    for d in data["machine_info"]["devices"]:
+        d["numa_node"] = 1 if d["id"] == "cuda:0" else 0
+    data["machine_info"]["devices"].insert(0, {"id": "cpu", "kind": "cpu", "name": "CPU", "numa_nodes": 2,
+                                               "numa_nodes_used": used})
+    _, result = health_json(capsys, str(fleet.write(tmp_path, "vm", data)))
+    (text,) = [f["text"] for f in node(result, "vm")["findings"] if f["kind"] == "straggler"]
+    assert text.endswith(says) if says else "NUMA" not in text, text

@@ -123,6 +123,23 @@ LIMIT_NAMES = {"power": "the power limit", "thermal": "(software) thermal slowdo
                "board_limit": "a board limit", "reliability": "a reliability limit"}
 
 
+def _numa_note(device: str, node: object, nodes: object, used: object) -> str:
+    """Why a host copy of `device` may have crossed the sockets, from the inventory (NUMA node of the GPU,
+    of the run's CPUs); '' where the machine has one node or the inventory does not say."""
+    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (node, nodes))
+    if not whole or nodes < 2 or not isinstance(used, list) or not used:  # type: ignore[operator]
+        return ""
+    fix = f"numactl --cpunodebind={node} --membind={node} measures the near path"
+    if node not in used:
+        where = ",".join(str(n) for n in used)
+        return (f"; {device} is on NUMA node {node}, this run's CPUs on node {where}: its host memory was "
+                f"across the sockets ({fix})")
+    if len(used) > 1:
+        return (f"; this run was not bound to {device}'s NUMA node ({node}): its host memory may have been "
+                f"on another ({fix})")
+    return ""
+
+
 def _held(row) -> str:
     """'; clocks held back 62% of the time by thermal slowdown, 30% by the power limit (NVML)' for a row
     whose GPU a limit held for CLOCKS_HELD_SHOWN_FROM of its warm-up and timing or more, else ''."""
@@ -153,14 +170,20 @@ def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
     # A peer route's subject is `src->dst`: its first device is the source.
     first = rows["subject"].where(rows["route_"] != "peer", rows["src"].astype(object)).astype(str)
     pair = rows["label"] + "\x00" + first
-    names, gens = {}, {}
+    names, gens, numa = {}, {}, {}
     for label in labels:
+        cpu = next((d for d in machines[label].devices if d.get("kind") == "cpu"), {})
         for d in machines[label].devices:
             key = f"{label}\x00{d.get('id')}"
             names[key] = str(d.get("name") or "")
             gens[key] = d.get("pcie_gen_max")
+            numa[key] = _numa_note(str(d.get("id")), d.get("numa_node"), cpu.get("numa_nodes"),
+                                   cpu.get("numa_nodes_used"))
     rows["model"] = pair.map(names).fillna("").astype(object)
     rows["pcie_gen"] = pair.map(gens).astype(object)
+    # A host copy's GPU on another NUMA node than the run's CPUs: the likely cause of a slow host link.
+    host = rows["route_"].isin(["h2d", "d2h"])
+    rows["numa_note_"] = pair.map(numa).where(host, "").fillna("").astype(object)
     rate = rows["metric"]
     # Higher is better everywhere: the family's rate, or calls per second where a benchmark has no rate.
     rows["speed"] = rate.where(rate > 0, 1.0 / rows["median"].where(rows["median"] > 0))
@@ -304,7 +327,7 @@ def _judge_measure(
                     r.subject,
                     r.case,
                     f"{measure_name} {_fmt(rate, measure.unit)} = {r.pct_:.0f}% of the expected "
-                    f"{_fmt(fig.value, measure.unit)} (best: {r.name}; {fig.source}){_held(r)}",
+                    f"{_fmt(fig.value, measure.unit)} (best: {r.name}; {fig.source}){_held(r)}{r.numa_note_}",
                     rate,
                     fig.value,
                     r.pct_,
@@ -441,7 +464,7 @@ def _stragglers(rows: pd.DataFrame, findings: list[Finding]) -> None:
             f"{r.name} {_fmt(own, r.unit)}, peers {_fmt(lo, r.unit)}–{_fmt(hi, r.unit)}"
             if r.unit != "s"
             else f"{r.name} {_fmt(own, 's')}, peers {_fmt(lo, 's')}–{_fmt(hi, 's')}"
-        ) + _held(r)
+        ) + _held(r) + r.numa_note_
         findings.append(
             Finding(
                 "straggler",
