@@ -393,8 +393,8 @@ def numa_node_of_pci(bus_id: str, sys_root: Path | None = None) -> int | None:
     if len(parts) != 3:
         return None
     try:
-        node = int(((sys_root or SYS) / "bus/pci/devices" / f"{parts[0][-4:]:0>4}:{parts[1]}:{parts[2]}" / "numa_node")
-                   .read_text().strip())
+        address = f"{parts[0][-4:]:0>4}:{parts[1]}:{parts[2]}"
+        node = int(((sys_root or SYS) / "bus/pci/devices" / address / "numa_node").read_text().strip())
     except (OSError, ValueError):
         return None
     return node if node >= 0 else None

@@ -480,7 +480,8 @@ def test_numa_nodes_of_the_process_and_of_a_gpu(tmp_path):
     assert dev.numa_node_of_pci("00000000:9A:00.0", root) == 1  # NVML's spelling: 8-digit domain, upper case
     assert dev.numa_node_of_pci("0000:18:00.0", root) == 0
     assert dev.numa_node_of_pci("0000:00:04.0", root) is None  # -1: the platform does not say
-    assert dev.numa_node_of_pci("0000:77:00.0", root) is None and dev.numa_node_of_pci("garbage", root) is None
+    assert dev.numa_node_of_pci("0000:77:00.0", root) is None
+    assert dev.numa_node_of_pci("garbage", root) is None
     assert dev.numa_of_process(tmp_path / "nothing") == {}
 
 
