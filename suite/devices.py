@@ -370,31 +370,42 @@ def _cpulist(text: str) -> set[int]:
     return cpus
 
 
-def numa_of_process(sys_root: Path | None = None, cpus: set[int] | None = None) -> dict:
-    """The machine's NUMA node count and the nodes whose CPUs this process may run on (`numactl
-    --cpunodebind` or a Slurm binding narrows them); {} where /sys does not list NUMA nodes. Pinned host
-    memory is placed on the node of the CPU that first touches it: a run spread over several nodes may
-    copy from far memory."""
+def numa_of_process(sys_root: Path | None = None, cpus: set[int] | None = None,
+                    status: str | None = None) -> dict:
+    """The machine's NUMA nodes with CPUs (nodes of memory alone, as a Grace GPU's or CXL memory, are not
+    counted), the nodes whose CPUs this process may run on (`numactl --cpunodebind` or a Slurm binding
+    narrows them), and the nodes its memory may come from (`Mems_allowed_list` of /proc/self/status:
+    `--membind`, cpusets); {} where /sys does not list NUMA nodes. Read at the end of the run."""
     try:
         nodes = {int(d.name[4:]): _cpulist((d / "cpulist").read_text())
                  for d in ((sys_root or SYS) / "devices/system/node").glob("node[0-9]*")}
         cpus = set(os.sched_getaffinity(0)) if cpus is None else cpus
     except (OSError, ValueError, AttributeError):
         return {}
+    nodes = {n: c for n, c in nodes.items() if c}
     if not nodes:
         return {}
-    return {"numa_nodes": len(nodes), "numa_nodes_used": sorted(n for n, c in nodes.items() if c & cpus)}
+    info = {"numa_nodes": len(nodes), "numa_nodes_used": sorted(n for n, c in nodes.items() if c & cpus)}
+    if status is None:
+        with contextlib.suppress(OSError):
+            status = Path("/proc/self/status").read_text()
+    for line in (status or "").splitlines():
+        if line.startswith("Mems_allowed_list:"):
+            with contextlib.suppress(ValueError):
+                info["numa_mems_allowed"] = sorted(_cpulist(line.partition(":")[2]))
+    return info
 
 
-def numa_node_of_pci(bus_id: str, sys_root: Path | None = None) -> int | None:
-    """The NUMA node of a PCI device (NVML's '00000000:18:00.0' or '0000:18:00.0'), from /sys; None where the
-    platform does not tell (-1 there: one node, or firmware that does not say)."""
-    parts = bus_id.strip().lower().split(":")
-    if len(parts) != 3:
+def numa_node_of_pci(address: tuple[int, int, int] | None, sys_root: Path | None = None) -> int | None:
+    """The NUMA node of the PCI device at (domain, bus, device), from /sys (whose names are
+    `%04x:%02x:%02x.0`, wider for domains past 0xffff); None where the platform does not tell (-1 there:
+    one node, or firmware that does not say)."""
+    if address is None:
         return None
+    domain, bus, device = address
     try:
-        address = f"{parts[0][-4:]:0>4}:{parts[1]}:{parts[2]}"
-        node = int(((sys_root or SYS) / "bus/pci/devices" / address / "numa_node").read_text().strip())
+        path = (sys_root or SYS) / "bus/pci/devices" / f"{domain:04x}:{bus:02x}:{device:02x}.0" / "numa_node"
+        node = int(path.read_text().strip())
     except (OSError, ValueError):
         return None
     return node if node >= 0 else None
@@ -451,7 +462,7 @@ def _nvml_info(index: int, uuid: str | None = None) -> dict:
             "nvlinks_active": lambda: len(nvlinks),
             "nvlinks_to_switch": lambda: sum(switch for _, switch in nvlinks),
             # The GPU's NUMA node: host copies from another node's memory cross the sockets' interconnect.
-            "numa_node": lambda: numa_node_of_pci(_text(pynvml.nvmlDeviceGetPciInfo(handle).busId)),
+            "numa_node": lambda: numa_node_of_pci(_pci_address(pynvml.nvmlDeviceGetPciInfo(handle))),
         }
         nvlinks = _nvlinks(pynvml, handle)
         for key, query in queries.items():
@@ -516,10 +527,6 @@ LINK_MEANINGS = {
     "NODE": "PCIe host bridges within one NUMA node",
     "SYS": "PCIe and the interconnect between NUMA nodes (QPI/UPI, Infinity Fabric)",
 }
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _pci_address(info) -> tuple[int, int, int] | None:

@@ -505,3 +505,14 @@ def test_gpu_peer_copies_record_peer_access():
     assert peer.info["peer_access"] == torch.cuda.can_device_access_peer(0, 1)
     for case in (c for c in cases if c.info["path"] == "peer"):
         copy_case.build(case, config()).check()
+
+
+def test_a_gpu_with_a_link_down_adds_no_sweep_kind():
+    # An NVSwitch node whose GPU 2 has 17 of 18 links up: its pairs read NV17, the others NV18. One kind
+    # still: the swept pairs are those of a healthy node, so a run after the repair compares case by case.
+    pairs = [(i, j) for i in range(4) for j in range(4) if i != j]
+    down = {(i, j): "NV17" if 2 in (i, j) else "NV18" for i, j in pairs}
+    healthy = {pair: "NV18" for pair in pairs}
+    ids = [{c.id for c in cases_of(4, links=links, sizes=["4KiB", "1MiB"], matrix_sizes=["1MiB"])}
+           for links in (down, healthy)]
+    assert ids[0] == ids[1]

@@ -473,16 +473,21 @@ def _sys_tree(root, nodes: dict[int, str], gpus: dict[str, int]):
 
 
 def test_numa_nodes_of_the_process_and_of_a_gpu(tmp_path):
-    root = _sys_tree(tmp_path, {0: "0-15,32-47", 1: "16-31,48-63"}, {"0000:18:00.0": 0, "0000:9a:00.0": 1,
-                                                                     "0000:00:04.0": -1})
-    assert dev.numa_of_process(root, cpus={0, 1, 2}) == {"numa_nodes": 2, "numa_nodes_used": [0]}
-    assert dev.numa_of_process(root, cpus={3, 40, 50}) == {"numa_nodes": 2, "numa_nodes_used": [0, 1]}
-    assert dev.numa_node_of_pci("00000000:9A:00.0", root) == 1  # NVML's spelling: 8-digit domain, upper case
-    assert dev.numa_node_of_pci("0000:18:00.0", root) == 0
-    assert dev.numa_node_of_pci("0000:00:04.0", root) is None  # -1: the platform does not say
-    assert dev.numa_node_of_pci("0000:77:00.0", root) is None
-    assert dev.numa_node_of_pci("garbage", root) is None
+    # Two sockets, and node 2: memory without CPUs (a Grace GPU's, CXL), which is no node to run on.
+    root = _sys_tree(tmp_path, {0: "0-15,32-47", 1: "16-31,48-63", 2: ""},
+                     {"0000:18:00.0": 0, "0000:9a:00.0": 1, "0000:00:04.0": -1, "10000:01:00.0": 1,
+                      "0000:01:00.0": 0})
+    status = "Name:\tpython\nCpus_allowed_list:\t0-63\nMems_allowed_list:\t0-1\n"
+    assert dev.numa_of_process(root, cpus={0, 1, 2}, status=status) == {
+        "numa_nodes": 2, "numa_nodes_used": [0], "numa_mems_allowed": [0, 1]}
+    assert dev.numa_of_process(root, cpus={3, 40, 50}, status="")["numa_nodes_used"] == [0, 1]
+    assert dev.numa_node_of_pci((0, 0x9A, 0), root) == 1  # sysfs names: lower-case hex
+    assert dev.numa_node_of_pci((0, 0x18, 0), root) == 0
+    assert dev.numa_node_of_pci((0x10000, 1, 0), root) == 1  # a VMD domain past 0xffff is not 0000:01:00.0
+    assert dev.numa_node_of_pci((0, 0, 4), root) is None  # -1: the platform does not say
+    assert dev.numa_node_of_pci((0, 0x77, 0), root) is None and dev.numa_node_of_pci(None, root) is None
     assert dev.numa_of_process(tmp_path / "nothing") == {}
+    assert "numa_nodes_used" in dev.numa_of_process() or dev.numa_of_process() == {}  # this machine, real
 
 
 def test_inventory_records_each_gpus_numa_node_from_nvml(tmp_path, monkeypatch):

@@ -123,17 +123,25 @@ LIMIT_NAMES = {"power": "the power limit", "thermal": "(software) thermal slowdo
                "board_limit": "a board limit", "reliability": "a reliability limit"}
 
 
-def _numa_note(device: str, node: object, nodes: object, used: object) -> str:
-    """Why a host copy of `device` may have crossed the sockets, from the inventory (NUMA node of the GPU,
-    of the run's CPUs); '' where the machine has one node or the inventory does not say."""
+def _numa_note(device: str, node: object, cpu: dict) -> str:
+    """Why a host copy of `device` may have come from far memory, from the inventory (the GPU's NUMA node;
+    the nodes the run's CPUs and memory could use); '' where the machine has one node with CPUs or the
+    inventory does not say. Likely, not certain: the memory policy and PyTorch's reuse of pinned blocks
+    decide where each buffer lands."""
+    nodes, used = cpu.get("numa_nodes"), cpu.get("numa_nodes_used")
+    mems = cpu.get("numa_mems_allowed")
     whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (node, nodes))
     if not whole or nodes < 2 or not isinstance(used, list) or not used:  # type: ignore[operator]
         return ""
     fix = f"numactl --cpunodebind={node} --membind={node} measures the near path"
+    if isinstance(mems, list) and mems and node not in mems:
+        where = ",".join(str(n) for n in mems)
+        return (f"; {device} is on NUMA node {node}, and this run's memory could come only from "
+                f"node{'s' if len(mems) > 1 else ''} {where} ({fix})")
     if node not in used:
         where = ",".join(str(n) for n in used)
-        return (f"; {device} is on NUMA node {node}, this run's CPUs on node {where}: its host memory was "
-                f"across the sockets ({fix})")
+        return (f"; {device} is on NUMA node {node}, this run's CPUs on node{'s' if len(used) > 1 else ''} "
+                f"{where}: its host memory was likely on another node ({fix})")
     if len(used) > 1:
         return (f"; this run was not bound to {device}'s NUMA node ({node}): its host memory may have been "
                 f"on another ({fix})")
@@ -177,8 +185,7 @@ def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
             key = f"{label}\x00{d.get('id')}"
             names[key] = str(d.get("name") or "")
             gens[key] = d.get("pcie_gen_max")
-            numa[key] = _numa_note(str(d.get("id")), d.get("numa_node"), cpu.get("numa_nodes"),
-                                   cpu.get("numa_nodes_used"))
+            numa[key] = _numa_note(str(d.get("id")), d.get("numa_node"), cpu)
     rows["model"] = pair.map(names).fillna("").astype(object)
     rows["pcie_gen"] = pair.map(gens).astype(object)
     # A host copy's GPU on another NUMA node than the run's CPUs: the likely cause of a slow host link.

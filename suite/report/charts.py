@@ -273,6 +273,10 @@ def copy_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     return [Chart("Copy bandwidth against size (higher is better)", _png(fig), caption)]
 
 
+# Up to this many devices (the CPU and eight GPUs) a copy matrix writes each cell's figure (and link) in it.
+MAX_LABELLED_DEVICES = 9
+
+
 def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     """src × dst matrix of GB/s at each machine's largest copy size (pinned host memory where measured)."""
     rows = rows[rows["gbps"].notna() & rows["src"].notna() & rows["dst"].notna()]
@@ -309,7 +313,7 @@ def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         # What joins each GPU pair (NV18, PIX, SYS), where the run recorded it, under the pair's figure.
         linked = sub[sub["link"].map(type) == str] if "link" in sub else sub.iloc[:0]
         links = linked.groupby(["src", "dst"])["link"].first().to_dict()
-        if len(names) <= 9 and np.isfinite(values).any():
+        if len(names) <= MAX_LABELLED_DEVICES and np.isfinite(values).any():
             top = np.nanmax(values)
             for (r, c), v in np.ndenumerate(values):
                 if not math.isnan(v):  # dark text on the bright end of viridis, light on the dark end
@@ -333,7 +337,9 @@ def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         frozenset({"pageable"}): "; host copies from pageable memory (no pinned copies measured).",
         frozenset({"pinned", "pageable"}): "; host copies from pinned memory where measured, else pageable.",
     }.get(frozenset(host_memory), ".")
-    if "link" in rows and (rows["link"].map(type) == str).any():
+    labelled = [m for m in shown if len(set(rows.loc[rows["label"] == m, "src"])
+                                         | set(rows.loc[rows["label"] == m, "dst"])) <= MAX_LABELLED_DEVICES]
+    if "link" in rows and (rows["link"].map(type) == str).any() and labelled:
         caption += " Under a GPU pair's figure: its link as nvidia-smi topo -m names it (NV#: # NVLinks)."
     if extra > 0:
         caption += f" {extra} more machine(s) in the table."

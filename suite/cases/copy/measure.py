@@ -58,9 +58,11 @@ def _pairs(section, devices: list[str]) -> list[tuple[str, str]]:
 def link_kind(src: str, dst: str) -> tuple[bool | None, str | None]:
     """The link kind of a GPU pair as the device seam tells it: (peer access, link). Peer access: True with a
     direct path, False when torch stages the copy through host memory, None for a device this machine lacks.
-    Link: what joins them as `nvidia-smi topo -m` names it ('NV18', 'PIX', 'SYS'), None where NVML cannot
-    tell; where it cannot, NVLink and PCIe peer pairs count as one kind."""
-    return _peer_access(src, dst), _link(src, dst)
+    Link: 'NVLink' for any number of NVLinks (a GPU with a link down adds no kind, so a run after its repair
+    selects the same cases), else the PCIe path as `nvidia-smi topo -m` names it ('PIX', 'SYS'); None where
+    NVML cannot tell, and then NVLink and PCIe peer pairs count as one kind."""
+    link = _link(src, dst)
+    return _peer_access(src, dst), ("NVLink" if link and link.startswith("NV") else link)
 
 
 def sweep_pairs(pairs: list[tuple[str, str]]) -> set[tuple[str, str]]:
