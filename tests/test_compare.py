@@ -276,13 +276,19 @@ def test_no_positive_time_is_not_judged(pair, capsys):
     assert {r["status"] for r in rows if r["benchmark"] == base["benchmarks"][0]["name"]} == {"not judged"}
 
 
-def test_folders_pair_a_driver_upgrade_and_list_unmatched_machines(tmp_path, capsys):
+def _baseline_folder_of_two(tmp_path):
+    """(old, new): a baseline folder with machines `box` and `gone`, and an empty candidate folder."""
     old_dir, new_dir = tmp_path / "old", tmp_path / "new"
     old_dir.mkdir()
     new_dir.mkdir()
     for host in ("box", "gone"):
         data = fixtures().synthetic_results(host, n_gpus=1, seed=3, limit=20)
         (old_dir / f"{host}.json").write_text(json.dumps(data), encoding="utf-8")
+    return old_dir, new_dir
+
+
+def test_folders_pair_a_driver_upgrade_and_list_unmatched_machines(tmp_path, capsys):
+    old_dir, new_dir = _baseline_folder_of_two(tmp_path)
     upgraded = fixtures().synthetic_results("box", n_gpus=1, seed=3, limit=20)
     for d in upgraded["machine_info"]["devices"]:
         d["driver_version"] = "999.1"
@@ -344,12 +350,7 @@ def test_benchmarks_missing_from_the_candidate_fail_unless_allowed(pair, capsys)
 
 
 def test_a_machine_missing_from_the_candidate_folder_fails_unless_allowed(tmp_path, capsys):
-    old_dir, new_dir = tmp_path / "old", tmp_path / "new"
-    old_dir.mkdir()
-    new_dir.mkdir()
-    for host in ("box", "gone"):
-        data = fixtures().synthetic_results(host, n_gpus=1, seed=3, limit=20)
-        (old_dir / f"{host}.json").write_text(json.dumps(data), encoding="utf-8")
+    old_dir, new_dir = _baseline_folder_of_two(tmp_path)
     same = fixtures().synthetic_results("box", n_gpus=1, seed=3, limit=20)
     (new_dir / "box.json").write_text(json.dumps(same), encoding="utf-8")
     assert main(["compare", str(old_dir), str(new_dir)]) == 1
