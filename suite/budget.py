@@ -169,7 +169,8 @@ class RunState:
 
     def plan(self, cases: dict[str, Case], config: SuiteConfig, overrides: dict | None = None) -> None:
         """After selection (nodeid -> case): the families for progress lines; with a budget, refuse it now if
-        it is too small (UserError). `overrides`: the timing the command line sets (BudgetSchedule.for_cases)."""
+        it is too small (UserError). `overrides`: the timing the command line sets
+        (BudgetSchedule.for_cases)."""
         self.families = {nodeid: case.family for nodeid, case in cases.items()}
         counts: dict[str, int] = {}
         for family in self.families.values():

@@ -1,5 +1,5 @@
-"""Test-only plugin (`-p tests.held_clocks`): the CPU reports NVML-style clock-limit counters, thermal slowdown
-holding it a quarter of the time, so a CPU run shows what a held GPU's results record."""
+"""Test-only plugin (`-p tests.held_clocks`): the CPU reports NVML-style clock-limit counters, thermal
+slowdown holding it a quarter of the time, so a CPU run shows what a held GPU's results record."""
 
 from __future__ import annotations
 

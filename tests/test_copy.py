@@ -204,7 +204,8 @@ def test_default_config_on_8_gpus_sweeps_the_chosen_pairs_and_runs_the_matrix_at
 
 def _peer_pairs_swept(uni: dict) -> set:
     """The GPU pairs (src != dst) that ran both sizes of a two-size sweep."""
-    return {pair for pair, sizes in uni.items() if len(sizes) == 2 and "cpu" not in pair and pair[0] != pair[1]}
+    return {pair for pair, sizes in uni.items()
+            if len(sizes) == 2 and "cpu" not in pair and pair[0] != pair[1]}
 
 
 def test_one_peer_pair_per_link_kind_gets_the_sweep():

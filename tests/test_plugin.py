@@ -126,7 +126,8 @@ def test_a_budget_plans_with_the_timing_options_the_user_passed(run_benchmarks):
     result, data = run_benchmarks(SMALL, "-k", "matmul", "--suite-budget", "60s",
                                   "--benchmark-min-rounds=1000", "--benchmark-min-time=0.1")
     assert result.ret != 0 and data is None
-    assert "--suite-budget 1m00s is too small for the benchmark that runs here: give 1m5" in result.stderr.str()
+    err = result.stderr.str()
+    assert "--suite-budget 1m00s is too small for the benchmark that runs here: give 1m5" in err
 
 
 def test_results_record_how_long_a_limit_held_the_clocks(run_benchmarks):
