@@ -322,7 +322,7 @@ def cap_rounds_by_time(benchmark, clock: Callable[[], float] = time.perf_counter
     if original is None or max_time is None or min_rounds is None:
         return False
 
-    def run_until_precise(runner, loops_range, stats, max_rounds):
+    def run_until_precise(runner, *args, **kwargs):  # pytest-benchmark's private (runner, loops_range, ...)
         start, rounds = clock(), 0
 
         def runner_within_time(loops):
@@ -333,7 +333,7 @@ def cap_rounds_by_time(benchmark, clock: Callable[[], float] = time.perf_counter
             return runner(loops)
 
         try:
-            original(runner_within_time, loops_range, stats, max_rounds)
+            original(runner_within_time, *args, **kwargs)
         except _TimeUp:
             pass
 

@@ -225,3 +225,22 @@ def test_the_record_follows_inheritance_from_the_cuda_level():
         assert tf32_state()["matmul_tf32"] is True
     finally:
         torch.backends.cudnn.fp32_precision, torch.backends.cuda.matmul.fp32_precision = old
+
+
+def test_habits_run_ieee_float32_whatever_the_process_set(clean_switches):
+    """A process with TF32 on (a user's default, TORCH_ALLOW_TF32_CUBLAS_OVERRIDE) must not turn the habits'
+    float32 matmuls into TF32: the overlap habit's ratio would change with it."""
+    case = cases_of_habits()
+    seen = {}
+    with precision_mode("tf32"):
+        _thin_test("habits")(case, lambda c: seen.update(tf32_state()))
+        assert tf32_state() == {"matmul_tf32": True, "conv_tf32": True}
+    assert seen == {"matmul_tf32": False, "conv_tf32": False}
+
+
+def cases_of_habits():
+    from suite.cases.habits import measure as habits
+    from suite.config import parse_config
+
+    config = parse_config({"cases": {"habits": {"habits": ["overlap"]}}}, "test.yaml")
+    return habits.enumerate_cases(config, ["cpu"])[0]

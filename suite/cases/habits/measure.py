@@ -23,7 +23,7 @@ VARIANTS = {
     "overlap": ("serialised", "overlapped"),
 }
 # Relative error allowed for the float32 results the habits compute, against float64 (a mean of squares and a
-# matmul slice; TF32, where enabled, keeps ~3 decimal digits). A wrong result is off by ~100%.
+# matmul slice; IEEE float32, as benchmarks/test_habits.py switches TF32 off). A wrong result is off by ~100%.
 TOLERANCE = 1e-2
 # Rows of the overlap matmul recomputed in float64 by the check.
 CHECK_ROWS = 64
