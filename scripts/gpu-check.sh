@@ -10,14 +10,14 @@
 # check that ran passed (steps out of time are NOT RUN, said in the table, and no failure), 1 a check failed,
 # 2 no GPU (without --dry-run), 3 the carried wheels could not be installed or the suite's requirements are
 # not met (suite/requirements.py names each and its fix), 124 the hard stop killed it.
-# Environment: PYTHON (default python3), GPU_CHECK_WHEELS (default .whl), GPU_CHECK_BUDGET_S (default 240),
+# Environment: PYTHON (default python3), GPU_CHECK_WHEELS (default .whl), GPU_CHECK_BUDGET_S (default 265),
 # GPU_CHECK_HARD_STOP_S (default budget + 30). docs/gpu-check.md.
 set -uo pipefail
 
 # The check starts no step that no longer fits its budget (suite.gpu_check.BUDGET_S); the hard stop kills it,
 # whatever it does, soon after, so that the whole command ends before 6 minutes and a rerun fits the lease.
-BUDGET_S=${GPU_CHECK_BUDGET_S:-240}
-HARD_STOP_MARGIN_S=30
+BUDGET_S=${GPU_CHECK_BUDGET_S:-265}
+HARD_STOP_MARGIN_S=25
 KILL_AFTER_S=15
 
 usage() { echo "usage: $0 [--dry-run] [--only STEP,STEP...] OUTDIR" >&2; exit 64; }
@@ -37,7 +37,7 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$out" ] || usage
 case "$BUDGET_S" in
-    ''|*[!0-9]*) echo "$0: GPU_CHECK_BUDGET_S=$BUDGET_S: expected whole seconds, e.g. 240" >&2; exit 64 ;;
+    ''|*[!0-9]*) echo "$0: GPU_CHECK_BUDGET_S=$BUDGET_S: expected whole seconds, e.g. 265" >&2; exit 64 ;;
 esac
 HARD_STOP_S=${GPU_CHECK_HARD_STOP_S:-$((BUDGET_S + HARD_STOP_MARGIN_S))}
 case "$HARD_STOP_S" in

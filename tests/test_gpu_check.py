@@ -428,3 +428,54 @@ def test_the_collectives_step_ends_its_runs_with_the_step(tmp_path, monkeypatch)
     rows = collectives.gpu_checks(ctx)
     assert len(timeouts) == 2 and all(5 <= t <= 12 for t in timeouts), timeouts
     assert [r.ok for r in rows] == [False, False], "a run stopped or failed is a failed row"
+
+
+def test_a_step_that_runs_long_is_stopped_before_the_hard_stop():
+    """The budget's grace for a long subprocess step, the stop's terminate grace and the output reader's wait
+    end before the script's hard stop, so the step's own row (not exit 124) says what ran long."""
+    from suite.checkrow import TERMINATE_GRACE_S
+
+    worst = gpu_check.STEP_GRACE_S + 2 * TERMINATE_GRACE_S
+    assert worst < gpu_check.HARD_STOP_MARGIN_S
+    # The estimates leave room for a first run's fixed costs, so the last step is not starved.
+    total = sum(gpu_check.step_estimate(name) for name in STEPS)
+    assert gpu_check.BUDGET_S - total >= 20, total
+
+
+def test_the_budget_counts_from_the_start_it_is_given(tmp_path, monkeypatch):
+    """main() passes the process's start: time spent importing torch comes out of the budget."""
+    ran = []
+    monkeypatch.setattr(gpu_check, "plan", _fake_plan([("gpu tests", lambda t: ran.append(t) or [])]))
+    monkeypatch.setitem(gpu_check.STEP_ESTIMATES_S, "gpu tests", 30.0)
+    ctx = CheckContext(device="cuda:0", dry_run=False, workdir=tmp_path)
+    import time
+
+    assert run_check(ctx, tmp_path, budget_s=60, started=time.monotonic() - 40) == 0
+    assert ran == [], "20 s left of 60 cannot hold a 30 s step"
+    assert run_check(ctx, tmp_path, budget_s=60) == 0 and len(ran) == 1
+
+
+@pytest.mark.parametrize("mamf, sustained, verdicts", [
+    (760.0, 730.0, [True, True]),    # 0.96 of 790; sustained 0.96 of it: a healthy H200
+    (650.0, 600.0, [False, True]),   # the GPU is slow, the suite measures it right
+    (760.0, 900.0, [True, False]),   # sustained above the MAMF-style mean: rounds not waiting for the GPU
+    (760.0, 600.0, [True, False]),   # sustained far below MAMF-style on the same GPU: the suite loses time
+])
+def test_the_ceiling_judges_like_with_like(tmp_path, monkeypatch, mamf, sustained, verdicts):
+    """The MAMF-style figure against the 790 read the same way; the suite's sustained ceiling against the
+    MAMF-style figure of the same shape, GPU and process."""
+    import suite.timing
+    from suite.cases.ceiling import measure as ceiling
+
+    bench = {"extra_info": {"tflops": sustained, "m": 64, "n": 64, "k": 64}}
+    ctx = CheckContext(device="cpu", dry_run=False, workdir=tmp_path)
+    monkeypatch.setattr(ctx, "run_suite", lambda *a, **k: [bench], raising=False)
+    monkeypatch.setattr(ceiling, "h200_target", lambda name, power: (True, "target >= 90%"))
+    seconds = 2 * 64**3 / (mamf * 1e12)
+    monkeypatch.setattr(suite.timing, "reference_times", lambda op, device, calls, before=None: [seconds] * calls)
+    monkeypatch.setattr(ceiling, "MAMF_FLUSH_BYTES", 1024)
+    rows = ceiling.gpu_checks(ctx)
+    assert rows[0].name.endswith("MAMF-style mean vs H200 figure") and rows[0].reference == 790.0
+    assert rows[0].suite == pytest.approx(mamf)
+    assert rows[1].suite == sustained and rows[1].reference == pytest.approx(mamf)
+    assert [r.ok for r in rows] == verdicts

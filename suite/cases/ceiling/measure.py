@@ -123,14 +123,17 @@ def annotate(output_json: dict) -> None:
 
 # --- GPU check --------------------------------------------------------------------------------------------
 
-# docs/reference.md: one H200 reaches ~790 TFLOP/s bf16 dense through PyTorch (8192^3, random data); the
-# suite's own ceiling should come within 10% of it.
+# docs/reference.md: one H200 reaches ~790 TFLOP/s bf16 dense through PyTorch (8192^3, random data), read
+# mamf-finder's way; the same statistic on the GPU checked should come within 10% of it (mamf-finder's author
+# notes a 5%+ spread between the GPUs of one node).
 H200_BF16_MAMF = 790.0
 CEILING_TARGET = 0.90
 CHECK_SWEEP = ("4096x4096x4096", "8192x8192x8192", "8192x8192x16384", "12288x12288x12288")
-# mamf-finder's statistic, for the MAMF-style figure: the mean of this many iterations after this many warm-up
-# iterations, CUDA events per iteration, the L2 cache flushed before each (a buffer larger than the H200's
-# 60 MB L2, zeroed), so no operand is served from the cache a previous iteration filled.
+# The suite's sustained median against the MAMF-style mean of the same shape, on the same GPU in the same
+# process: the sustained figure is expected a few % lower (an H200 read 728-735 TFLOP/s over a 4 s window
+# where a short one read 745-752, and mamf-finder's 790; suite/timing.py's SUSTAINED_WARMUP_S), never much
+# higher (a round that does not wait for the GPU would be).
+SUSTAINED_OF_MAMF = (0.85, 1.05)
 MAMF_WARMUP = 50
 MAMF_ITERATIONS = 100
 MAMF_FLUSH_BYTES = 256 * 2**20
@@ -158,8 +161,9 @@ def h200_target(name: str, power_limit_w: object = None) -> tuple[bool, str]:
 
 
 def gpu_checks(ctx) -> list:
-    """The suite's bf16 ceiling (best sustained median of a sweep) against docs/reference.md's H200 figure,
-    and the same best shape measured mamf-finder's way, named as such."""
+    """The sweep's best shape measured mamf-finder's way ("MAMF-style") against docs/reference.md's H200
+    figure, read the same way; the suite's ceiling (its best sustained median) against that MAMF-style
+    figure."""
     import torch
 
     from suite.cases.common import randn
@@ -179,7 +183,6 @@ def gpu_checks(ctx) -> list:
     judge, why = h200_target(str(entry.get("name") or ctx.device), entry.get("power_limit_w"))
     ceiling = info["tflops"]
     shape = f"{info['m']}x{info['n']}x{info['k']}"
-    verdict = judged(ctx, ceiling >= CEILING_TARGET * H200_BF16_MAMF) if judge else None
     # What held the clocks while the best shape ran (NVML): the power limit is the usual cause of a ceiling
     # below the reference on a full-power GPU, thermal slowdown the cooling's.
     from suite.limits import limits_held
@@ -188,8 +191,6 @@ def gpu_checks(ctx) -> list:
     held_note = ("" if "clocks_held" not in info else
                  f"; clocks held back (share of warm-up and timing, NVML): {held}" if held
                  else "; no clock limit held it (NVML)")
-    rows = [CheckRow(f"ceiling {dtype} (sustained median, best of {len(sweep)}) vs H200 figure", ceiling,
-                     H200_BF16_MAMF, "TFLOP/s", verdict, f"at {shape}; {why}{held_note}")]
     tdtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
     a = randn(info["m"], info["k"], dtype=tdtype, device=ctx.device, seed=1)
     b = randn(info["k"], info["n"], dtype=tdtype, device=ctx.device, seed=2)
@@ -202,10 +203,18 @@ def gpu_checks(ctx) -> list:
     reference_times(op, ctx.device, calls=ctx.pick(MAMF_WARMUP, 2), before=flush.zero_)
     times = reference_times(op, ctx.device, calls=ctx.pick(MAMF_ITERATIONS, 5), before=flush.zero_)
     mamf = flops(info["m"], info["n"], info["k"]) / (sum(times) / len(times)) / 1e12
-    rows.append(CheckRow(f"ceiling {dtype} {shape}: sustained median vs MAMF-style mean", ceiling, mamf, "TFLOP/s",
-                         None, f"shown: mamf-finder's statistic (mean of {MAMF_ITERATIONS} after {MAMF_WARMUP}, "
-                         "L2 flushed) on the best shape"))
-    return rows
+    statistic = f"mean of {MAMF_ITERATIONS} after {MAMF_WARMUP}, L2 flushed"
+    # Like with like: the reference figure was read mamf-finder's way, so the MAMF-style figure is what is
+    # judged against it; the suite's own sustained figure is judged against the MAMF-style one.
+    low, high = SUSTAINED_OF_MAMF
+    return [
+        CheckRow(f"ceiling {dtype} {shape}: MAMF-style mean vs H200 figure", mamf, H200_BF16_MAMF, "TFLOP/s",
+                 judged(ctx, mamf >= CEILING_TARGET * H200_BF16_MAMF) if judge else None,
+                 f"mamf-finder's statistic ({statistic}) on the sweep's best shape; {why}"),
+        CheckRow(f"ceiling {dtype} (sustained median, best of {len(sweep)}) vs MAMF-style mean", ceiling, mamf,
+                 "TFLOP/s", judged(ctx, low <= ceiling / mamf <= high),
+                 f"at {shape}; expected {low:.2f}-{high:.2f} (sustained below a boosting mean){held_note}"),
+    ]
 
 
 __all__ = ["CEILING_FAMILIES", "NAME", "annotate", "build", "ceilings", "enumerate_cases", "gpu_checks",
