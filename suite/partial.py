@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -88,6 +89,7 @@ class PartialRun:
     started: Counter = field(default_factory=Counter)
     finished: Counter = field(default_factory=Counter)
     lines: list[str] = field(default_factory=list)  # the valid lines, to rewrite without a torn last one
+    unreadable: list[int] = field(default_factory=list)  # numbers of corrupt lines before the last, left out
 
     def deaths(self, nodeid: str) -> int:
         """How many runs died while this test was running (started, never finished)."""
@@ -95,7 +97,9 @@ class PartialRun:
 
 
 def read_partial(path: Path) -> PartialRun:
-    """Parse a partial file; a torn last line is dropped, a corrupt one elsewhere is a UserError."""
+    """Parse a partial file; a torn last line is dropped, a corrupt one elsewhere is left out and its number
+    kept in `unreadable` (what it held is measured again: a lost result line reruns its test, a lost
+    "finished" line counts as a death), as `report` reads the same file."""
     run = PartialRun()
     try:
         raw = path.read_text(encoding="utf-8").splitlines()
@@ -109,9 +113,10 @@ def read_partial(path: Path) -> PartialRun:
         except json.JSONDecodeError:
             if number == len(raw):
                 break  # the write a kill interrupted
-            raise UserError(f"{path}: line {number} is not JSON; delete the file to start afresh") from None
+            obj = None
         if not isinstance(obj, dict):
-            raise UserError(f"{path}: line {number} is not a JSON object; delete the file to start afresh")
+            run.unreadable.append(number)
+            continue
         run.lines.append(line)
         if obj.get("partial"):
             run.header = obj
@@ -192,6 +197,8 @@ class PartialState:
         check_writable(json_path)
         partial = partial_path(json_path)
         previous = None
+        if not resume and partial.exists():
+            refuse_to_overwrite(partial)
         if resume:
             if not partial.exists():
                 raise UserError(
@@ -199,6 +206,11 @@ class PartialState:
                     "--benchmark-json); run without --suite-resume"
                 )
             previous = read_partial(partial)
+            if previous.unreadable:
+                lines = ", ".join(map(str, previous.unreadable[:5])) + (" ..." if len(previous.unreadable) > 5
+                                                                         else "")
+                print(f"warning: {partial}: left out {len(previous.unreadable)} unreadable line(s) ({lines}); "
+                      "what they held is measured again", file=sys.stderr)
             check_same_run(partial, previous, identity)
             if not previous.benchmarks and not any(previous.deaths(n) for n in previous.started):
                 raise UserError(
@@ -242,7 +254,7 @@ class PartialState:
             if deaths >= MAX_DEATHS:
                 item.add_marker(pytest.mark.skip(reason=(
                     f"{deaths} earlier runs died while it was running (it crashes or hangs the process); to "
-                    f"retry it, run it alone: pytest {item.nodeid!s}"
+                    f"retry it, run it alone: {retry_command(config, item.nodeid)}"
                 )))
         if done:
             items[:] = [i for i in items if i.nodeid not in self.previous.benchmarks]
@@ -284,6 +296,38 @@ class PartialState:
             complete = False
         if complete:
             self.writer.path.unlink(missing_ok=True)
+
+
+def retry_command(config, nodeid: str) -> str:
+    """The command that runs one test alone with this run's config, into a results file of its own (this
+    run's partial file must not be overwritten)."""
+    import shlex
+
+    parts = ["pytest", nodeid]
+    suite_config = config.getoption("suite_config", None)
+    if suite_config:
+        parts += ["--suite-config", str(suite_config)]
+    json_path = config.getoption("benchmark_json", None)
+    if json_path:
+        name = Path(json_path).name
+        stem = name[: -len(".json")] if name.endswith(".json") else name
+        parts += ["--benchmark-json", str(Path(json_path).with_name(stem + "-retry.json"))]
+    return shlex.join(parts)
+
+
+def refuse_to_overwrite(partial: Path) -> None:
+    """A new run (no --suite-resume) would start `partial` afresh: refused while it holds an interrupted run's
+    finished benchmarks, which would be lost. A file with none (the run died in its first test) is
+    overwritten."""
+    try:
+        finished = len(read_partial(partial).benchmarks)
+    except UserError:  # unreadable as a whole: nothing the suite could keep from it
+        return
+    if finished:
+        raise UserError(
+            f"{partial} holds {finished} finished benchmark(s) of an interrupted run: add --suite-resume to keep "
+            "them and run the rest, or delete the file to start afresh"
+        )
 
 
 def check_same_run(partial: Path, previous: PartialRun, identity: dict) -> None:

@@ -78,6 +78,14 @@ def test_sigkill_keeps_every_finished_benchmark_and_resume_completes(fake_suite,
         assert bench["extra_info"]["case"] == "quick" and bench["stats"]["median"] > 0
     kept = set(run.benchmarks)
 
+    # A plain rerun would start the partial file afresh: refused, in one line, before anything runs.
+    before = partial.read_bytes()
+    result = subprocess.run(fake_suite(FAST, out, "-k", "quick"), env=_env(), capture_output=True, text=True,
+                            timeout=180, cwd=tmp_path)
+    assert result.returncode == 4, result.stdout[-2000:]
+    assert f"holds {len(kept)} finished benchmark(s) of an interrupted run: add --suite-resume" in result.stderr
+    assert partial.read_bytes() == before, "nothing measured is lost"
+
     result = subprocess.run(fake_suite(FAST, out, "-k", "quick", "--suite-resume"), env=_env(),
                             capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:]
@@ -109,6 +117,8 @@ def test_resume_retries_a_case_a_run_died_in_once_and_skips_it_after_two(fake_su
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:]
     assert "2 earlier runs died while it was running" in result.stdout
+    retry = f"pytest 'test_fake.py::test_sleepy[cpu-slow]' --suite-config {tmp_path / 'suite.yaml'}"
+    assert retry + f" --benchmark-json {tmp_path / 'run-retry.json'}" in result.stdout.replace("\n", "")
     assert [b["name"] for b in json.loads(out.read_text())["benchmarks"]] == ["test_sleepy[cpu-fast]"]
 
 
@@ -165,17 +175,15 @@ def test_resume_without_a_partial_file_is_a_clear_error(run_benchmarks):
     assert "--suite-resume: there is no" in result.stderr.str()
 
 
-def test_partial_reader_drops_a_torn_last_line_and_refuses_corruption(tmp_path):
+def test_partial_reader_drops_a_torn_last_line_and_leaves_out_a_corrupt_one(tmp_path):
     path = tmp_path / "x.partial.jsonl"
     bench = {"name": "t[a]", "fullname": "b/t.py::t[a]", "stats": {"median": 1.0}}
     path.write_text(json.dumps({"partial": True}) + "\n" + json.dumps(bench) + '\n{"name": "t[b]", "stat')
     run = read_partial(path)
     assert list(run.benchmarks) == ["b/t.py::t[a]"]
-    path.write_text('{"partial": true}\nnot json\n' + json.dumps(bench) + "\n")
-    from suite.errors import UserError
-
-    with pytest.raises(UserError, match="line 2 is not JSON; delete the file"):
-        read_partial(path)
+    path.write_text('{"partial": true}\nnot json\n[1]\n' + json.dumps(bench) + "\n")
+    run = read_partial(path)
+    assert run.unreadable == [2, 3] and list(run.benchmarks) == ["b/t.py::t[a]"]
 
 
 def test_resume_refuses_a_partial_file_of_another_config(fake_suite, tmp_path):
