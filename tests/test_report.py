@@ -412,3 +412,82 @@ def test_heatmap_names_each_gpu_pairs_link_under_its_figure(tmp_path, figures):
     assert "nvidia-smi topo -m" in chart.caption
     (chart,) = copy_heatmaps(*_family(DATA / "h200x2.json", "copy"))  # no link recorded: nothing claimed
     assert not any("\n" in t.get_text() for t in figures[-1].axes[0].texts) and "topo" not in chart.caption
+
+
+# --- the collectives chart: every op, and a line per setup, dtype and mode ----------------------------------
+
+# The family's ops, as its config lists them; the results below are written in reverse to test the order.
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv")
+TWO_WAY_OPS = ("all_gather", "reduce_scatter")  # torch offers only these both in place and out of place
+
+
+def _collectives_run(
+    tmp_path: Path, dtypes: tuple[str, ...] = ("float32",), ops: tuple[str, ...] = COLLECTIVE_OPS
+) -> Path:
+    """h200x2.json with its collectives replaced by a config-default sweep (`in_place: both`) of `ops`,
+    in-place runs of all_gather and reduce_scatter twice as fast as out-of-place ones (a zigzag if joined)."""
+    data = json.loads((DATA / "h200x2.json").read_text(encoding="utf-8"))
+    template = next(b for b in data["benchmarks"] if b["extra_info"].get("case") == "collectives")
+    data["benchmarks"] = [b for b in data["benchmarks"] if b["extra_info"].get("case") != "collectives"]
+    for op in reversed(ops):
+        modes = (False, True) if op in TWO_WAY_OPS else (op not in ("all_to_all", "send_recv"),)
+        for dtype in dtypes:
+            for in_place in modes:
+                for size in (64 * 1024, 1024**2, 16 * 1024**2):
+                    busbw = 100.0 * (2 if in_place and op in TWO_WAY_OPS else 1)
+                    mode = "inplace" if in_place else "outofplace"
+                    bench = json.loads(json.dumps(template))
+                    bench["name"] = f"test_collectives[nccl-{op}-{dtype}-{size}-{mode}]"
+                    bench["extra_info"].update(op=op, dtype=dtype, bytes=size, size=size, in_place=in_place,
+                                               algbw=busbw, busbw=busbw)
+                    bench["stats"]["median"] = size / busbw / 1e9
+                    data["benchmarks"].append(bench)
+    path = tmp_path / "coll.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_collectives_chart_has_a_panel_for_every_op_in_the_familys_order(tmp_path, figures):
+    from suite.report.charts import busbw_curves
+
+    assert busbw_curves(*_family(_collectives_run(tmp_path), "collectives"))
+    axes = figures[-1].axes
+    assert [ax.get_title(loc="left") for ax in axes] == list(COLLECTIVE_OPS)
+    for ax in axes:  # each panel keeps the text every curve chart has
+        assert ax.get_xlabel() == "message bytes" and ax.get_ylabel() == "busbw GB/s"
+        assert ax.get_xscale() == "log" and ax.get_lines()
+
+
+def test_collectives_in_place_and_out_of_place_are_separate_lines(tmp_path, figures):
+    from suite.report.charts import busbw_curves
+
+    busbw_curves(*_family(_collectives_run(tmp_path, ops=("all_reduce", *TWO_WAY_OPS)), "collectives"))
+    fig = figures[-1]
+    assert {ax.get_title(loc="left") for ax in fig.axes} == {"all_reduce", *TWO_WAY_OPS}
+    for ax in fig.axes:
+        op = ax.get_title(loc="left")
+        lines = ax.get_lines()
+        assert len(lines) == (2 if op in TWO_WAY_OPS else 1), op
+        for line in lines:  # one point per size and one busbw per line: no zigzag between the modes
+            assert len(set(line.get_xdata())) == len(line.get_xdata()) == 3, op
+            assert len(set(line.get_ydata())) == 1, op
+        if op in TWO_WAY_OPS:
+            assert {line.get_linestyle() for line in lines} == {"-", "--"}, op
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "in-place" in legend and "out-of-place" in legend
+    assert "float32" not in legend  # one dtype: nothing to tell apart
+
+
+def test_collectives_dtypes_are_separate_lines_told_apart_by_marker(tmp_path, figures):
+    from suite.report.charts import busbw_curves
+
+    busbw_curves(*_family(_collectives_run(tmp_path, ("float32", "bfloat16")), "collectives"))
+    fig = figures[-1]
+    for ax in fig.axes:
+        op = ax.get_title(loc="left")
+        lines = ax.get_lines()
+        assert len(lines) == 2 * (2 if op in TWO_WAY_OPS else 1), op
+        assert len({line.get_marker() for line in lines}) == 2, op
+        assert all(len(line.get_xdata()) == 3 for line in lines), op
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert {"bfloat16", "float32", "in-place", "out-of-place"} <= set(legend)

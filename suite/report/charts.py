@@ -199,15 +199,26 @@ MEMORY_STYLES = {"pinned": "-", "pageable": "--", "device": "-"}  # one line sty
 
 
 def _curve_panel(
-    ax, rows: pd.DataFrame, color_key: str, style_key: str | None, x: str, y: str, colors: dict[str, object]
+    ax,
+    rows: pd.DataFrame,
+    color_key: str,
+    style_key: str | None,
+    x: str,
+    y: str,
+    colors: dict[str, object],
+    styles: dict[str, str] = MEMORY_STYLES,
+    marker_key: str | None = None,
+    markers: dict[str, str] | None = None,
 ) -> None:
-    """One line per (colour, style) group, against a log2 size axis."""
-    keys = [color_key] + ([style_key] if style_key else [])
+    """One line per (colour, style, marker) group, against a log2 size axis."""
+    keys = [color_key] + ([style_key] if style_key else []) + ([marker_key] if marker_key else [])
     for key, g in rows.groupby(keys, sort=False, dropna=False):
         key = key if isinstance(key, tuple) else (key,)
-        style = MEMORY_STYLES.get(str(key[1]), ":") if style_key else "-"
+        style = styles.get(str(key[1]), ":") if style_key else "-"
+        marker = (markers or {}).get(str(key[-1]), "o") if marker_key else "o"
         g = g.sort_values(x)
-        ax.plot(g[x], g[y], linestyle=style, marker="o", markersize=3, linewidth=1.5, color=colors[key[0]])
+        size = 4.5 if marker_key else 3  # a square and a triangle are told apart only a little above a dot's size
+        ax.plot(g[x], g[y], linestyle=style, marker=marker, markersize=size, linewidth=1.5, color=colors[key[0]])
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(
         matplotlib.ticker.FuncFormatter(lambda v, _: format_size(int(v)) if v >= 1 else "")
@@ -216,14 +227,16 @@ def _curve_panel(
     ax.spines[["top", "right"]].set_visible(False)
 
 
-def _figure_legend(fig: Figure, colors: dict[str, object], styles: list[str]) -> None:
-    """One legend above all panels: a colour per line name, a dash pattern per memory kind."""
+def _figure_legend(fig: Figure, colors: dict[str, object], styles: list[str], extra: list | None = None) -> None:
+    """One legend above all panels: a colour per line name, a dash pattern per memory kind, then `extra`
+    handles (a chart's own styles and markers)."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=c, linewidth=2, label=_text(name)) for name, c in colors.items()]
     handles += [
         Line2D([], [], color="#555", linestyle=MEMORY_STYLES.get(s, ":"), label=_text(s)) for s in styles
     ]
+    handles += extra or []
     fig.legend(
         handles=handles,
         loc="lower left",
@@ -420,30 +433,66 @@ def habit_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     ]
 
 
+# In-place and out-of-place runs of one op are different curves (in-place all_gather skips a copy): a dash
+# pattern tells them apart; a result that does not say (older files) is drawn solid.
+MODE_STYLES = {"out-of-place": "-", "in-place": "--", "": "-"}
+DTYPE_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")  # one per dtype, in sorted order of the dtypes
+
+
+def _mode(value: object) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return ""
+    return "in-place" if bool(value) else "out-of-place"
+
+
 def busbw_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
-    """Collective bus bandwidth against message size, a panel per op, a line per machine and setup."""
+    """Collective bus bandwidth against message size, a panel per op; a colour per machine and setup (world
+    size, nodes, backend), a dash pattern per in-place/out-of-place and a marker per dtype."""
+    from matplotlib.lines import Line2D
+
+    # The family's own order (all_reduce first), imported here: a report without collectives needs no pydantic.
+    from suite.cases.collectives.config import COLLECTIVE_OPS
+
     rows = rows[rows["busbw"].notna() & rows["bytes"].notna()].copy()
     if rows.empty:
         return []
-    ops = list(dict.fromkeys(rows["op"].fillna("?")))[:4]
+    rows["op"] = rows["op"].fillna("?").astype(str)
+    seen = list(dict.fromkeys(rows["op"]))
+    ops = [op for op in COLLECTIVE_OPS if op in seen] + [op for op in seen if op not in COLLECTIVE_OPS]
     rows["line"] = rows["label"] if len(machines) > 1 else ""
-    for column, fmt in (("world_size", "n={:.0f}"), ("backend", "{}")):
-        if column in rows and rows[column].nunique() > 1 or (len(machines) == 1 and column in rows):
+    for column, fmt in (("world_size", "n={:.0f}"), ("nnodes", "{:.0f} nodes"), ("backend", "{}")):
+        # One machine names its setup even where it does not vary (a line needs a name); nodes only if they do.
+        if column in rows and (rows[column].nunique() > 1 or (len(machines) == 1 and column != "nnodes")):
             rows["line"] = (
                 rows["line"] + " " + rows[column].map(lambda v, f=fmt: "" if pd.isna(v) else f.format(v))
             )
     rows["line"] = rows["line"].str.strip()
+    rows["mode"] = rows["in_place"].map(_mode) if "in_place" in rows else ""
+    rows["dtype_"] = rows["dtype"].fillna("").astype(str) if "dtype" in rows else ""
     names = list(dict.fromkeys(rows["line"]))
     colors = dict(zip(names, _colors(len(names))))
-    fig, nrows, ncols = _panels(len(ops), 3.6)
+    dtypes = sorted(set(rows["dtype_"]))
+    markers = {d: DTYPE_MARKERS[i % len(DTYPE_MARKERS)] for i, d in enumerate(dtypes)}
+    fig, nrows, ncols = _panels(len(ops), 3.6)  # two columns: seven ops are four rows of readable panels
     for i, op in enumerate(ops):
         ax = fig.add_subplot(nrows, ncols, i + 1)
-        _curve_panel(ax, rows[rows["op"].fillna("?") == op], "line", None, "bytes", "busbw", colors)
+        _curve_panel(
+            ax, rows[rows["op"] == op], "line", "mode", "bytes", "busbw", colors, MODE_STYLES, "dtype_", markers
+        )
         ax.set_title(_text(op), fontsize=10, loc="left")
         ax.set_xlabel("message bytes")
         ax.set_ylabel("busbw GB/s")
     fig.tight_layout()
-    _figure_legend(fig, colors, [])
+    # Modes and dtypes are named only where they vary; a lone one would be a legend entry that tells nothing.
+    extra = []
+    modes = [m for m in MODE_STYLES if m and m in set(rows["mode"])]
+    if len(modes) > 1:
+        extra += [Line2D([], [], color="#555", linestyle=MODE_STYLES[m], label=m) for m in modes]
+    if len(dtypes) > 1:
+        extra += [
+            Line2D([], [], color="#555", linestyle="", marker=markers[d], label=_text(d or "?")) for d in dtypes
+        ]
+    _figure_legend(fig, colors, [], extra)
     return [Chart("Collectives: bus bandwidth against size (higher is better)", _png(fig))]
 
 
