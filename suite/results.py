@@ -499,6 +499,15 @@ def _rows(
     skipped = len(data["benchmarks"]) - len(benches)
     if skipped:
         warnings.append(f"{path}: ignored {skipped} benchmark(s) without stats.median")
+    if not foreign:
+        # The suite's own file: a row that lost its extra_info (a hand edit, a broken tool) cannot be matched
+        # or drawn; left out, it does not turn the whole file into another tool's.
+        own = [b for b in benches if isinstance(b.get("extra_info"), dict)
+               and isinstance(b["extra_info"].get("case"), str)]
+        if len(own) < len(benches):
+            warnings.append(f"{path}: ignored {len(benches) - len(own)} benchmark(s) without the suite's "
+                            "extra_info.case")
+            benches = own
     n = len(benches)
     stats = [b["stats"] for b in benches]
     extras = [e if isinstance(e := b.get("extra_info"), dict) else {} for b in benches]

@@ -221,3 +221,18 @@ def test_match_key_maps_device_ids():
     key = match_key("copy", json.dumps({"src": "cpu", "dst": "cuda:0"}), "f", False, {"cuda:0": "cuda:1"})
     assert key == 'copy|{"dst": "cuda:1", "src": "cpu"}'
     assert match_key("other", "{}", "t.py::x", True) == "fullname:t.py::x"
+
+
+@pytest.mark.parametrize("extra", [{}, None, [1], "x", {"case": 3}])
+def test_a_row_without_our_extra_info_is_left_out_not_the_file(tmp_path, extra):
+    """One damaged row of our own file is dropped with a warning; the file stays ours (matched by case and
+    parameters), so compare does not call every benchmark missing and the report draws the rest."""
+    data = json.loads((DATA / "h200x2.json").read_text())
+    n = len(data["benchmarks"])
+    data["benchmarks"][0]["extra_info"] = extra
+    path = tmp_path / "damaged.json"
+    path.write_text(json.dumps(data))
+    loaded = load_results([path])
+    assert len(loaded.table) == n - 1
+    assert not loaded.table["match_key"].str.startswith("fullname:").any(), "still the suite's own rows"
+    assert any("ignored 1 benchmark(s) without the suite's extra_info.case" in w for w in loaded.warnings)
