@@ -143,11 +143,11 @@ def _zero(value: float) -> float:
 
 @dataclass
 class Side:
-    """One side's latest runs: (identity, tool) -> (label, table), (node, tool) of each, and the device ids
-    its runs have (machine_info devices and the devices its benchmarks name)."""
+    """One side's latest runs: (identity, tool, launch) -> (label, table), (node, tool, launch) of each, and
+    the device ids its runs have (machine_info devices and the devices its benchmarks name)."""
 
-    runs: dict[tuple[str, str], tuple[str, pd.DataFrame]]
-    nodes: dict[tuple[str, str], tuple[str, str]]
+    runs: dict[tuple[str, str, str], tuple[str, pd.DataFrame]]
+    nodes: dict[tuple[str, str, str], tuple[str, str, str]]
     families: set[str]
     devices: set[str] = field(default_factory=set)
 
@@ -170,10 +170,10 @@ def _side(path: str, labels: dict[str, str], what: str) -> Side:
             raise UserError(
                 f"{what} {m.file} {NOTHING_MEASURED}: nothing to compare; rerun it, or pass the run to judge"
             )
-        key = (m.identity, m.tool)
+        key = (m.identity, m.tool, m.launch)
         table = loaded.table[loaded.table["label"] == label].drop_duplicates("match_key")
         runs[key] = (label, table)
-        nodes[key] = (m.node, m.tool)
+        nodes[key] = (m.node, m.tool, m.launch)
         devices |= {str(d["id"]) for d in m.devices if d.get("id")}
         for column in ("device", "src", "dst"):
             devices |= {v for v in table[column] if isinstance(v, str)}

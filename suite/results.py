@@ -180,6 +180,10 @@ class Machine:
     wrong_results: list[str] = field(default_factory=list)  # another tool's failed data checks
     config: dict = field(default_factory=dict)  # the resolved config the run was measured with, if ours
     tool: str = OUR_TOOL  # which program measured: gpubench-suite, nccl-tests, nvbandwidth, pytest-benchmark
+    # How the run was launched: "" one process; "torchrun 16 ranks on 2 nodes" for the collectives, which run
+    # in a torchrun job of their own beside the node's single-process run. Runs launched differently measure
+    # different things, so each has its own latest run.
+    launch: str = ""
 
     @property
     def accelerators(self) -> Counter:
@@ -679,6 +683,7 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
             wrong_results=[str(w) for w in wrong] if isinstance(wrong, list) else [],
             config=block.get("config") if isinstance(block.get("config"), dict) else {},
         )
+        machine.launch = _launch(block.get("distributed"))
         columns = _rows(data, machine, foreign, warnings, path, extra_keys)
         machine.n_benchmarks = len(columns["label"])
         if not machine.n_benchmarks:
@@ -825,21 +830,32 @@ def export_table(table: pd.DataFrame, csv: str | None = None, parquet: str | Non
     return written
 
 
+def _launch(distributed: object) -> str:
+    """Machine.launch of a run whose suite block records `distributed` (suite.distributed's describe())."""
+    if not isinstance(distributed, dict):
+        return ""
+    world, nodes = distributed.get("world_size"), distributed.get("nnodes")
+    text = f"torchrun {world} ranks" if isinstance(world, int) else "torchrun"
+    return text + (f" on {nodes} nodes" if isinstance(nodes, int) and nodes > 1 else "")
+
+
 def latest_runs(
     machines: Mapping[str, Machine], by: str = "identity", warnings: list[str] | None = None
 ) -> list[str]:
-    """Labels of each machine's latest run per tool: the newest `datetime`, ties broken by file name.
+    """Labels of each machine's latest run per tool and launch: the newest `datetime`, ties broken by file
+    name. A node's single-process run and its collectives' torchrun job (one per world size) are each kept:
+    neither replaces the other.
 
     `by` is "identity" (host, accelerators, driver: one history) or "node" (host and accelerators: what
     health judges, so a driver upgrade does not leave the old driver's runs beside the new ones). Runs that
     record no time (other tools' output) are ordered by file name, never by the file's modification time
     (a copy changes it); where that decides, a warning in `warnings` says so.
     """
-    runs: dict[tuple[str, str], list[Machine]] = {}
+    runs: dict[tuple[str, str, str], list[Machine]] = {}
     for m in machines.values():
-        runs.setdefault((getattr(m, by), m.tool), []).append(m)
+        runs.setdefault((getattr(m, by), m.tool, m.launch), []).append(m)
     latest = []
-    for (_, tool), ms in sorted(runs.items()):
+    for (_, tool, _launch), ms in sorted(runs.items()):
         ms = sorted(ms, key=lambda m: (m.datetime, Path(m.file).name, m.file))
         latest.append(ms[-1].label)
         if len(ms) > 1 and warnings is not None and not all(m.datetime for m in ms):

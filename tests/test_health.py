@@ -522,3 +522,40 @@ def test_numa_is_named_only_beside_host_links_and_on_low_results_too(tmp_path, c
     found = {(f["kind"], f["device"]): f["text"] for f in node(result, "box")["findings"]}
     assert "NUMA node 1" in found[("straggler", "cuda:1")] and "NUMA node 1" in found[("low", "cuda:1")]
     assert not any("NUMA" in text for (kind, device), text in found.items() if device != "cuda:1")
+
+
+def test_a_nodes_collectives_job_and_its_single_process_run_are_both_judged(tmp_path, capsys):
+    """The collectives run in a torchrun job of their own: a newer collectives file must not hide the node's
+    matmul and copy results from health (nor the other way round)."""
+    node_run = ours("box", 2, [matmul("cuda:0", 780), matmul("cuda:1", 500)])
+    node_run["datetime"] = "2026-11-29T10:00:00+00:00"
+    fleet.write(tmp_path, "node", node_run)
+    coll = ours("box", 2, [all_reduce(250, 2, 1)])
+    coll["suite"]["distributed"] = {"world_size": 2, "nnodes": 1, "ranks_per_node": 2}
+    coll["datetime"] = "2026-11-29T12:00:00+00:00"
+    fleet.write(tmp_path, "coll", coll)
+    code, result = health_json(capsys, str(tmp_path))
+    box = node(result, "box")
+    assert len(box["runs"]) == 2, box["runs"]
+    assert code == 1 and any(f["device"] == "cuda:1" for f in box["findings"]), "the matmul run was judged"
+    # A newer single-process run replaces the older one, not the collectives job.
+    newer = ours("box", 2, [matmul("cuda:0", 780), matmul("cuda:1", 780)])
+    newer["datetime"] = "2026-11-29T14:00:00+00:00"
+    fleet.write(tmp_path, "node2", newer)
+    code, result = health_json(capsys, str(tmp_path))
+    assert len(node(result, "box")["runs"]) == 2 and code == 0
+
+
+def test_compare_pairs_each_launch_of_a_folder(tmp_path, capsys):
+    for side, speed in (("base", 780), ("cand", 700)):
+        folder = tmp_path / side
+        folder.mkdir()
+        run = ours("box", 1, [matmul("cuda:0", speed)])
+        fleet.write(folder, "node", run)
+        coll = ours("box", 1, [all_reduce(250, 2, 1)])
+        coll["suite"]["distributed"] = {"world_size": 2, "nnodes": 1}
+        coll["datetime"] = "2026-11-29T19:00:00+00:00"
+        fleet.write(folder, "coll", coll)
+    code = main(["compare", str(tmp_path / "base"), str(tmp_path / "cand")])
+    out = capsys.readouterr().out
+    assert code == 1 and "test_matmul[cuda:0-bfloat16]" in out and "test_collectives[all_reduce-2x1]" in out
