@@ -150,6 +150,7 @@ class Side:
     nodes: dict[tuple[str, str, str], tuple[str, str, str]]
     families: set[str]
     devices: set[str] = field(default_factory=set)
+    hardware: dict[str, str] = field(default_factory=dict)  # label -> its accelerators ("2×NVIDIA H200")
 
 
 def _side(path: str, labels: dict[str, str], what: str) -> Side:
@@ -163,9 +164,10 @@ def _side(path: str, labels: dict[str, str], what: str) -> Side:
     latest = latest_runs(loaded.machines, warnings=warnings)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    runs, nodes, devices = {}, {}, set()
+    runs, nodes, devices, hardware = {}, {}, set(), {}
     for label in latest:
         m = loaded.machines[label]
+        hardware[label] = " + ".join(f"{n}×{name}" for name, n in sorted(m.accelerators.items())) or m.gpu_model
         if not m.n_benchmarks:
             raise UserError(
                 f"{what} {m.file} {NOTHING_MEASURED}: nothing to compare; rerun it, or pass the run to judge"
@@ -177,7 +179,7 @@ def _side(path: str, labels: dict[str, str], what: str) -> Side:
         devices |= {str(d["id"]) for d in m.devices if d.get("id")}
         for column in ("device", "src", "dst"):
             devices |= {v for v in table[column] if isinstance(v, str)}
-    return Side(runs, nodes, set(loaded.table["case"].unique()), devices)
+    return Side(runs, nodes, set(loaded.table["case"].unique()), devices, hardware)
 
 
 def check_device_map(device_map: dict[str, str], base: Side, cand: Side) -> None:
@@ -434,15 +436,21 @@ def run(args: argparse.Namespace) -> int:
     check_families(thresholds, base.families | cand.families)
     check_device_map(device_map, base, cand)
     pairs, missing_machines = pair_sides(base, cand, args.baseline, args.candidate)
-    regression, missing, outputs, unlinked = False, 0, [], False
-    for (base_label, base), (cand_label, cand) in pairs:
-        rows = compare_tables(base, cand, metric=args.metric, threshold=threshold, device_map=device_map,
-                              thresholds=thresholds)
+    for (base_label, _), (cand_label, _) in pairs:
+        before, after = base.hardware.get(base_label, ""), cand.hardware.get(cand_label, "")
+        if before and after and before != after:
+            print(f"warning: different hardware ({before} against {after}): differences are the hardware's, "
+                  "not a regression of one machine", file=sys.stderr)
+    regression, missing, outputs, unlinked, compared = False, 0, [], False, 0
+    for (base_label, base_table), (cand_label, cand_table) in pairs:
+        rows = compare_tables(base_table, cand_table, metric=args.metric, threshold=threshold,
+                              device_map=device_map, thresholds=thresholds)
+        compared += sum(r.status not in ("missing", "only in candidate") for r in rows)
         regression |= any(r.status == "regression" for r in rows)
         missing += sum(r.status == "missing" for r in rows)
         # Which GPU pairs a copy run sweeps depends on the links NVML told it (one pair per link kind).
         copies_missing = any(r.status == "missing" and r.case == "copy" for r in rows)
-        unlinked |= copies_missing and _links(base) and not _links(cand)
+        unlinked |= copies_missing and _links(base_table) and not _links(cand_table)
         if args.fmt == "json" and len(pairs) > 1:
             outputs.append(_as_json(rows, base_label, cand_label, args.metric, threshold, thresholds))
         else:
@@ -451,6 +459,11 @@ def run(args: argparse.Namespace) -> int:
         emit(json.dumps({"comparisons": outputs}, indent=1))
     else:
         emit("\n\n".join(outputs))
+    if not compared:
+        # Nothing in common passes no gate, --allow-missing or not.
+        print("compare: no benchmark of the baseline is in the candidate: nothing was compared; compare runs of "
+              "the same config (or map devices with --map BASELINE_DEV=CANDIDATE_DEV)", file=sys.stderr)
+        return 2
     if (missing or missing_machines) and not args.allow_missing:
         what = ", ".join(
             filter(None, [f"{missing} benchmark(s)" if missing else "",

@@ -392,3 +392,24 @@ def test_copies_missing_because_the_candidate_had_no_nvml_say_so(tmp_path, capsy
     (tmp_path / "base.json").write_text(json.dumps(data), encoding="utf-8")
     assert main(["compare", str(tmp_path / "base.json"), str(tmp_path / "cand.json")]) == 1
     assert "nvidia-ml-py" not in capsys.readouterr().err
+
+
+def test_nothing_in_common_fails_even_with_allow_missing(tmp_path, capsys):
+    """--allow-missing lets a candidate measure a subset; a candidate with no benchmark of the baseline
+    compared nothing and must not pass a gate."""
+    data = json.loads((DATA / "h200x2.json").read_text())
+    for bench in data["benchmarks"]:
+        bench["extra_info"]["case"] = "other_" + bench["extra_info"]["case"]
+    cand = tmp_path / "cand.json"
+    cand.write_text(json.dumps(data))
+    assert main(["compare", str(DATA / "h200x2.json"), str(cand), "--allow-missing"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("compare: no benchmark of the baseline is in the candidate: nothing was compared")
+
+
+def test_different_hardware_is_named_in_a_warning(capsys):
+    main(["compare", str(DATA / "h200x2.json"), str(DATA / "a100x2.json")])
+    err = capsys.readouterr().err
+    assert "warning: different hardware (2×NVIDIA H200 against 2×NVIDIA A100-SXM4-80GB)" in err
+    main(["compare", str(DATA / "h200x2.json"), str(DATA / "h200x2.json")])
+    assert "different hardware" not in capsys.readouterr().err
