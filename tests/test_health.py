@@ -302,7 +302,7 @@ def test_all_reduce_figure_judges_one_node_only(tmp_path, capsys):
     two = fleet.write(tmp_path, "two", ours("two", 4, [all_reduce(250, 8, 2)]))  # 2 nodes of 4 GPUs
     code, result = health_json(capsys, str(two))
     assert not [e for e in node(result, "two")["expectations"] if e["measure"] == "all_reduce_busbw"]
-    assert code == 0
+    assert code == 2 and node(result, "two")["status"] == "not judged", "nothing else applied to it"
 
 
 def test_peer_figures_only_for_nvlink_models():
@@ -559,3 +559,34 @@ def test_compare_pairs_each_launch_of_a_folder(tmp_path, capsys):
     code = main(["compare", str(tmp_path / "base"), str(tmp_path / "cand")])
     out = capsys.readouterr().out
     assert code == 1 and "test_matmul[cuda:0-bfloat16]" in out and "test_collectives[all_reduce-2x1]" in out
+
+
+@pytest.mark.parametrize("name", ["foreign.json", "cpu_only.json"])
+def test_a_node_no_check_applies_to_is_not_judged_not_healthy(name, capsys):
+    """Another tool's timings, or a CPU-only run: no expected figure, no peer, no fleet. HEALTHY would be a
+    verdict nothing supports; a gate that checked nothing exits 2."""
+    code, result = health_json(capsys, str(DATA / name))
+    assert code == 2 and result["verdict"] == "not judged"
+    assert [n["status"] for n in result["nodes"]] == ["not judged"] and result["nodes"][0]["checks"] == []
+    assert main(["health", str(DATA / name)]) == 2
+    out, err = capsys.readouterr()
+    assert "NOT JUDGED" in out and "not judged: no expected figure applies" in out
+    assert err.strip().splitlines()[-1].startswith("health: nothing was judged")
+
+
+def test_a_judged_node_beside_an_unjudged_one_passes_and_names_it(tmp_path, capsys):
+    fleet.write(tmp_path, "box", ours("box", 2, [matmul("cuda:0", 780), matmul("cuda:1", 780)]))
+    (tmp_path / "laptop.json").write_text((DATA / "cpu_only.json").read_text())
+    code, result = health_json(capsys, str(tmp_path))
+    assert code == 0 and result["verdict"] == "healthy"
+    assert node(result, "box")["checks"] == ["expected", "straggler"]
+    assert node(result, "laptop")["status"] == "not judged"
+
+
+def test_a_partial_run_is_said_to_be_one(tmp_path, capsys):
+    data = ours("box", 2, [matmul("cuda:0", 780), matmul("cuda:1", 780)])
+    path = tmp_path / "run.partial.jsonl"
+    header = {k: v for k, v in data.items() if k != "benchmarks"}
+    path.write_text("\n".join(json.dumps(o) for o in [{"partial": True, **header}, *data["benchmarks"]]) + "\n")
+    assert main(["health", str(path)]) == 0
+    assert f"partial: {path} (a killed run: judged on what it finished)" in capsys.readouterr().out

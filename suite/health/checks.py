@@ -32,6 +32,10 @@ KINDS = ("wrong", "low", "straggler", "fleet", "missing")
 # (nccl-tests #wrong).
 DEFAULT_FAIL_ON = ("wrong", "low", "straggler", "fleet")
 NO_RESULTS = "no results"  # status of a node whose latest run measured nothing: neither healthy nor judged
+# Status of a node no check applied to: no expected figure for its results, no peer device of its model to
+# compare with, no fleet of FLEET_MIN_MACHINES of its kind (a CPU-only run, another tool's timings). Calling
+# it healthy would be a verdict nothing supports.
+NOT_JUDGED = "not judged"
 
 
 @dataclass
@@ -60,11 +64,15 @@ class NodeVerdict:
     findings: list[Finding] = field(default_factory=list)
     expectations: list[dict] = field(default_factory=list)
     empty: list[str] = field(default_factory=list)  # files of its judged runs that hold no results
+    checks: set[str] = field(default_factory=set)  # the checks that applied: expected, straggler, fleet
+    partial: list[str] = field(default_factory=list)  # its judged runs that a kill cut short (partial files)
 
     def status(self, fail_on: tuple[str, ...]) -> str:
         if self.empty:  # a run that measured nothing says nothing of the node's health
             return NO_RESULTS
-        return "flagged" if any(f.kind in fail_on for f in self.findings) else "healthy"
+        if any(f.kind in fail_on for f in self.findings):
+            return "flagged"
+        return "healthy" if self.checks or self.findings else NOT_JUDGED
 
 
 @dataclass
@@ -79,11 +87,15 @@ class Health:
     def flagged(self, fail_on: tuple[str, ...]) -> list[NodeVerdict]:
         return [n for n in self.nodes if n.status(fail_on) == "flagged"]
 
+    def nothing_judged(self, fail_on: tuple[str, ...]) -> bool:
+        return bool(self.nodes) and all(n.status(fail_on) == NOT_JUDGED for n in self.nodes)
+
     def as_dict(self, fail_on: tuple[str, ...]) -> dict:
         counts = {k: sum(f.kind == k for n in self.nodes for f in n.findings) for k in KINDS}
         unjudged = any(n.empty for n in self.nodes)
         return {
-            "verdict": "flagged" if self.flagged(fail_on) else NO_RESULTS if unjudged else "healthy",
+            "verdict": "flagged" if self.flagged(fail_on) else NO_RESULTS if unjudged
+            else NOT_JUDGED if self.nothing_judged(fail_on) else "healthy",
             "fail_on": list(fail_on),
             "counts": {"nodes": len(self.nodes), "flagged": len(self.flagged(fail_on)), **counts},
             "tolerances": {
@@ -99,7 +111,9 @@ class Health:
                     "gpu_model": n.gpu_model,
                     "status": n.status(fail_on),
                     "runs": n.labels,
+                    "partial_runs": n.partial,
                     "tools": n.tools,
+                    "checks": sorted(n.checks),
                     "findings": [_clean(vars(f)) for f in n.findings],
                     "expectations": [_clean(e) for e in n.expectations],
                 }
@@ -441,12 +455,14 @@ def _median_of_others(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
     return out
 
 
-def _stragglers(rows: pd.DataFrame, findings: list[Finding]) -> None:
+def _stragglers(rows: pd.DataFrame, findings: list[Finding]) -> set[str]:
+    """Flag a device slower than its peers; the nodes that had a device with a peer to compare with."""
     peers = rows[(rows["subject"] != "") & rows["speed"].notna() & (rows["model"] != "")]
     peers = peers.drop_duplicates(["label", "peer_key", "subject"])
     if peers.empty:
-        return
+        return set()
     group = pd.factorize(peers["label"] + "\x00" + peers["model"] + "\x00" + peers["peer_key"])[0]
+    checked = set(peers["node"][np.bincount(group)[group] >= 2])
     speed = peers["speed"].to_numpy(dtype=float)
     others = _median_of_others(speed, group)
     noise_peers = peers.groupby(group)["noise"].transform("median").to_numpy()
@@ -484,9 +500,10 @@ def _stragglers(rows: pd.DataFrame, findings: list[Finding]) -> None:
                 100 * (1 - r.short_),
             )
         )
+    return checked
 
 
-def _nvlinks_down(loaded: LoadedResults, labels: list[str], findings: list[Finding]) -> None:
+def _nvlinks_down(loaded: LoadedResults, labels: list[str], findings: list[Finding]) -> set[str]:
     """A GPU with fewer active NVLinks than the other GPUs of its model in the run, where those reach
     NVSwitches (machine_info's `nvlinks_active` / `nvlinks_to_switch`, from NVML): a link is down, and every
     peer copy and collective through it is slower. Only on a switch fabric, where every GPU has the same
@@ -496,6 +513,7 @@ def _nvlinks_down(loaded: LoadedResults, labels: list[str], findings: list[Findi
         value = d.get(key)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
+    checked: set[str] = set()
     for label in labels:
         machine = loaded.machines[label]
         by_model: dict[str, list[tuple[str, int, int]]] = {}
@@ -505,6 +523,8 @@ def _nvlinks_down(loaded: LoadedResults, labels: list[str], findings: list[Findi
                 entry = (str(d.get("id")), active, to_switch)
                 by_model.setdefault(str(d.get("name") or ""), []).append(entry)
         for gpus in by_model.values():
+            if len(gpus) > 1 and any(s for _, _, s in gpus):
+                checked.add(machine.node)
             for device, active, _ in gpus:
                 others = [a for d, a, _ in gpus if d != device]
                 switched = [s for d, _, s in gpus if d != device]
@@ -516,16 +536,19 @@ def _nvlinks_down(loaded: LoadedResults, labels: list[str], findings: list[Findi
                     "straggler", machine.node, device, "nvlink",
                     f"nvlinks_active {active}, peers {peers}: {expected - active:g} NVLink(s) down (NVML)",
                     float(active), expected, 100 * active / expected))
+    return checked
 
 
-def _fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) -> None:
+def _fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) -> set[str]:
+    """Flag a machine slower than its fleet; the nodes that had a fleet to compare with."""
     rows = rows[rows["speed"].notna() & (rows["speed"] > 0)]
     rows = rows.assign(fleet_=rows["label"].map({k: m.gpu_model for k, m in loaded.machines.items()}))
     per = rows.drop_duplicates(["label", "match_key"])
     counts = per.groupby(["fleet_", "match_key"])["label"].transform("nunique")
     per = per[counts >= FLEET_MIN_MACHINES]
     if per.empty:
-        return
+        return set()
+    checked = set(per["node"])
     median = per.groupby(["fleet_", "match_key"])["speed"].transform("median")
     per = per.assign(log_=np.log(per["speed"] / median))
     gm = (
@@ -550,6 +573,7 @@ def _fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) -
         findings.append(
             Finding("fleet", r["node"], "", r["case"], text, float(r["speed"]), 1.0, 100 * float(r["speed"]))
         )
+    return checked
 
 
 def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
@@ -560,9 +584,11 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
     findings: list[Finding] = []
     tables: dict[str, list[dict]] = {}
     pct = _expected(rows, loaded, labels, expectations, findings, tables)
-    _stragglers(rows, findings)
-    _nvlinks_down(loaded, labels, findings)
-    _fleet(rows, loaded, findings)
+    checked = {
+        "straggler": _stragglers(rows, findings) | _nvlinks_down(loaded, labels, findings),
+        "fleet": _fleet(rows, loaded, findings),
+        "expected": {n for n, t in tables.items() if any(e["verdict"] in ("ok", "low") for e in t)},
+    }
     nodes: dict[str, NodeVerdict] = {}
     for label in labels:
         m = loaded.machines[label]
@@ -574,6 +600,9 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
         node = nodes.setdefault(m.node, NodeVerdict(m.node, m.gpu_model, [], []))
         node.labels.append(label)
         node.tools.append(m.tool)
+        node.checks |= {check for check, where in checked.items() if m.node in where}
+        if m.partial:
+            node.partial.append(m.file)
         if not m.n_benchmarks:
             node.empty.append(m.file)
     order = {k: i for i, k in enumerate(KINDS)}

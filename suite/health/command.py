@@ -9,7 +9,15 @@ from pathlib import Path
 
 from suite.compare import emit
 from suite.errors import UserError
-from suite.health.checks import DEFAULT_FAIL_ON, KINDS, MAX_EXAMPLES, Health, judge
+from suite.health.checks import (
+    DEFAULT_FAIL_ON,
+    FLEET_MIN_MACHINES,
+    KINDS,
+    MAX_EXAMPLES,
+    NOT_JUDGED,
+    Health,
+    judge,
+)
 from suite.health.expect import OK_AT_PCT, load_expectations
 from suite.results import (
     NOTHING_MEASURED,
@@ -74,7 +82,12 @@ def node_lines(health: Health, fail_on: tuple[str, ...]) -> list[tuple[str, str,
                 "figure needs)"
             )
         lines += [f"no results: {path} {NOTHING_MEASURED}" for path in node.empty]
-        out.append((node.status(fail_on), node.node, lines))
+        lines += [f"partial: {path} (a killed run: judged on what it finished)" for path in node.partial]
+        status = node.status(fail_on)
+        if status == NOT_JUDGED:
+            lines.append(f"not judged: no expected figure applies to its results, no device has a peer of its "
+                         f"model, and no fleet of {FLEET_MIN_MACHINES}+ machines of its kind")
+        out.append((status, node.node, lines))
     return out
 
 
@@ -156,4 +169,10 @@ def run(args: argparse.Namespace) -> int:
             "judged; rerun it there, or move the file away to judge the run before it"
         )
     emit(render(health, args.fmt, fail_on))
+    if health.nothing_judged(fail_on):
+        # An acceptance gate that checked nothing must not pass.
+        print("health: nothing was judged (see each node's reason); pass results of GPUs with expected "
+              "figures (suite/expectations.yaml, or --expect FILE), or of several devices or machines of one "
+              "kind", file=sys.stderr)
+        return 2
     return 1 if health.flagged(fail_on) else 0
