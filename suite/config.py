@@ -152,6 +152,8 @@ def _format_error(err: dict) -> str:
         allowed = ", ".join(owner.model_fields) if owner else ""
         return f"{_loc_path(loc)}: unknown key {loc[-1]!r}; allowed keys here: {allowed}"
     msg = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+    if kind == "list_type" and isinstance(value, (str, int, float)):
+        return f"{_loc_path(loc)}: {value!r} is invalid: a list is expected; write [{value}]"
     if kind.startswith("value_error") or "is not" in msg:
         return f"{_loc_path(loc)}: {msg}"
     return f"{_loc_path(loc)}: {value!r} is invalid: {msg}"
@@ -172,6 +174,10 @@ def _clean_loc(err: dict) -> dict:
     return dict(err, loc=tuple(loc + last))
 
 
+# How many validation problems one error line names.
+MAX_PROBLEMS = 4
+
+
 def parse_config(data: Any, source: str = "<config>") -> SuiteConfig:
     """Validate an already-parsed YAML document; UserError naming `source`, the key path and the value."""
     if data is None:
@@ -182,9 +188,11 @@ def parse_config(data: Any, source: str = "<config>") -> SuiteConfig:
         return suite_model().model_validate(data)
     except ValidationError as exc:
         errors = [_clean_loc(e) for e in exc.errors()]
-        first = _format_error(errors[0])
-        more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-        raise UserError(f"{source}: {first}{more}") from None
+        # Every problem on the one line (up to MAX_PROBLEMS), so a config is fixed in one pass, not one
+        # error per run.
+        shown = "; ".join(dict.fromkeys(_format_error(e) for e in errors[:MAX_PROBLEMS]))
+        more = f" (and {len(errors) - MAX_PROBLEMS} more problem(s))" if len(errors) > MAX_PROBLEMS else ""
+        raise UserError(f"{source}: {shown}{more}") from None
 
 
 def load_config(path: str | Path) -> SuiteConfig:
@@ -250,6 +258,9 @@ def add_arguments(parser) -> None:
 
 
 def run(args) -> int:
+    if args.check is not None and not args.check:
+        # `schema --check $CFG` with an empty variable must not print the schema and pass.
+        raise UserError("--check needs at least one config file: python -m suite schema --check CONFIG...")
     if args.check:
         for name in args.check:
             if selects_nothing(load_config(name)):

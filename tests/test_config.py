@@ -64,9 +64,18 @@ def test_bad_values_name_file_key_value_and_allowed(data, expected):
     assert error_of(data).startswith(expected)
 
 
-def test_several_problems_are_counted_on_one_line():
+def test_several_problems_are_named_on_one_line():
     message = error_of({"devcies": 1, "timing": {"max_time": "x"}})
-    assert message.endswith("(and 1 more problem(s))")
+    assert "unknown key 'devcies'" in message and "timing.max_time: 'x' is invalid" in message
+    assert "\n" not in message and "more problem" not in message
+    many = error_of({"timing": {"max_time": -1, "min_rounds": -3, "warmup_s": -1, "precision": -1,
+                                "confidence": 7}})
+    assert many.count("timing.") == 4 and many.endswith("(and 1 more problem(s))")
+
+
+def test_a_scalar_where_a_list_belongs_names_the_fix():
+    assert "cases.matmul.dtypes: 'float32' is invalid: a list is expected; write [float32]" in error_of(
+        {"cases": {"matmul": {"dtypes": "float32"}}})
 
 
 def test_load_config_file_errors(tmp_path):
@@ -129,3 +138,10 @@ def test_schema_check_refuses_a_config_that_selects_no_benchmarks(tmp_path, caps
     err = capsys.readouterr().err
     # The line pytest gives for the same config (suite.plugin raises it as a UsageError), one line.
     assert err == f"error: {nothing_selected(off)}\n" and "selects no benchmarks" in err
+
+
+def test_schema_check_without_a_file_is_an_error_not_the_schema(capsys):
+    assert main(["schema", "--check"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip() == ("error: --check needs at least one config file: python -m suite "
+                                         "schema --check CONFIG...")
