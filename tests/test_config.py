@@ -141,6 +141,8 @@ def test_schema_check_refuses_a_config_that_selects_no_benchmarks(tmp_path, caps
 
 
 def test_schema_check_without_a_file_is_an_error_not_the_schema(capsys):
+    from suite.cli import main
+
     assert main(["schema", "--check"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.strip() == ("error: --check needs at least one config file: python -m suite "
