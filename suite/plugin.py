@@ -50,6 +50,7 @@ _PARTIAL = pytest.StashKey[PartialState]()
 _RUN = pytest.StashKey[RunState]()
 _MISSING = pytest.StashKey[list]()  # selected devices this machine lacks (warned about at the start)
 _FAILED = pytest.StashKey[set]()  # nodeids of tests that did not pass: their benchmarks are not results
+_NOTHING = pytest.StashKey[str]()  # the line saying a run with --benchmark-json measured nothing
 
 # Our timing settings (config `timing`) map onto these pytest-benchmark marker keywords; a user who passes
 # the matching --benchmark-* option on the command line keeps theirs.
@@ -432,6 +433,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call):
     outcome = yield
     report = outcome.get_result()
+    if report.failed and call.excinfo is not None and str(call.excinfo.value).startswith("Timeout (>"):
+        # pytest-timeout's stop at time_limit_s: the stacks it dumped show where it was; the failure itself
+        # is one line naming the limit and the fix, not the benchmark loop's traceback.
+        report.longrepr = (f"{call.excinfo.value}: the case ran past timing.time_limit_s; raise it in the "
+                           "config (or --timeout), or use smaller sizes")
     fixture = getattr(item, "funcargs", {}).get("benchmark")
     stats = getattr(fixture, "stats", None)
     run = item.config.stash.get(_RUN, None)
@@ -462,11 +468,25 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
             reporter.write_line(line)
 
 
+# Exit status of a run with --benchmark-json that measured nothing (pytest's "no tests collected"): not 0,
+# so a job that asked for results and got none fails.
+NOTHING_MEASURED_EXIT = pytest.ExitCode.NO_TESTS_COLLECTED
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(_PARTIAL, None)
     bs = getattr(session.config, "_benchmarksession", None)
     if state is None or state.writer is None or bs is None:
+        return
+    if not bs.benchmarks and not state.reused and session.exitstatus == pytest.ExitCode.OK:
+        # Every selected case skipped (no such device, -k matched only skips): pytest-benchmark writes no JSON,
+        # and a silent exit 0 would pass for a run that measured something.
+        session.config.stash[_NOTHING] = (
+            f"[suite] nothing measured: every selected case was skipped (pytest -rs shows why); no results "
+            f"written to {session.config.getoption('benchmark_json')}"
+        )  # said in the terminal summary, after pytest's progress line has ended
+        session.exitstatus = NOTHING_MEASURED_EXIT
         return
     if not bs.benchmarks and state.reused:
         # Everything was already measured: pytest-benchmark has nothing to save, so the JSON is made from the
@@ -511,6 +531,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     from suite.summary import shown_on_this_rank
+
+    if _NOTHING in config.stash:
+        terminalreporter.write_line(config.stash[_NOTHING], red=True)
 
     if _RUN not in config.stash or config.getoption("suite_summary") == "off" or not shown_on_this_rank():
         return

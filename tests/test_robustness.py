@@ -204,6 +204,7 @@ def test_a_benchmark_stopped_by_the_time_limit_while_timed_is_not_saved(fake_sui
     result = subprocess.run(fake_suite(config, out, "-k", "stall or quick"), env=_env(), capture_output=True,
                             text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 1 and "Timeout (>1.0s)" in result.stdout
+    assert "Timeout (>1.0s): the case ran past timing.time_limit_s; raise it in the config" in result.stdout
     names = [b["name"] for b in json.loads(out.read_text())["benchmarks"]]
     assert "test_stall[cpu-midway]" not in names, "interrupted rounds are no measurement"
     assert len(names) == 40
@@ -233,3 +234,13 @@ def test_resume_of_an_empty_partial_file_says_there_is_nothing_to_resume(fake_su
                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 4
     assert "holds no finished benchmark and no interrupted test: nothing to resume" in result.stderr
+
+
+def test_a_run_that_measured_nothing_says_so_and_does_not_exit_0(fake_suite, tmp_path):
+    out = tmp_path / "run.json"
+    result = subprocess.run(fake_suite(FAST, out, "-k", "oom and huge"), env=_env(),  # a skip: out of memory
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert result.returncode == 5, result.stdout[-2000:]
+    assert f"[suite] nothing measured: every selected case was skipped (pytest -rs shows why); no results " \
+           f"written to {out}" in result.stdout
+    assert not out.exists()
