@@ -436,8 +436,8 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     if report.failed and call.excinfo is not None and str(call.excinfo.value).startswith("Timeout (>"):
         # pytest-timeout's stop at time_limit_s: the stacks it dumped show where it was; the failure itself
         # is one line naming the limit and the fix, not the benchmark loop's traceback.
-        report.longrepr = (f"{call.excinfo.value}: the case ran past timing.time_limit_s; raise it in the "
-                           "config (or --timeout), or use smaller sizes")
+        report.longrepr = (f"{str(call.excinfo.value).rstrip('.')}: the case ran past timing.time_limit_s; "
+                           "raise it in the config (or --timeout), or use smaller sizes")
     fixture = getattr(item, "funcargs", {}).get("benchmark")
     stats = getattr(fixture, "stats", None)
     run = item.config.stash.get(_RUN, None)
