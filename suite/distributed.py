@@ -8,14 +8,17 @@ and gives the collective tests a timer whose round time is the slowest rank's, t
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -37,6 +40,10 @@ ROUND_TIME = "max over ranks of (barrier; t0; iterations x collective; synchroni
 CONNECT_SHARE = 0.5
 # Our keys in the store (torchrun's agent store is shared with torch's own keys).
 _STORE_PREFIX = "gpubench-suite"
+# The environment that changes what a collective measures (links, algorithms, interfaces): recorded with the
+# results, so two runs' numbers are read next to their settings.
+ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_")
+ENV_SUFFIXES = ("_SOCKET_IFNAME",)
 
 
 class RankTimeout(RuntimeError):
@@ -55,9 +62,13 @@ class LaunchEnv:
     master_port: int
     agent_store: bool  # torchrun's agent hosts the store; every rank is a client
     run_id: str
+    # Every rank's hostname, by rank, once start-up gathered them (empty before). With them local_world_size is
+    # the ranks on this rank's host: torchrun's LOCAL_WORLD_SIZE counts one agent's ranks, and under srun with
+    # one task per GPU each host runs several agents of one rank each.
+    hosts: tuple[str, ...] = ()
 
     @classmethod
-    def from_environ(cls, environ: dict | None = None) -> "LaunchEnv | None":
+    def from_environ(cls, environ: dict | None = None) -> LaunchEnv | None:
         """None when not launched by torchrun (RANK and WORLD_SIZE unset)."""
         env = os.environ if environ is None else environ
         if "RANK" not in env or "WORLD_SIZE" not in env:
@@ -79,7 +90,34 @@ class LaunchEnv:
 
     @property
     def nnodes(self) -> int:
+        """Distinct hosts once start-up gathered the hostnames; before, torchrun's count of agents."""
+        if self.hosts:
+            return len(set(self.hosts))
         return max(1, self.world_size // max(1, self.local_world_size))
+
+    def with_hosts(self, hosts: list[str]) -> LaunchEnv:
+        """This environment with every rank's hostname, and local_world_size counted from them."""
+        return dataclasses.replace(self, hosts=tuple(hosts), local_world_size=hosts.count(hosts[self.rank]))
+
+
+def launch_environment(environ: dict | None = None) -> dict[str, str]:
+    """The NCCL_*, TORCH_NCCL_*, GLOO_* and *_SOCKET_IFNAME variables of this process, sorted."""
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in sorted(env) if k.startswith(ENV_PREFIXES) or k.endswith(ENV_SUFFIXES)}
+
+
+def nccl_version() -> str | None:
+    """The NCCL torch runs with (torch.cuda.nccl.version()), where CUDA is available; None elsewhere."""
+    import torch
+
+    try:
+        if not torch.cuda.is_available():
+            return None
+        version = torch.cuda.nccl.version()
+    except Exception:  # noqa: BLE001 - a torch without NCCL, or a driver problem: nothing to record
+        return None
+    # A tuple (2, 21, 5); older torch gave NCCL's own integer code, kept as it is.
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
 def resolve_backend(setting: str, devices: list[str]) -> str:
@@ -174,6 +212,7 @@ class DistState:
     digest: str
     store: Any = None
     owns_group: bool = False
+    environments: dict[int, dict] = field(default_factory=dict)  # rank -> launch_environment(); rank 0 only
     _seq: int = field(default=0, repr=False)
 
     def agree(self, what: str, problem: str | None = None) -> dict[int, str]:
@@ -193,16 +232,68 @@ class DistState:
                 "every rank the same pytest arguments (-k, -m, paths) and no random ordering"
             )
 
+    def same_resume(self, config, items: list) -> None:
+        """--suite-resume: only rank 0 reads the partial file and drops (or skips) what it holds; every other
+        rank drops and skips the same tests, else they would collect more than rank 0 and wait in a case it
+        never runs. One store read per rank."""
+        self._seq += 1
+        mine = resume_choices(config, items) if self.env.rank == 0 else None
+        choices = share(self.store, f"step{self._seq}:resume", self.env.rank, mine, self.timeout_s,
+                        "the tests --suite-resume drops")
+        if self.env.rank != 0:
+            apply_resume(config, items, choices)
+
     def describe(self) -> dict:
-        return {
+        hosts = list(self.env.hosts)
+        own = self.environments.get(self.env.rank, launch_environment())
+        out = {
             "world_size": self.env.world_size,
-            "ranks_per_node": self.env.local_world_size,
+            "ranks_per_node": self.env.local_world_size,  # on rank 0's host; ranks_per_host has every host
             "nnodes": self.env.nnodes,
+            "ranks_per_host": {h: hosts.count(h) for h in dict.fromkeys(hosts)},
+            "hosts": hosts,  # by rank
             "backend": self.backend,
+            "nccl_version": nccl_version(),
+            "environment": own,  # rank 0's NCCL_*, TORCH_NCCL_*, GLOO_*, *_SOCKET_IFNAME
             "config_sha256": self.digest,
             "timeout_s": self.timeout_s,
             "round_time": ROUND_TIME,
         }
+        differ = {str(r): e for r, e in sorted(self.environments.items()) if e != own}
+        if differ:  # e.g. NCCL_SOCKET_IFNAME set per node: every rank whose variables are not rank 0's
+            out["environment_by_rank"] = differ
+        return out
+
+
+def resume_choices(config, items: list) -> dict:
+    """On rank 0, after suite.plugin's selection: the node ids --suite-resume dropped (their benchmarks are
+    reused) and those it marked skip (runs died in them), with the reason."""
+    from suite.partial import MAX_DEATHS
+
+    plugin = config.pluginmanager.get_plugin("suite.plugin")
+    key = getattr(plugin, "_PARTIAL", None)
+    state = config.stash.get(key, None) if key is not None else None
+    if state is None:
+        return {"deselected": [], "skipped": {}}
+    skipped = {}
+    for item in items:
+        if state.previous.deaths(item.nodeid) >= MAX_DEATHS:
+            marks = [m for m in item.own_markers if m.name == "skip"]
+            skipped[item.nodeid] = marks[-1].kwargs.get("reason", "") if marks else "skipped on rank 0"
+    return {"deselected": [b.get("fullname") for b in state.reused], "skipped": skipped}
+
+
+def apply_resume(config, items: list, choices: dict) -> None:
+    """On the other ranks: drop and skip what rank 0's --suite-resume did (as suite.partial does)."""
+    drop = set(choices.get("deselected") or ())
+    gone = [i for i in items if i.nodeid in drop]
+    if gone:
+        items[:] = [i for i in items if i.nodeid not in drop]
+        config.hook.pytest_deselected(items=gone)
+    skipped = choices.get("skipped") or {}
+    for item in items:
+        if item.nodeid in skipped:
+            item.add_marker(pytest.mark.skip(reason=skipped[item.nodeid]))
 
 
 _STATE: DistState | None = None
@@ -229,6 +320,41 @@ def compare(store, key: str, rank: int, world_size: int, digest: str, timeout_s:
 
 def _listed(first: str, differ: dict[int, str]) -> str:
     return "; ".join(f"rank {r}: {d[:12]}" for r, d in sorted(differ.items())) + f"; rank 0: {first[:12]}"
+
+
+def share(store, key: str, rank: int, payload: Any, timeout_s: float, what: str) -> Any:
+    """Rank 0 publishes `payload` (JSON) under `key`; every other rank reads it, waiting up to timeout_s."""
+    if rank == 0:
+        store.set(key, json.dumps(payload))
+        return payload
+    try:
+        return json.loads(store.get(key))
+    except RuntimeError:  # DistStoreError: the key never came
+        raise RankTimeout(
+            f"rank {rank}: rank 0 did not share {what} within {timeout_s:g} s (timeout_s in the collectives "
+            "config); see rank 0's own output (torchrun prefixes it with [rank0]:) for why it crashed or hangs"
+        ) from None
+
+
+def announce(store, rank: int, host: str | None = None) -> None:
+    """Before the start-up meeting: this rank's hostname and launch environment (once every rank has met,
+    every rank's are in the store)."""
+    info = {"host": host or socket.gethostname(), "env": launch_environment()}
+    store.set(f"hosts/rank{rank}", json.dumps(info))
+
+
+def gather_hosts(store, rank: int, world_size: int, timeout_s: float) -> tuple[list[str], dict[int, dict]]:
+    """After the meeting: rank 0 reads every rank's announcement and shares the hostnames (by rank); every
+    other rank reads them with one store call. Returns (hostnames, {rank: environment}, the latter on rank 0)."""
+    if rank != 0:
+        return share(store, "hosts/all", rank, None, timeout_s, "the ranks' hostnames"), {}
+    keys = [f"hosts/rank{r}" for r in range(world_size)]
+    multi_get = getattr(store, "multi_get", None)  # torch 2.4 on: one round trip
+    raw = multi_get(keys) if multi_get is not None else [store.get(k) for k in keys]
+    infos = [json.loads(v) for v in raw]
+    hosts = [i["host"] for i in infos]
+    share(store, "hosts/all", 0, hosts, timeout_s, "the ranks' hostnames")
+    return hosts, {r: i["env"] for r, i in enumerate(infos)}
 
 
 def meet(store, rank: int, world_size: int, digest: str, timeout_s: float) -> None:
@@ -263,8 +389,12 @@ def init(env: LaunchEnv, backend: str, timeout_s: float, digest: str) -> DistSta
     _INITS += 1
     device = rank_device(backend, env.local_rank)
     store = dist.PrefixStore(f"{_STORE_PREFIX}/{env.run_id}/{_INITS}", open_store(env, timeout_s))
+    announce(store, env.rank)
     meet(store, env.rank, env.world_size, digest, timeout_s)
-    state = DistState(env, backend, device, timeout_s, digest, store=store)
+    # nnodes and ranks per node from the hostnames: torchrun's variables count its agents, not hosts.
+    hosts, environments = gather_hosts(store, env.rank, env.world_size, timeout_s)
+    env = env.with_hosts(hosts)
+    state = DistState(env, backend, device, timeout_s, digest, store=store, environments=environments)
     if dist.is_initialized():  # a script made its own process group: reuse it, leave it to its owner
         _STATE = state
         return state
@@ -338,11 +468,30 @@ class SlowestRankTimer:
 _RESULT_OPTIONS = ("benchmark_json", "benchmark_save", "benchmark_histogram", "benchmark_cprofile_dump")
 
 
+def die_with_agent(environ: dict | None = None) -> bool:
+    """Under torchrun on Linux: this rank is killed (SIGKILL) when its agent dies. Workers run in sessions of
+    their own, so a time limit that kills only torchrun (`timeout -s KILL torchrun ...`) would leave them
+    running without the agent's store: every later case fails, and rank 0 writes a complete-looking JSON of
+    the cases before and deletes the partial file that --suite-resume needs. Returns whether it is set."""
+    env = os.environ if environ is None else environ
+    if not sys.platform.startswith("linux") or "TORCHELASTIC_RUN_ID" not in env:
+        return False
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1  # <linux/prctl.h>
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0) == 0
+    except (OSError, AttributeError):  # no prctl in this libc: ranks outlive a killed agent, as before
+        return False
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     env = LaunchEnv.from_environ()
     if env is None:
         return
+    die_with_agent()
     if hasattr(config.option, "randomly_reorganize"):  # pytest-randomly: every rank must keep one order
         config.option.randomly_reorganize = False
     if env.rank == 0:
@@ -412,6 +561,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.benchmark(timer=timer, group="collectives"))
 
 
+@pytest.hookimpl(wrapper=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_resume(config: pytest.Config, items: list[pytest.Item]):
+    # After every pytest_collection_modifyitems (suite.plugin's --suite-resume selection, which only rank 0
+    # makes, among them) and before pytest_collection_finish compares the ranks' test lists.
+    result = yield
+    if _STATE is not None:
+        try:
+            _STATE.same_resume(config, items)
+        except (UserError, RankTimeout) as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return result
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     if _STATE is not None:
         try:
@@ -439,6 +601,31 @@ def torchrun_command(nproc: int, pytest_args: list[str]) -> list[str]:
             "-m", "pytest", *args]
 
 
+def preflight(nproc: int, pytest_args: list[str]) -> None:
+    """What every rank would refuse at once, checked once before torchrun starts: --nproc, the config file
+    and the devices (a UserError of one line; torchrun would print each rank's error, then a traceback)."""
+    import argparse
+
+    from suite.config import DEFAULT_CONFIG, load_config
+
+    if nproc < 1:
+        raise UserError(f"--nproc {nproc}: give the number of ranks on this node, 1 or more (2 or more to "
+                        "measure a collective)")
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument("--suite-config")
+    parser.add_argument("--suite-devices")
+    parser.add_argument("--rootdir")
+    known, _ = parser.parse_known_args(pytest_args)
+    # The plugin's default: configs/default.yaml under pytest's rootdir (this project, unless --rootdir).
+    root = Path(known.rootdir) if known.rootdir else Path(__file__).resolve().parent.parent
+    path = Path(known.suite_config) if known.suite_config else root / DEFAULT_CONFIG
+    suite_config = load_config(path)
+    from suite import devices as dev
+
+    spec = known.suite_devices or suite_config.devices
+    dev.check_spec(spec, option="--suite-devices" if known.suite_devices else f"{path}: devices")
+
+
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
@@ -458,8 +645,17 @@ def main(argv: list[str] | None = None) -> int:
         import torch
 
         args.nproc = torch.cuda.device_count() or 2
+    try:
+        preflight(args.nproc, rest)
+    except UserError as exc:  # as `python -m suite` reports it: one line, exit 2
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     cmd = torchrun_command(args.nproc, rest)
     print("+", " ".join(cmd), flush=True)
+    if os.name == "posix":
+        # torchrun replaces this process: a signal or time limit aimed at this command reaches torchrun (and
+        # its ranks die with it, die_with_agent), rather than leaving it running without its parent.
+        os.execv(cmd[0], cmd)
     return subprocess.call(cmd)
 
 
