@@ -184,6 +184,7 @@ class Machine:
     # in a torchrun job of their own beside the node's single-process run. Runs launched differently measure
     # different things, so each has its own latest run.
     launch: str = ""
+    distributed: dict = field(default_factory=dict)  # the suite.distributed block of a torchrun job, as written
 
     @property
     def accelerators(self) -> Counter:
@@ -684,6 +685,7 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
             config=block.get("config") if isinstance(block.get("config"), dict) else {},
         )
         machine.launch = _launch(block.get("distributed"))
+        machine.distributed = dict(block["distributed"]) if isinstance(block.get("distributed"), dict) else {}
         columns = _rows(data, machine, foreign, warnings, path, extra_keys)
         machine.n_benchmarks = len(columns["label"])
         if not machine.n_benchmarks:

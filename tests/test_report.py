@@ -491,3 +491,24 @@ def test_collectives_dtypes_are_separate_lines_told_apart_by_marker(tmp_path, fi
         assert all(len(line.get_xdata()) == 3 for line in lines), op
     legend = [t.get_text() for t in fig.legends[0].get_texts()]
     assert {"bfloat16", "float32", "in-place", "out-of-place"} <= set(legend)
+
+
+def test_a_torchrun_jobs_card_shows_its_hosts_and_nccl_environment(tmp_path):
+    """What changes a collective's busbw (hosts, backend, NCCL version, NCCL_* variables) is on the card of
+    the run that measured it, not only in the JSON."""
+    path = _collectives_run(tmp_path, ops=("all_reduce",))
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["suite"]["distributed"] = {
+        "world_size": 16, "nnodes": 2, "ranks_per_node": 8, "ranks_per_host": {"node1": 8, "node2": 8},
+        "backend": "nccl", "nccl_version": "2.21.5",
+        "environment": {"NCCL_ALGO": "Ring", "NCCL_IB_HCA": "mlx5_0"},
+        "environment_by_rank": {"8": {"NCCL_ALGO": "Ring", "NCCL_IB_HCA": "mlx5_1"}},
+    }
+    path.write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "r.html"
+    assert main(["report", str(path), "-o", str(out)]) == 0
+    html = out.read_text(encoding="utf-8")
+    assert ("<dt>launch</dt><dd>torchrun 16 ranks on 2 nodes: node1 (8), node2 (8) · nccl · NCCL 2.21.5</dd>"
+            in html)
+    assert ("<dt>environment</dt><dd><code>NCCL_ALGO=Ring, NCCL_IB_HCA=mlx5_0; rank(s) 8 set other values "
+            "(JSON)</code></dd>") in html

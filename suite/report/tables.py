@@ -57,6 +57,26 @@ class MachineView:
     foreign: bool
     driver: str = ""
     links: str = ""  # what joins the GPU pairs, counted: `NV18 × 28 pairs`, `NV4 × 2 pairs, SYS × 4 pairs`
+    launch: str = ""  # a torchrun job: ranks, hosts, backend, NCCL version
+    environment: str = ""  # its NCCL_*/GLOO_*/... variables, which change what a collective measures
+
+
+def launch_texts(m: Machine) -> tuple[str, str]:
+    """(launch, environment) lines of a torchrun job's card, from its suite.distributed block."""
+    d = m.distributed
+    if not d:
+        return "", ""
+    per_host = d.get("ranks_per_host") if isinstance(d.get("ranks_per_host"), dict) else {}
+    hosts = ", ".join(f"{h} ({n})" for h, n in per_host.items())
+    parts = [m.launch + (f": {hosts}" if hosts else ""), str(d.get("backend") or "")]
+    if d.get("nccl_version"):
+        parts.append(f"NCCL {d['nccl_version']}")
+    env = d.get("environment") if isinstance(d.get("environment"), dict) else {}
+    environment = ", ".join(f"{k}={v}" for k, v in env.items())
+    differ = d.get("environment_by_rank") if isinstance(d.get("environment_by_rank"), dict) else {}
+    if differ:
+        environment += f"{'; ' if environment else ''}rank(s) {', '.join(differ)} set other values (JSON)"
+    return " · ".join(p for p in parts if p), environment
 
 
 def links_text(devices: list[dict]) -> str:
@@ -103,6 +123,7 @@ def machine_views(machines: dict[str, Machine]) -> list[MachineView]:
         ]
         commit = str(m.commit.get("id") or "")[:12] + (" (dirty)" if m.commit.get("dirty") else "")
         drivers = sorted({str(d["driver_version"]) for d in m.devices if d.get("driver_version")})
+        launch, environment = launch_texts(m)
         views.append(
             MachineView(
                 label=m.label,
@@ -119,6 +140,8 @@ def machine_views(machines: dict[str, Machine]) -> list[MachineView]:
                 foreign=m.foreign,
                 driver=", ".join(drivers),
                 links=links_text(m.devices),
+                launch=launch,
+                environment=environment,
             )
         )
     return views
