@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -264,6 +265,110 @@ def make_plan(
     return plan
 
 
+# --- cases whose one call is long: the "at most" above cannot hold them -----------------------------------
+
+# How long the rate probe of the CPU runs per dtype (a matmul of PROBE_N^3, repeated).
+PROBE_N, PROBE_S = 512, 0.05
+MAX_LONG_SHOWN = 8
+# A case is named when its calls run at least this far past its max_time (less is within the overheads).
+LONG_OVER_S = 1.0
+
+
+def case_flops(case: Case) -> int | None:
+    """Floating-point operations of one call of a matmul, ceiling or conv case, from its parameters alone
+    (nothing is built); None for other families."""
+    p = case.info
+    if case.family in ("matmul", "ceiling") and all(isinstance(p.get(k), int) for k in "mnk"):
+        from suite.cases.matmul.measure import flops
+
+        return flops(p["m"], p["n"], p["k"])  # all GPUs at once: each runs this, side by side
+    if case.family == "conv":
+        from suite.cases.conv.measure import flops
+
+        try:
+            return flops(p)
+        except (KeyError, TypeError):
+            return None
+    return None
+
+
+class Rates:
+    """The fastest a device can compute (TFLOP/s) per precision: a datasheet peak for a GPU the table knows (a
+    call can take no less than its FLOPs at that rate), a short matmul probe on this machine's CPU (a
+    fair figure for a large matmul there, which runs near it). None where neither is known (a planned node)."""
+
+    def __init__(self, probe_cpu: bool = True) -> None:
+        self.probe_cpu = probe_cpu
+        self._cpu: dict[str, float | None] = {}
+
+    def tflops(self, device: str, precision: str) -> float | None:
+        if device == "cpu":
+            return self._cpu_rate(precision) if self.probe_cpu else None
+        if not device.startswith("cuda") or isinstance(dev.current_platform(), NodePlatform):
+            return None
+        from suite.cases.datasheet import lookup
+
+        found = lookup(dev.current_platform().properties(torch.device(device)).get("name"), precision)
+        return found.tflops if found else None
+
+    def _cpu_rate(self, precision: str) -> float | None:
+        if precision not in self._cpu:
+            dtype = {"float32": torch.float32, "tf32": torch.float32, "bfloat16": torch.bfloat16,
+                     "float16": torch.float16, "float64": torch.float64}.get(precision)
+            self._cpu[precision] = None if dtype is None else _probe(dtype)
+        return self._cpu[precision]
+
+
+def _probe(dtype: torch.dtype) -> float | None:
+    """TFLOP/s of a PROBE_N^3 matmul on the CPU, best of its calls over ~PROBE_S."""
+    try:
+        a = torch.ones(PROBE_N, PROBE_N, dtype=dtype)
+        torch.matmul(a, a)
+        best, start = float("inf"), time.perf_counter()
+        while time.perf_counter() - start < PROBE_S:
+            t0 = time.perf_counter()
+            torch.matmul(a, a)
+            best = min(best, time.perf_counter() - t0)
+        return 2 * PROBE_N**3 / best / 1e12
+    except RuntimeError:  # a dtype this CPU build cannot multiply
+        return None
+
+
+@dataclass
+class LongCall:
+    case_id: str
+    family: str
+    call_s: float  # one call, at least (FLOPs at the device's rate)
+    need_s: float  # what its rounds alone take: warm-up call, calibration call and min_rounds calls
+    over_s: float  # beyond its max_time, which "at most" counts
+    tflop: float
+    rate: float
+    rate_from: str
+
+
+def long_calls(config: SuiteConfig, selected: dict[str, list[Case]], rates: Rates) -> list[LongCall]:
+    """Cases whose min_rounds of single calls alone run past their family's max_time: pytest-benchmark
+    times whole calls, so such a case takes min_rounds x its call however small max_time is, and the plan's
+    "at most" does not hold it."""
+    found = []
+    for family, cases in selected.items():
+        timing = config.timing_for(family)
+        for case in cases:
+            work = case_flops(case)
+            if work is None or not runs_here(case):
+                continue
+            device = case.devices[0]
+            rate = rates.tflops(device, str(case.info.get("precision", case.info.get("dtype", ""))))
+            if not rate:
+                continue
+            call = work / (rate * 1e12)
+            need = (timing.min_rounds + 2) * call
+            if need - timing.max_time >= LONG_OVER_S:
+                found.append(LongCall(case.id, family, call, need, need - timing.max_time, work / 1e12, rate,
+                                      "measured on this CPU" if device == "cpu" else "datasheet peak"))
+    return sorted(found, key=lambda c: -c.need_s)
+
+
 def _shared_count(cases: list[Case]) -> int:
     return sum(1 for c in cases if shareable(c))
 
@@ -361,20 +466,23 @@ def run(args) -> int:
                 )
             devices = dev.check_spec(spec, option="--devices")  # `gpus` on a node of none
             plan = make_plan(config, devices, gpus=args.gpus, budget_s=budget)
+            # A planned node's GPUs are unnamed (no datasheet rate) and its CPU is not this one.
+            long = long_calls(config, select(config, devices), Rates(probe_cpu=False))
     else:
         devices = dev.check_spec(spec, option="--devices")
         plan = make_plan(config, devices, budget_s=budget)
+        long = long_calls(config, select(config, devices), Rates())
     if args.json:
-        print(json.dumps(plan.as_dict(), indent=2))
+        print(json.dumps({**plan.as_dict(), "long_calls": [vars(c) for c in long]}, indent=2))
         return 0
-    print(render(plan))
+    print(render(plan, long))
     if budget is not None and least_budget_s(plan.run_minimum_s) > budget:
         print(f"\n{budget_error(budget, plan.run_minimum_s, plan.measured_in_run, 'the budget')}")
         return 2
     return 0
 
 
-def render(plan: Plan) -> str:
+def render(plan: Plan, long: list[LongCall] | None = None) -> str:
     where = f"a node of {plan.gpus} GPU(s)" if plan.gpus is not None else "this machine"
     lines = [
         f"plan for {where}: devices {', '.join(plan.devices)}",
@@ -414,6 +522,20 @@ def render(plan: Plan) -> str:
         "'at most' assumes every benchmark runs its timed rounds to max_time; precision stopping ends stable "
         "ones sooner."
     )
+    if long:
+        extra = sum(c.over_s for c in long)
+        lines.append(
+            f"NOT in 'at most': {len(long)} case(s) whose one call is long, so their min_rounds alone take "
+            f"~{format_duration(extra)} more (pytest-benchmark times whole calls; smaller sizes shorten them):"
+        )
+        for c in long[:MAX_LONG_SHOWN]:
+            lines.append(
+                f"  {c.family} {c.case_id}: one call {'>= ' if c.rate_from == 'datasheet peak' else '~'}"
+                f"{format_duration(c.call_s)} ({c.tflop:.3g} TFLOP at "
+                f"{c.rate:.3g} TFLOP/s, {c.rate_from}); its rounds ~{format_duration(c.need_s)}"
+            )
+        if len(long) > MAX_LONG_SHOWN:
+            lines.append(f"  ... and {len(long) - MAX_LONG_SHOWN} more (--json lists them all)")
     overheads = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in OVERHEAD_S.items())
     lines.append(
         f"Per-benchmark overhead assumed (pytest, build, check, calibration; measured on a 2-core CPU by "

@@ -202,3 +202,61 @@ def test_plan_measured_count_is_what_pytest_runs_here(config):
     passed = re.search(r"(\d+) passed", proc.stdout)
     assert passed, proc.stdout[-2000:]
     assert measured == int(passed.group(1)), proc.stdout[-2000:]
+
+
+def _long(config: dict, rates, gpus: int = 0):
+    from suite.plan import long_calls
+
+    from tests.fakes import FakePlatform
+
+    parsed = parse_config(config, "x.yaml")
+    with dev.use_platform(FakePlatform(gpus=gpus)):
+        return long_calls(parsed, select(parsed, dev.check_spec(parsed.devices)), rates)
+
+
+class FixedCpuRate:
+    """Rates with the CPU's measured rate fixed (the real probe depends on the machine's load)."""
+
+    def __init__(self, tflops: float) -> None:
+        from suite.plan import Rates
+
+        self.rates = Rates()
+        self.rates._cpu = {p: tflops for p in ("float32", "tf32", "bfloat16", "float16", "float64")}
+
+    def tflops(self, device, precision):
+        return self.rates.tflops(device, precision)
+
+
+def test_a_case_whose_one_call_is_long_is_named_with_what_its_rounds_take():
+    """pytest-benchmark times whole calls: a 16000^3 matmul on a CPU takes min_rounds x ~40 s whatever max_time
+    says, and the plan says so instead of calling the run 'at most' a second."""
+    config = {"devices": "cpu", "cases": {"matmul": {"dtypes": ["float32"],
+                                                      "shapes": ["16000x16000x16000", "256x256x256"]}}}
+    long = [c for c in _long(config, FixedCpuRate(0.2)) if c.family == "matmul"]
+    assert [c.case_id for c in long] == ["cpu-float32-16000x16000x16000"]
+    (c,) = long
+    assert c.call_s == pytest.approx(2 * 16000**3 / 0.2e12) and c.rate_from == "measured on this CPU"
+    assert c.need_s == pytest.approx((5 + 2) * c.call_s) and c.over_s == pytest.approx(c.need_s - 1.0)
+
+
+def test_a_gpu_case_is_bounded_by_its_datasheet_peak():
+    from suite.plan import Rates
+
+    config = {"devices": "cuda:0", "cases": {"matmul": {"dtypes": ["bfloat16"],
+                                                         "shapes": ["65536x65536x65536", "8192x8192x8192"]}}}
+    (c,) = [c for c in _long(config, Rates(probe_cpu=False), gpus=1) if c.family == "matmul"]
+    assert c.case_id == "cuda:0-bfloat16-65536x65536x65536" and c.rate_from == "datasheet peak"
+    assert c.call_s == pytest.approx(2 * 65536**3 / (c.rate * 1e12)) and c.rate > 500  # an H100's bf16 peak
+
+
+def test_plan_prints_the_long_cases_beside_at_most(tmp_path):
+    cfg = tmp_path / "mid.yaml"
+    cfg.write_text("devices: cpu\ncases:\n  matmul:\n    dtypes: [float32]\n    shapes: ['16000x16000x16000']\n")
+    result = subprocess.run([sys.executable, "-m", "suite", "plan", "--config", str(cfg)], capture_output=True,
+                            text=True, timeout=60, cwd=Path(__file__).parent.parent)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"NOT in 'at most': \d+ case\(s\) whose one call is long", result.stdout)
+    assert re.search(r"matmul cpu-float32-16000x16000x16000: one call ~\d", result.stdout)
+    as_json = subprocess.run([sys.executable, "-m", "suite", "plan", "--config", str(cfg), "--json"],
+                             capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent.parent)
+    assert json.loads(as_json.stdout)["long_calls"][0]["case_id"] == "cpu-float32-16000x16000x16000"
