@@ -512,3 +512,25 @@ def test_a_torchrun_jobs_card_shows_its_hosts_and_nccl_environment(tmp_path):
             in html)
     assert ("<dt>environment</dt><dd><code>NCCL_ALGO=Ring, NCCL_IB_HCA=mlx5_0; rank(s) 8 set other values "
             "(JSON)</code></dd>") in html
+
+
+def test_collectives_of_two_setups_get_a_scaling_table(tmp_path):
+    """One node against two reads across a row: each run's busbw at its largest message."""
+    one = _collectives_run(tmp_path, ops=("all_reduce",))
+    two_dir = tmp_path / "two"
+    two_dir.mkdir()
+    data = json.loads(one.read_text(encoding="utf-8"))
+    data["machine_info"]["node"] = "gpu-box-4"
+    data["suite"]["distributed"] = {"world_size": 4, "nnodes": 2}
+    for b in data["benchmarks"]:
+        if b["extra_info"].get("case") == "collectives":
+            b["extra_info"].update(world_size=4, nnodes=2, busbw=b["extra_info"]["busbw"] / 2)
+    (two_dir / "coll2.json").write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "r.html"
+    assert main(["report", str(one), str(two_dir / "coll2.json"), "-o", str(out)]) == 0
+    html = out.read_text(encoding="utf-8")
+    table = html[html.index('<table class="results scaling">'):]
+    table = table[:table.index("</table>")]
+    assert "4 ranks · 2 nodes" in table
+    assert re.search(r"<td>all_reduce float32 in-place</td><td class=\"num\">100 GB/s @ 16MiB</td>"
+                     r"<td class=\"num\">50 GB/s @ 16MiB</td>", table), table[:1500]

@@ -15,7 +15,7 @@ from suite.health.checks import DEFAULT_FAIL_ON, judge
 from suite.health.command import node_lines
 from suite.health.expect import load_expectations
 from suite.report.charts import MAX_CHART_MACHINES, charts_for, habit_pairs, history_charts
-from suite.report.tables import habit_rows, machine_views, result_rows, speed_table
+from suite.report.tables import habit_rows, machine_views, result_rows, scaling_table, speed_table
 from suite.results import FOREIGN_CASE, LoadedResults, export_table, load_results, parse_label_args
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -116,6 +116,7 @@ def render_report(
             "metric_header": _metric_header(rows),
             "habits": [],
             "chart_note": "",
+            "scaling": scaling_table(rows) if case == "collectives" else None,
         }
         if case == "habits":
             fam["habits"] = habit_rows(habit_pairs(rows))

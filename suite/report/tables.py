@@ -262,6 +262,55 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[tuple]:
     return out
 
 
+@dataclass
+class ScalingTable:
+    """Collectives' busbw at each run's largest message, one column per run (machine, ranks, nodes,
+    backend): how an op scales from one node to several, or one GPU count to another."""
+
+    columns: list[str]
+    rows: list[tuple[str, list[str]]]  # (op, dtype, mode) -> one cell per column ("" where not measured)
+
+
+def scaling_table(rows: pd.DataFrame) -> ScalingTable | None:
+    """None unless there are collectives results of two setups at least (a lone run has its chart)."""
+    if "busbw" not in rows or "op" not in rows:
+        return None
+    rows = rows[rows["busbw"].notna() & rows["bytes"].notna()].copy()
+    if rows.empty:
+        return None
+
+    def setup(r) -> str:
+        parts = [str(r["label"])]
+        if pd.notna(r.get("world_size")):
+            parts.append(f"{int(r['world_size'])} ranks")
+        if pd.notna(r.get("nnodes")) and int(r["nnodes"]) > 1:
+            parts.append(f"{int(r['nnodes'])} nodes")
+        if isinstance(r.get("backend"), str):
+            parts.append(r["backend"])
+        return " · ".join(parts)
+
+    rows["setup_"] = [setup(r) for r in rows.to_dict("records")]
+    columns = list(dict.fromkeys(rows["setup_"]))
+    if len(columns) < 2:
+        return None
+    mode = rows["in_place"].map(lambda v: "" if pd.isna(v) else "in-place" if v else "out-of-place") \
+        if "in_place" in rows else ""
+    rows["line_"] = (rows["op"].astype(str) + " " + rows.get("dtype", pd.Series("", index=rows.index))
+                     .fillna("").astype(str) + " " + mode).str.strip()
+    out = []
+    for line, group in rows.groupby("line_", sort=False):
+        cells = []
+        for column in columns:
+            mine = group[group["setup_"] == column]
+            if mine.empty:
+                cells.append("")
+                continue
+            top = mine.loc[mine["bytes"].idxmax()]
+            cells.append(f"{top['busbw']:.3g} GB/s @ {format_size(int(top['bytes']))}")
+        out.append((str(line), cells))
+    return ScalingTable(columns, out)
+
+
 def habit_rows(pairs: pd.DataFrame) -> list[tuple[str, str, str, str, str, str]]:
     """Habit pairs as text: machine, habit, slow variant, fast variant, times, `N× slower`."""
     out = []
