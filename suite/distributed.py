@@ -50,6 +50,16 @@ class RankTimeout(RuntimeError):
     """Some ranks did not arrive within the timeout; the message names them."""
 
 
+class CaseAborted(RuntimeError):
+    """Another rank left this case before an agreement this rank waited at (it failed or skipped alone): go to
+    the case's last agreement (DistState.ready), which brings that rank's reason."""
+
+
+# What a rank that leaves a case early writes, before its reason, as its problem at the agreement the others
+# may wait at (suite.distributed.leave): they stop waiting there at once, not after timeout_s.
+_LEFT = "\x00left: "
+
+
 @dataclass(frozen=True)
 class LaunchEnv:
     """What torchrun (or srun + torchrun) tells each rank through the environment."""
@@ -197,8 +207,18 @@ def sync(store, key: str, rank: int, world_size: int, timeout_s: float, problem:
             ) from None
     if store.add(f"{key}/problems", 0) == 0:
         return {}
-    found = {r: store.get(f"{key}/rank{r}").decode() for r in range(world_size)}
+    # A rank that left (see leave) never arrives: read only the ranks that did (something is wrong already).
+    keys = {r: f"{key}/rank{r}" for r in range(world_size)}
+    found = {r: store.get(k).decode() for r, k in keys.items() if store.check([k])}
     return {r: text for r, text in found.items() if text}
+
+
+def leave(store, key: str, rank: int, problem: str) -> None:
+    """This rank will not arrive at `key`: the ranks waiting there wake at once and see `problem` (marked as
+    left) from sync. Three store operations, only on this failure path."""
+    store.set(f"{key}/rank{rank}", _LEFT + problem)
+    store.add(f"{key}/problems", 1)
+    store.set(f"{key}/done", "1")
 
 
 @dataclass
@@ -214,12 +234,111 @@ class DistState:
     owns_group: bool = False
     environments: dict[int, dict] = field(default_factory=dict)  # rank -> launch_environment(); rank 0 only
     _seq: int = field(default=0, repr=False)
+    # The running case (begin_case .. end_case): its keys' prefix, id and agreements so far. Agreements in a
+    # case are counted from 1 in that case, so a rank that left one early is not behind in the next.
+    _case: str | None = field(default=None, repr=False)
+    _case_id: str = field(default="", repr=False)
+    _case_seq: int = field(default=0, repr=False)
+    _cases: int = field(default=0, repr=False)
+    # After a failure while timing: the case's key prefix and id (its posts name the rank that failed), and
+    # the extra seconds the next agreement waits (the other ranks may wait in a collective up to timeout_s).
+    _failed_timing: tuple[str, str] | None = field(default=None, repr=False)
+    _grace_s: float = field(default=0.0, repr=False)
 
     def agree(self, what: str, problem: str | None = None) -> dict[int, str]:
-        """Lockstep point between ranks (outside timing): every rank reports its problem or none."""
-        self._seq += 1
-        return sync(self.store, f"step{self._seq}:{what}", self.env.rank, self.env.world_size, self.timeout_s,
-                    problem, what=what)
+        """Lockstep point between ranks (outside timing): every rank reports its problem or none.
+
+        In a case, raises CaseAborted when a rank left the case instead of arriving (DistState.ready)."""
+        if self._case is None:
+            self._seq += 1
+            key = f"step{self._seq}:{what}"
+        else:
+            self._case_seq += 1
+            key = f"{self._case}/{self._case_seq}"
+        found = self._sync(key, problem, what)
+        left = {r: text[len(_LEFT):] for r, text in found.items() if text.startswith(_LEFT)}
+        if left:
+            raise CaseAborted(f"{by_rank(left)} (left {self._case_id} before {what})")
+        return found
+
+    # --- one case in lockstep (suite.plugin.run_case) ---
+
+    def begin_case(self, case_id: str) -> None:
+        """Every rank calls it as a case starts: the case's agreements get keys of their own."""
+        self._cases += 1
+        self._case, self._case_id, self._case_seq = f"case{self._cases}", case_id, 0
+
+    def end_case(self) -> None:
+        self._case = None
+
+    def ready(self, problem: dict | None) -> dict[int, dict]:
+        """The case's last agreement before timing, reached by every rank whatever happened in its build,
+        check or set-up: `problem` is this rank's own ({"kind": "skip" or "fail", "text": ...}) or None.
+        Returns {rank: problem} of the ranks that had one; if any, no rank may time the case.
+
+        A rank with a problem first leaves the case's next agreement, where the others may wait for it (it
+        failed before reaching the one they are at): they wake at once (CaseAborted) and come here."""
+        if problem is not None:
+            leave(self.store, f"{self._case}/{self._case_seq + 1}", self.env.rank, problem["text"])
+        found = self._sync(f"{self._case}/ready", json.dumps(problem) if problem else None,
+                           f"{self._case_id} start of timing")
+        return {r: json.loads(text) for r, text in found.items()}
+
+    def _sync(self, key: str, problem: str | None, what: str) -> dict[int, str]:
+        timeout, self._grace_s = self.timeout_s + self._grace_s, 0.0
+        try:
+            found = sync(self.store, key, self.env.rank, self.env.world_size, timeout, problem, what=what)
+        except RankTimeout as exc:
+            raise RankTimeout(f"{exc}{self._timing_failure_note()}") from None
+        self._failed_timing = None  # every rank came: the failure while timing is behind them all
+        return found
+
+    def timing_failed(self, text: str) -> dict[int, str]:
+        """This rank failed while timing the case (no agreement is possible there: the others are inside a
+        collective that waits for it until timeout_s). Posts `text` for them and returns what the other ranks
+        posted so far, {rank: text}: a rank that fails on waiting names the rank it waited for."""
+        key = f"{self._case}/timing"
+        number = self.store.add(f"{key}/count", 1)
+        self.store.set(f"{key}/{number}", json.dumps([self.env.rank, text]))
+        self._failed_timing = (self._case, self._case_id)
+        # The others leave the collective up to timeout_s after this rank left it: wait that much longer for
+        # them at the next agreement.
+        self._grace_s = self.timeout_s
+        return {r: t for r, t in self._timing_posts(self._case).items() if r != self.env.rank}
+
+    def _timing_posts(self, case: str) -> dict[int, str]:
+        key = f"{case}/timing"
+        posts = [json.loads(self.store.get(f"{key}/{i}")) for i in range(1, self.store.add(f"{key}/count", 0) + 1)]
+        return {r: t for r, t in posts}
+
+    def _timing_failure_note(self) -> str:
+        """For a timeout after a case that failed while timing: which rank failed there (the missing ranks
+        likely still wait for it in that case's collective), so the missing ranks are not blamed alone."""
+        if self._failed_timing is None:
+            return ""
+        case, case_id = self._failed_timing
+        try:
+            posts = self._timing_posts(case)
+        except RuntimeError:  # the store itself is gone: the timeout says enough
+            return ""
+        return (f"; before that, {case_id} failed while timing ({by_rank(posts)}): the ranks that did not "
+                "arrive may have waited for that rank in its collective")
+
+    def gather_clocks(self, held: dict) -> dict:
+        """Every rank's ClockWatch result for the case (devices.ClockWatch.stop) to rank 0, which records the
+        largest share per limit over all ranks and the rank of the largest (clocks_held_rank): a GPU held
+        down on any rank slows the collective. One store operation per rank; others return their own."""
+        key = f"{self._case}/clocks"
+        if self.env.rank != 0:
+            self.store.set(f"{key}/rank{self.env.rank}", json.dumps(held))
+            return held
+        keys = [f"{key}/rank{r}" for r in range(1, self.env.world_size)]
+        try:
+            multi_get = getattr(self.store, "multi_get", None)  # torch 2.4 on: one round trip
+            raw = multi_get(keys) if multi_get is not None else [self.store.get(k) for k in keys]
+        except RuntimeError:  # a rank that failed after timing posts anyway; one that died: keep rank 0's
+            return held
+        return merge_clocks({0: held, **{r: json.loads(v) for r, v in enumerate(raw, start=1)}})
 
     def same_tests(self, nodeids: list[str]) -> None:
         """Every rank collected the same tests in the same order (else they would wait in different cases)."""
@@ -316,6 +435,40 @@ def compare(store, key: str, rank: int, world_size: int, digest: str, timeout_s:
     sync(store, f"{key}/arrive", rank, world_size, timeout_s, what=what)
     first = store.get(f"{key}/rank0-digest").decode()
     return first, sync(store, f"{key}/compare", rank, world_size, timeout_s, None if first == digest else digest)
+
+
+def by_rank(problems: dict[int, str]) -> str:
+    """'rank 1: X; ranks 0, 2: Y': the ranks of each distinct problem."""
+    groups: dict[str, list[int]] = {}
+    for rank, text in sorted(problems.items()):
+        groups.setdefault(text, []).append(rank)
+    return "; ".join(f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: {text}"
+                     for text, ranks in groups.items())
+
+
+def describe_outcome(outcome: dict[int, dict], world_size: int) -> str:
+    """One line for a case's agreed outcome (DistState.ready): each problem with its ranks; a problem every
+    rank reported alike (the families' own agreements already name the ranks) as it is."""
+    texts = {r: o["text"] for r, o in outcome.items()}
+    if len(texts) == world_size and len(set(texts.values())) == 1:
+        return next(iter(texts.values()))
+    return by_rank(texts)
+
+
+def merge_clocks(ranks: dict[int, dict]) -> dict:
+    """ClockWatch results of the ranks, {rank: stop()} -> the largest share per limit over ranks, with
+    `clocks_held_rank` (the rank of the largest clocks_held) and that rank's window. {} when none read NVML."""
+    read = {r: held for r, held in ranks.items() if held}
+    if not read:
+        return {}
+    worst = max(sorted(read), key=lambda r: read[r].get("clocks_held", 0.0))  # the lowest rank of a tie
+    out = dict(read[worst])
+    for held in read.values():
+        for name, share in held.items():
+            if name.startswith("clocks_held") and name != "clocks_held_rank":
+                out[name] = max(out.get(name, 0.0), share)
+    out["clocks_held_rank"] = worst
+    return out
 
 
 def _listed(first: str, differ: dict[int, str]) -> str:
@@ -588,7 +741,16 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
         output_json.setdefault("suite", {})["distributed"] = _STATE.describe()
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _STATE is not None and _STATE._cases:
+        # The ranks leave together, once rank 0 has written its JSON: torchrun stops every rank as soon as one
+        # exits with an error (a case that failed on every rank), which would kill rank 0 before it wrote the
+        # results. (Not after a run that measured nothing: refused at start, its ranks may not all be here.)
+        try:
+            _STATE.agree("the end of the run")
+        except RankTimeout as exc:
+            print(f"[suite] rank {_STATE.env.rank}: {exc}", file=sys.stderr)
     shutdown()
 
 

@@ -121,6 +121,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # tests keep pyproject's "error" filter. Later filterwarnings entries win.
     config.addinivalue_line("filterwarnings", "default")
     path = _config_path(config)
+    given = config.getoption("suite_devices")
+    if given is not None and not given.strip():  # an empty shell variable: not the config's devices in silence
+        raise pytest.UsageError("--suite-devices is empty: name the devices (all, cpu, gpus, cuda:1, cpu,cuda:1) "
+                                "or leave the option out to use the config's")
     try:
         suite_config = load_config(path)
         spec = config.getoption("suite_devices") or suite_config.devices
@@ -274,28 +278,53 @@ def _oom_reason(exc: BaseException, case: Case) -> str | None:
 
 def run_case(case: Case, benchmark, config: SuiteConfig) -> dict:
     """Skip if a device is missing; build; check once; warm up; time with `benchmark`; return extra_info."""
-    for name in case.devices:
-        reason = dev.missing_reason(name)
-        if reason:
-            pytest.skip(reason)
+    # Imported here: benchmarks/conftest.py registers it as a plugin after this one.
+    from suite import distributed
+
+    # Under torchrun every rank runs the case in lockstep (suite.distributed): a rank that failed or skipped
+    # alone would leave the others waiting in a collective, or at the next agreement, until timeout_s.
+    lockstep = distributed.current()
+    if lockstep is None:
+        return _run_case(case, benchmark, config, None)
+    lockstep.begin_case(case.id)
+    try:
+        return _run_case(case, benchmark, config, lockstep)
+    finally:
+        lockstep.end_case()
+
+
+def _run_case(case: Case, benchmark, config: SuiteConfig, lockstep) -> dict:
+    if lockstep is None:  # under torchrun a missing device is a problem to agree on (_start_in_lockstep)
+        for name in case.devices:
+            reason = dev.missing_reason(name)
+            if reason:
+                pytest.skip(reason)
     family = family_module(case.family)
     # Out of memory anywhere (inputs, check, autotuning workspaces in warm-up, allocations in the timed op) is a
     # skip with the reason; pytest-benchmark drops a benchmark that raised, so nothing partial is saved.
     try:
         try:
-            work = family.build(case, config)
-            work.check()
-            # Whether a power, thermal, board or reliability limit held its GPUs' clocks down while it was
-            # warmed up and timed (NVML's counters, read outside the timed rounds).
-            watch = dev.ClockWatch(case.devices)
-            if work.pedantic is not None:
-                # Fixed rounds and warm-up from the case (collectives: every rank must run the same calls in
-                # lockstep; time-based warm-up and calibration would differ between ranks and hang them).
-                benchmark.pedantic(work.fn, **work.pedantic)
+            if lockstep is None:
+                work = family.build(case, config)
+                work.check()
+                # Whether a power, thermal, board or reliability limit held its GPUs' clocks down while it was
+                # warmed up and timed (NVML's counters, read outside the timed rounds).
+                watch = dev.ClockWatch(case.devices)
             else:
-                timer = SyncTimer([torch.device(d) for d in case.devices])
-                warm_up(work.fn, timer, config.timing.warmup_s)
-                benchmark(work.fn)
+                work, watch = _start_in_lockstep(case, family, config, lockstep)
+            try:
+                if work.pedantic is not None:
+                    # Fixed rounds and warm-up from the case (collectives: every rank must run the same calls in
+                    # lockstep; time-based warm-up and calibration would differ between ranks and hang them).
+                    benchmark.pedantic(work.fn, **work.pedantic)
+                else:
+                    timer = SyncTimer([torch.device(d) for d in case.devices])
+                    warm_up(work.fn, timer, config.timing.warmup_s)
+                    benchmark(work.fn)
+            except BaseException as exc:
+                if lockstep is not None:
+                    _failed_in_lockstep(exc, case, lockstep)
+                raise
         except SkipCase as exc:
             pytest.skip(str(exc))
         except (RuntimeError, MemoryError) as exc:
@@ -308,11 +337,18 @@ def run_case(case: Case, benchmark, config: SuiteConfig) -> dict:
         with contextlib.suppress(Exception):
             dev.synchronize(*case.devices)
         raise
-    # pytest-benchmark makes one more, untimed call after the timed rounds, and side streams may still copy
-    # into this case's buffers: wait for all of it, so no work of this case is queued when its tensors are
-    # freed (the caching allocator would hand them to the next case) or when the next case starts timing.
-    dev.synchronize(*case.devices)
-    held = watch.stop()
+    held: dict = {}
+    try:
+        # pytest-benchmark makes one more, untimed call after the timed rounds, and side streams may still copy
+        # into this case's buffers: wait for all of it, so no work of this case is queued when its tensors are
+        # freed (the caching allocator would hand them to the next case) or when the next case starts timing.
+        dev.synchronize(*case.devices)
+        held = watch.stop()
+    finally:
+        if lockstep is not None:
+            # Rank 0 records the worst GPU of any rank (it alone writes); every rank posts, even after an error
+            # here, as rank 0 waits for each.
+            held = lockstep.gather_clocks(held)
 
     info: dict = {"case": case.family, **case.info}
     stats = getattr(benchmark, "stats", None)
@@ -340,15 +376,87 @@ def run_case(case: Case, benchmark, config: SuiteConfig) -> dict:
     return info
 
 
+def _problem(exc: BaseException, case: Case) -> dict:
+    """A rank's own problem with a case, for the other ranks: a skip (as run_case would skip) or a failure."""
+    if isinstance(exc, pytest.skip.Exception):
+        return {"kind": "skip", "text": str(exc.msg)}
+    if isinstance(exc, SkipCase):
+        return {"kind": "skip", "text": str(exc)}
+    reason = _oom_reason(exc, case) if isinstance(exc, (RuntimeError, MemoryError)) else None
+    if reason is not None:
+        return {"kind": "skip", "text": reason}
+    if isinstance(exc, pytest.fail.Exception):
+        return {"kind": "fail", "text": str(exc.msg)}
+    lines = str(exc).strip().splitlines()
+    return {"kind": "fail", "text": f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__}
+
+
+def _start_in_lockstep(case: Case, family, config: SuiteConfig, lockstep):
+    """Build, check and start the ClockWatch on every rank, then agree before timing: if any rank failed or
+    skipped, every rank fails (or, if all of them only skipped, skips) the case with the ranks' reasons, and
+    the run goes on in step with the next case. Returns (work, watch) when every rank is ready."""
+    from suite.distributed import CaseAborted, RankTimeout, describe_outcome
+
+    own: BaseException | None = None
+    problem = None
+    try:
+        for name in case.devices:
+            reason = dev.missing_reason(name)
+            if reason:
+                pytest.skip(reason)
+        work = family.build(case, config)
+        work.check()
+        watch = dev.ClockWatch(case.devices)
+    except (KeyboardInterrupt, SystemExit, RankTimeout):
+        raise  # the run ends, or a rank is gone: the agreement below would wait for it in vain
+    except CaseAborted as exc:
+        own = exc  # another rank left the case: its reason comes with the agreement below
+    except BaseException as exc:  # noqa: BLE001 - whatever it is, the other ranks must hear of it
+        own, problem = exc, _problem(exc, case)
+    outcome = lockstep.ready(problem)
+    if not outcome:
+        if own is not None:
+            raise own
+        return work, watch
+    kind = "fail" if any(o["kind"] == "fail" for o in outcome.values()) else "skip"
+    if problem is not None and problem["kind"] == kind and {o["text"] for o in outcome.values()} == {problem["text"]}:
+        raise own  # this rank's own error, alone or the same on every rank: with its traceback
+    message = describe_outcome(outcome, lockstep.env.world_size)
+    if kind == "skip":
+        pytest.skip(message)
+    raise pytest.fail.Exception(message, pytrace=False) from own
+
+
+def _failed_in_lockstep(exc: BaseException, case: Case, lockstep) -> None:
+    """A rank failed while timing, where no agreement is possible: the others wait for it inside a collective
+    until timeout_s, then fail too. Each posts its error; a rank that sees another's names that rank first."""
+    from suite.distributed import by_rank
+
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        return
+    problem = _problem(exc, case)
+    try:
+        others = lockstep.timing_failed(problem["text"])
+    except RuntimeError:  # the store is gone too: this rank's own error is what there is to say
+        return
+    if others:
+        raise pytest.fail.Exception(
+            f"failed while timing on {by_rank(others)}; this rank failed after it, waiting in a collective: "
+            f"{problem['text']}", pytrace=False
+        ) from exc
+
+
 @pytest.fixture
 def measure(request: pytest.FixtureRequest, benchmark):
     """`measure(case)`: run one case through the suite's measurement rules into `benchmark`."""
     config = request.config.stash[_CONFIG]
 
     def _measure(case: Case) -> dict:
+        from suite import distributed
+
         for name in case.devices:
             reason = dev.missing_reason(name)
-            if reason:
+            if reason and distributed.current() is None:  # under torchrun every rank must skip it: run_case
                 pytest.skip(reason)
         state = request.config.stash.get(_PARTIAL, None)
         if state is not None:

@@ -41,6 +41,12 @@ def test_suite_devices_overrides_config(run_benchmarks):
     assert data["suite"]["devices"] == ["cpu"]
 
 
+def test_an_empty_suite_devices_is_refused_not_ignored(run_benchmarks):
+    result, data = run_benchmarks(TINY, "-k", "matmul", "--suite-devices=")
+    assert result.ret == 4 and data is None
+    assert "--suite-devices is empty: name the devices" in result.stderr.str()
+
+
 def test_user_benchmark_options_win(run_benchmarks):
     result, data = run_benchmarks(TINY, "-k", "matmul", "--suite-devices=cpu", "--benchmark-min-rounds=7")
     result.assert_outcomes(passed=1)

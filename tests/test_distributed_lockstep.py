@@ -1,0 +1,222 @@
+"""Collectives in lockstep under torchrun: a rank that fails or skips a case alone makes every rank fail or skip
+it (the run goes on, rank 0 writes its JSON), a failure while timing names the rank that failed, and rank 0
+records the most held-down GPU of any rank."""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import time
+
+import pytest
+import yaml
+
+from suite import distributed
+from suite.distributed import CaseAborted, DistState, LaunchEnv, RankTimeout
+from tests.test_collectives import TINY, _in_threads, _only_collectives
+from tests.test_distributed_launch import _clean_env, _pytest_args
+
+# Injected on rank 1 only (FAULTS names case-id fragment=fault, comma-separated): `oom` out of memory in the
+# build, before the family's own agreement; `check` a wrong result after the check's agreement; `timing` an
+# error in the third timed call. CLOCKS: every rank's ClockWatch result is its rank's entry of this JSON.
+# SLOW_JSON: rank 0 takes 2 s more to finish (write its results) than rank 1.
+FAULTS = textwrap.dedent("""
+    import json, os, time
+
+    import pytest
+
+    RANK = os.environ.get("RANK")
+
+
+    def _faulty(build, fault):
+        import torch
+
+        def wrapped(case, config):
+            if fault == "oom":
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            work = build(case, config)
+            if fault == "check":
+                real_check = work.check
+
+                def check():
+                    real_check()
+                    raise AssertionError("injected wrong result")
+
+                work.check = check
+            if fault == "timing":
+                real_fn, calls = work.fn, []
+
+                def fn():
+                    calls.append(1)
+                    if len(calls) == 3:
+                        raise RuntimeError("injected failure mid-timing")
+                    return real_fn()
+
+                work.fn = fn
+            return work
+
+        return wrapped
+
+
+    def pytest_configure(config):
+        # Patched here, not at import: suite's modules must be imported after pytest registers its plugins.
+        from suite import devices
+        from suite.cases.collectives import measure
+
+        faults = dict(f.split("=") for f in os.environ.get("FAULTS", "").split(",") if f)
+        real_build = measure.build
+
+        def build(case, config):
+            fault = next((f for part, f in faults.items() if part in case.id), None)
+            if RANK == "1" and fault:
+                return _faulty(real_build, fault)(case, config)
+            return real_build(case, config)
+
+        measure.build = build
+        clocks = json.loads(os.environ.get("CLOCKS", "null"))
+        if clocks is not None:
+            devices.ClockWatch.stop = lambda self: clocks[RANK]
+
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(session):
+        if RANK == "0" and os.environ.get("SLOW_JSON"):
+            time.sleep(2.0)  # rank 0 still writing its results when rank 1 has finished
+""")
+
+
+def _torchrun(tmp_path, ops, timeout_s, **env):
+    import subprocess
+
+    config = _only_collectives(TINY)
+    config["cases"]["collectives"] = {**config["cases"]["collectives"], "ops": ops, "timeout_s": timeout_s}
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump(config))
+    (tmp_path / "faults.py").write_text(FAULTS)
+    out = tmp_path / "out.json"
+    environ = _clean_env(PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+                         **env)
+    start = time.monotonic()
+    proc = subprocess.run(distributed.torchrun_command(2, _pytest_args(cfg, out, "-p", "faults", "-rsf")),
+                          check=False, cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=120)
+    data = json.loads(out.read_text()) if out.exists() else None
+    return proc, proc.stdout + proc.stderr, data, time.monotonic() - start
+
+
+# --- 1. a case that fails or skips on one rank: every rank does, and the run goes on ----------------------
+
+
+def test_a_case_that_fails_or_skips_on_one_rank_does_on_every_rank_and_the_run_goes_on(tmp_path):
+    # Rank 1 runs out of memory building broadcast (before the family's agreement) and finds a wrong result in
+    # reduce (after the check's agreement). Rank 0 used to wait for it in the next collective or agreement until
+    # timeout_s, rank 1 then blamed rank 0 ("rank(s) 0 of 2 did not arrive") and torchrun killed rank 0: no JSON.
+    proc, text, data, took = _torchrun(tmp_path, ["all_reduce", "broadcast", "reduce", "all_to_all"], 8,
+                                       FAULTS="broadcast=oom,-reduce-=check", SLOW_JSON="1")
+    assert proc.returncode != 0, text[-3000:]  # reduce failed, on every rank
+    assert "did not arrive" not in text, text[-3000:]
+    # Rank 0's report names rank 1 and its error (rank 1 reports its own, without the prefix).
+    assert "rank 1: out of memory for gloo-broadcast-float32-4KiB-inplace: use smaller sizes" in text
+    assert "\nrank 1: AssertionError: injected wrong result\n" in text
+    # Rank 1 failed too, and torchrun stops every rank once one exits with an error: the ranks leave together.
+    assert data is not None, text[-3000:]
+    names = sorted(b["name"] for b in data["benchmarks"])
+    assert names == ["test_collectives[gloo-all_reduce-float32-4KiB-inplace]",
+                     "test_collectives[gloo-all_to_all-float32-4KiB-outofplace]"]
+    assert not (tmp_path / "out.partial.jsonl").exists()
+    assert took < 60  # nobody waited for timeout_s (8 s) at each of the cases
+
+
+def test_a_failure_while_timing_names_the_rank_that_failed(tmp_path):
+    # No agreement is possible inside timing: rank 0 waits in the collective until timeout_s, then names rank 1
+    # (which posted its error) instead of being blamed by it; rank 1 waits that long more at the next agreement.
+    _, text, data, took = _torchrun(tmp_path, ["all_reduce", "broadcast"], 3, FAULTS="broadcast=timing")
+    assert "failed while timing on rank 1: RuntimeError: injected failure mid-timing; this rank failed after it, " \
+           "waiting in a collective" in text, text[-3000:]
+    assert "did not arrive" not in text, text[-3000:]
+    assert data is not None, text[-3000:]  # rank 0 was not killed: the ranks left the run together
+    assert [b["name"] for b in data["benchmarks"]] == ["test_collectives[gloo-all_reduce-float32-4KiB-inplace]"]
+    assert took < 60
+
+
+# --- the lockstep in threads (one store, fake ranks) ------------------------------------------------------
+
+
+def _state(store, rank, world=2, timeout_s=5.0):
+    env = LaunchEnv(rank, world, rank, world, "127.0.0.1", 0, False, "t")
+    return DistState(env, "gloo", "cpu", timeout_s, "d", store=store)
+
+
+def test_a_rank_that_leaves_a_case_wakes_the_ranks_waiting_in_it():
+    def rank(store, r):
+        state = _state(store, r, timeout_s=20.0)
+        state.begin_case("c")
+        start = time.monotonic()
+        problem = None
+        if r == 1:
+            problem = {"kind": "skip", "text": "out of memory"}  # before the case's first agreement
+        else:
+            with pytest.raises(CaseAborted, match=r"rank 1: out of memory \(left c before c build\)"):
+                state.agree("c build")
+        outcome = state.ready(problem)
+        state.end_case()
+        state.begin_case("d")  # the next case starts in step on both ranks
+        found = state.agree("d build", "x" if r == 0 else None)
+        return outcome, found, time.monotonic() - start
+
+    results = _in_threads(rank)
+    for r in (0, 1):
+        outcome, found, took = results[r]
+        assert outcome == {1: {"kind": "skip", "text": "out of memory"}} and found == {0: "x"}
+        assert took < 5.0  # not the 20 s timeout
+
+
+def test_a_timeout_after_a_failure_while_timing_names_the_rank_that_failed():
+    def rank(store, r):
+        state = _state(store, r, timeout_s=0.5)
+        state.begin_case("gloo-broadcast")
+        if r == 0:
+            return None  # still inside the collective, waiting for rank 1
+        state.timing_failed("RuntimeError: boom")
+        state.end_case()
+        state.begin_case("next")
+        start = time.monotonic()
+        with pytest.raises(RankTimeout) as info:
+            state.agree("next build")
+        return str(info.value), time.monotonic() - start
+
+    message, took = _in_threads(rank)[1]
+    assert message.startswith("rank(s) 0 of 2 did not arrive at next build within 1 s")  # timeout_s + grace
+    assert message.endswith("; before that, gloo-broadcast failed while timing (rank 1: RuntimeError: boom): the "
+                            "ranks that did not arrive may have waited for that rank in its collective")
+    assert took >= 0.9
+
+
+# --- 2. machine state from every rank ---------------------------------------------------------------------
+
+
+def test_rank_0_records_the_most_held_down_gpu_of_any_rank():
+    held = {0: {"clocks_held": 0.1, "clocks_held_thermal": 0.1, "clocks_window_s": 2.0},
+            1: {"clocks_held": 0.6, "clocks_held_power": 0.6, "clocks_window_s": 2.1},
+            2: {}}  # no NVML on that rank
+
+    def rank(store, r):
+        state = _state(store, r, world=3)
+        state.begin_case("c")
+        return state.gather_clocks(held[r])
+
+    results = _in_threads(rank, world=3)
+    assert results[0] == {"clocks_held": 0.6, "clocks_held_power": 0.6, "clocks_held_thermal": 0.1,
+                          "clocks_window_s": 2.1, "clocks_held_rank": 1}
+    assert results[1] == held[1] and results[2] == {}  # the others keep their own (they write nothing)
+    assert distributed.merge_clocks({0: {}, 1: {}}) == {}
+
+
+def test_clocks_held_on_another_rank_reach_the_json(tmp_path):
+    # ClockWatch watches only its own rank's GPU and only rank 0 writes: a capped GPU on rank 1 never showed.
+    clocks = {"0": {"clocks_held": 0.0, "clocks_window_s": 1.0},
+              "1": {"clocks_held": 0.4, "clocks_held_power": 0.4, "clocks_window_s": 1.0}}
+    proc, text, data, _ = _torchrun(tmp_path, ["all_reduce"], 30, CLOCKS=json.dumps(clocks))
+    assert proc.returncode == 0, text[-3000:]
+    info = data["benchmarks"][0]["extra_info"]
+    assert (info["clocks_held"], info["clocks_held_power"], info["clocks_held_rank"]) == (0.4, 0.4, 1)
