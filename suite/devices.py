@@ -19,7 +19,7 @@ from typing import Iterator
 import torch
 
 from suite.errors import UserError
-from suite.limits import CLOCK_LIMITS, CLOCKS_HELD_NAMED_FROM
+from suite.limits import CLOCK_LIMITS, CLOCKS_HELD_NAMED_FROM, HW_SLOWDOWN_FIELDS, POLICY_FIELDS
 
 ACCELERATOR_KINDS = ("cuda", "xpu", "mps")
 _DEVICE_RE = re.compile(r"^(cpu|cuda|xpu|mps)(?::(\d+))?$")
@@ -111,6 +111,9 @@ class Platform:
         for name, policy in CLOCK_LIMITS.items():
             with contextlib.suppress(Exception):  # a policy this GPU or driver does not report is left out
                 held[name] = pynvml.nvmlDeviceGetViolationStatus(handle, policy).violationTime / 1e9
+        # The hardware slowdowns, and as field values any policy the deprecated call did not answer.
+        fields = {**{n: f for n, f in POLICY_FIELDS.items() if n not in held}, **HW_SLOWDOWN_FIELDS}
+        held.update(nvml_field_seconds(pynvml, handle, fields))
         return held or None
 
     def _nvml_handle(self, index: int):
@@ -477,12 +480,13 @@ def _nvml_info(index: int, uuid: str | None = None) -> dict:
 
 
 class ClockWatch:
-    """How long NVML's power, thermal, board or reliability limits held a benchmark's GPUs' clocks down
-    while it was warmed up and timed: counters read before the warm-up and after the final synchronisation.
+    """How long NVML's power, thermal, board or reliability limits, or the hardware's own slowdowns, held a
+    benchmark's GPUs' clocks down while it was warmed up and timed: counters read before the warm-up and after
+    the final synchronisation.
 
     `stop()` gives, where NVML answered for at least one of its devices: `clocks_held`, the largest share of
     that window (0 to 1) any one limit held any one of its GPUs; `clocks_held_<limit>` (power, thermal,
-    board_limit, reliability), that limit's own largest share, for each limit that held one for at least
+    board_limit, reliability, hw_thermal, hw_power_brake), that limit's own largest share, for each limit that held one for at least
     CLOCKS_HELD_NAMED_FROM of the window; `clocks_window_s`, the window's length. {} where NVML tells nothing
     (the CPU, no nvidia-ml-py, a MIG instance).
     """
@@ -527,6 +531,31 @@ LINK_MEANINGS = {
     "NODE": "PCIe host bridges within one NUMA node",
     "SYS": "PCIe and the interconnect between NUMA nodes (QPI/UPI, Infinity Fabric)",
 }
+
+
+# nvmlValueType_t -> the member of nvmlValue_t that holds such a value.
+_NVML_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def nvml_field_seconds(nvml, handle, fields: dict[str, int]) -> dict[str, float]:
+    """name -> seconds of the NVML field values `fields` (name -> field id) that count nanoseconds, in one
+    nvmlDeviceGetFieldValues call; a field this GPU or driver does not answer is left out, and {} where the
+    call itself fails (an nvidia-ml-py or driver without it)."""
+    if not fields:
+        return {}
+    try:
+        values = nvml.nvmlDeviceGetFieldValues(handle, list(fields.values()))
+    except Exception:  # noqa: BLE001 - no such call here: nothing to record
+        return {}
+    found = {}
+    for name, value in zip(fields, values):
+        member = _NVML_VALUE_MEMBERS.get(int(getattr(value, "valueType", -1)))
+        if getattr(value, "nvmlReturn", 1) != 0 or member is None:  # NVML_SUCCESS is 0
+            continue
+        number = getattr(value.value, member, None)
+        if isinstance(number, (int, float)) and number >= 0:
+            found[name] = number / 1e9
+    return found
 
 
 def _pci_address(info) -> tuple[int, int, int] | None:

@@ -85,6 +85,8 @@ MEASURED_KEYS = frozenset(
         "clocks_held_thermal",
         "clocks_held_board_limit",
         "clocks_held_reliability",
+        "clocks_held_hw_thermal",
+        "clocks_held_hw_power_brake",
         "clocks_held_rank",
         "clocks_window_s",
         "copy_engines",
@@ -109,7 +111,8 @@ STOP_KEYS = ("stopped_on", "margin", "precision_target", "confidence")
 # power, thermal, board or reliability limit held the GPUs' clocks down while a benchmark was warmed up and
 # timed (devices.ClockWatch), which health names beside a slow result.
 STATE_KEYS = ("link", "clocks_held", "clocks_held_power", "clocks_held_thermal", "clocks_held_board_limit",
-              "clocks_held_reliability", "clocks_held_rank")
+              "clocks_held_reliability", "clocks_held_hw_thermal", "clocks_held_hw_power_brake",
+              "clocks_held_rank")
 STAT_KEYS = ("median", "iqr", "q1", "q3", "min", "max", "mean", "stddev", "rounds", "iterations")
 DERIVED_COLUMNS = ("metric", "metric_name", "metric_unit")  # set from the rate columns once per table
 

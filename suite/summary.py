@@ -247,7 +247,7 @@ def _stopping(benchmarks: list[dict]) -> list[str]:
 
 # Limits that point at the machine rather than the workload: the power limit holding a GPU under a large
 # matmul is its normal state, so it is not called out at the end of a run.
-_MACHINE_LIMITS = ("thermal", "board_limit", "reliability")
+_MACHINE_LIMITS = ("thermal", "board_limit", "reliability", "hw_thermal", "hw_power_brake")
 
 
 def _held(benchmarks: list[dict]) -> list[str]:

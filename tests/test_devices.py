@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -435,6 +437,36 @@ def test_clock_limits_read_nvmls_violation_counters(monkeypatch):
     del fake.nvmlDeviceGetViolationStatus  # an nvidia-ml-py without the call
     assert plat.clock_limits(torch.device("cuda", 0)) is None
 
+    # Field values: the hardware slowdowns, and the policies where the deprecated call is gone. A field the
+    # driver does not answer (NOT_SUPPORTED, 3) is left out; values are nanoseconds.
+    asked = []
+
+    def field_values(h, ids):
+        asked.append(list(ids))
+        answers = {74: 3 * 10**9, 75: 0, 77: 0, 79: None, 270: 2 * 10**9, 271: 5 * 10**8}
+        return [SimpleNamespace(valueType=3, nvmlReturn=3 if answers[i] is None else 0,
+                                value=SimpleNamespace(ullVal=answers[i] or 0)) for i in ids]
+
+    fake.nvmlDeviceGetFieldValues = field_values
+    assert plat.clock_limits(torch.device("cuda", 0)) == {"power": 3.0, "thermal": 0.0, "board_limit": 0.0,
+                                                          "hw_thermal": 2.0, "hw_power_brake": 0.5}
+    fake.nvmlDeviceGetViolationStatus = some  # the call answers its policies: only the slowdowns are fields
+    assert plat.clock_limits(torch.device("cuda", 0)) == {"power": 0.0, "thermal": 0.0, "board_limit": 0.0,
+                                                          "hw_thermal": 2.0, "hw_power_brake": 0.5}
+    assert asked[-1] == [79, 270, 271], "reliability, which the call did not answer, and the slowdowns"
+
+
+def test_clock_watch_records_a_hardware_power_brake(monkeypatch):
+    fake = FakePlatform(gpus=1)
+    fake.held = {0: {"power": 0.0, "hw_power_brake": 10.0}}
+    now = [0.0]
+    with use_platform(fake):
+        watch = dev.ClockWatch(["cuda:0"], clock=lambda: now[0])
+        now[0] += 2.0
+        fake.held = {0: {"power": 0.2, "hw_power_brake": 11.0}}
+        assert watch.stop() == {"clocks_held": pytest.approx(0.5), "clocks_held_power": pytest.approx(0.1),
+                                "clocks_held_hw_power_brake": pytest.approx(0.5), "clocks_window_s": 2.0}
+
 
 @pytest.mark.gpu
 def test_real_nvml_counts_links_and_clock_limits():
@@ -463,13 +495,26 @@ def test_real_nvml_counts_links_and_clock_limits():
             raise AssertionError(f"nvmlDeviceGetViolationStatus failed: {exc}; if the call is gone (deprecated "
                                  "in CUDA 13), read the counters another way (suite/limits.py)") from exc
         raise AssertionError("NVML answers the power counter, yet Platform.clock_limits recorded nothing")
-    assert set(before) <= set(dev.CLOCK_LIMITS)
+    from suite.limits import LIMITS
+
+    assert set(before) <= set(LIMITS)
+    started = time.monotonic()
     x = torch.randn(4096, 4096, device=gpu)
     for _ in range(20):
         x = x @ x / 64
     dev.synchronize(gpu)
     after = plat.clock_limits(gpu) or {}
+    elapsed = time.monotonic() - started
     assert all(after.get(k, -1) >= before[k] >= 0 for k in before), (before, after)  # counters only grow
+    # Read as nanoseconds, no counter grows faster than the wall clock (one read 1000x too large would); the
+    # second is for a driver that updates its counters in steps.
+    assert all(after[k] - before[k] <= elapsed + 1.0 for k in before), (before, after, elapsed)
+    # The field values answer in the same unit as the (deprecated) call, where the driver has both.
+    import pynvml
+
+    fields = dev.nvml_field_seconds(pynvml, plat._nvml_handle(gpu.index or 0), {"power": 74})
+    if "power" in fields and "power" in after:
+        assert abs(fields["power"] - after["power"]) <= 1.0 + 0.01 * after["power"], (fields, after)
     entry = next(d for d in dev.inventory().devices if d["id"] == dev.device_id(gpu))
     if "nvlinks_active" in entry:
         assert entry["nvlinks_to_switch"] <= entry["nvlinks_active"] <= 36

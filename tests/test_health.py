@@ -590,3 +590,14 @@ def test_a_partial_run_is_said_to_be_one(tmp_path, capsys):
     path.write_text("\n".join(json.dumps(o) for o in [{"partial": True, **header}, *data["benchmarks"]]) + "\n")
     assert main(["health", str(path)]) == 0
     assert f"partial: {path} (a killed run: judged on what it finished)" in capsys.readouterr().out
+
+
+def test_a_straggler_held_by_the_hardware_power_brake_says_so(tmp_path, capsys):
+    slow = matmul("cuda:1", 390)
+    slow["extra_info"].update(clocks_held=0.55, clocks_held_hw_power_brake=0.55, clocks_window_s=1.5)
+    fleet.write(tmp_path, "box", ours("box", 4, [matmul("cuda:0", 780), slow, matmul("cuda:2", 781),
+                                                matmul("cuda:3", 779)]))
+    code, result = health_json(capsys, str(tmp_path))
+    (f,) = [f for f in node(result, "box")["findings"] if f["kind"] == "straggler"]
+    assert code == 1 and f["device"] == "cuda:1"
+    assert "clocks held back 55% of the time by the hardware power brake (clocks halved or more)" in f["text"]

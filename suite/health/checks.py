@@ -134,7 +134,9 @@ def _fmt(value: float, unit: str) -> str:
 # run says so beside its numbers: the likely cause, read from NVML (devices.ClockWatch).
 CLOCKS_HELD_SHOWN_FROM = 0.05
 LIMIT_NAMES = {"power": "the power limit", "thermal": "(software) thermal slowdown",
-               "board_limit": "a board limit", "reliability": "a reliability limit"}
+               "board_limit": "a board limit", "reliability": "a reliability limit",
+               "hw_thermal": "hardware thermal slowdown (clocks halved or more)",
+               "hw_power_brake": "the hardware power brake (clocks halved or more)"}
 
 
 def _numa_note(device: str, node: object, cpu: dict) -> str:
