@@ -167,7 +167,9 @@ def _side(path: str, labels: dict[str, str], what: str) -> Side:
     runs, nodes, devices, hardware = {}, {}, set(), {}
     for label in latest:
         m = loaded.machines[label]
-        hardware[label] = " + ".join(f"{n}×{name}" for name, n in sorted(m.accelerators.items())) or m.gpu_model
+        hardware[label] = (
+            " + ".join(f"{n}×{name}" for name, n in sorted(m.accelerators.items())) or m.gpu_model
+        )
         if not m.n_benchmarks:
             raise UserError(
                 f"{what} {m.file} {NOTHING_MEASURED}: nothing to compare; rerun it, or pass the run to judge"
@@ -461,8 +463,8 @@ def run(args: argparse.Namespace) -> int:
         emit("\n\n".join(outputs))
     if not compared:
         # Nothing in common passes no gate, --allow-missing or not.
-        print("compare: no benchmark of the baseline is in the candidate: nothing was compared; compare runs of "
-              "the same config (or map devices with --map BASELINE_DEV=CANDIDATE_DEV)", file=sys.stderr)
+        print("compare: no benchmark of the baseline is in the candidate: nothing was compared; compare runs "
+              "of the same config (or map devices with --map BASELINE_DEV=CANDIDATE_DEV)", file=sys.stderr)
         return 2
     if (missing or missing_machines) and not args.allow_missing:
         what = ", ".join(

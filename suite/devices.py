@@ -486,9 +486,9 @@ class ClockWatch:
 
     `stop()` gives, where NVML answered for at least one of its devices: `clocks_held`, the largest share of
     that window (0 to 1) any one limit held any one of its GPUs; `clocks_held_<limit>` (power, thermal,
-    board_limit, reliability, hw_thermal, hw_power_brake), that limit's own largest share, for each limit that held one for at least
-    CLOCKS_HELD_NAMED_FROM of the window; `clocks_window_s`, the window's length. {} where NVML tells nothing
-    (the CPU, no nvidia-ml-py, a MIG instance).
+    board_limit, reliability, hw_thermal, hw_power_brake), that limit's own largest share, for each limit that
+    held one for at least CLOCKS_HELD_NAMED_FROM of the window; `clocks_window_s`, the window's length.
+    {} where NVML tells nothing (the CPU, no nvidia-ml-py, a MIG instance).
     """
 
     def __init__(self, devices: list[str], clock=time.monotonic) -> None:

@@ -72,9 +72,9 @@ class LaunchEnv:
     master_port: int
     agent_store: bool  # torchrun's agent hosts the store; every rank is a client
     run_id: str
-    # Every rank's hostname, by rank, once start-up gathered them (empty before). With them local_world_size is
-    # the ranks on this rank's host: torchrun's LOCAL_WORLD_SIZE counts one agent's ranks, and under srun with
-    # one task per GPU each host runs several agents of one rank each.
+    # Every rank's hostname, by rank, once start-up gathered them (empty before). With them local_world_size
+    # is the ranks on this rank's host: torchrun's LOCAL_WORLD_SIZE counts one agent's ranks, and under srun
+    # with one task per GPU each host runs several agents of one rank each.
     hosts: tuple[str, ...] = ()
 
     @classmethod
@@ -308,7 +308,9 @@ class DistState:
 
     def _timing_posts(self, case: str) -> dict[int, str]:
         key = f"{case}/timing"
-        posts = [json.loads(self.store.get(f"{key}/{i}")) for i in range(1, self.store.add(f"{key}/count", 0) + 1)]
+        posts = [
+            json.loads(self.store.get(f"{key}/{i}")) for i in range(1, self.store.add(f"{key}/count", 0) + 1)
+        ]
         return {r: t for r, t in posts}
 
     def _timing_failure_note(self) -> str:
@@ -457,7 +459,8 @@ def describe_outcome(outcome: dict[int, dict], world_size: int) -> str:
 
 def merge_clocks(ranks: dict[int, dict]) -> dict:
     """ClockWatch results of the ranks, {rank: stop()} -> the largest share per limit over ranks, with
-    `clocks_held_rank` (the rank of the largest clocks_held) and that rank's window. {} when none read NVML."""
+    `clocks_held_rank` (the rank of the largest clocks_held) and that rank's window.
+    {} when none read NVML."""
     read = {r: held for r, held in ranks.items() if held}
     if not read:
         return {}
@@ -485,7 +488,8 @@ def share(store, key: str, rank: int, payload: Any, timeout_s: float, what: str)
     except RuntimeError:  # DistStoreError: the key never came
         raise RankTimeout(
             f"rank {rank}: rank 0 did not share {what} within {timeout_s:g} s (timeout_s in the collectives "
-            "config); see rank 0's own output (torchrun prefixes it with [rank0]:) for why it crashed or hangs"
+            "config); see rank 0's own output (torchrun prefixes it with [rank0]:) "
+            "for why it crashed or hangs"
         ) from None
 
 
@@ -498,7 +502,8 @@ def announce(store, rank: int, host: str | None = None) -> None:
 
 def gather_hosts(store, rank: int, world_size: int, timeout_s: float) -> tuple[list[str], dict[int, dict]]:
     """After the meeting: rank 0 reads every rank's announcement and shares the hostnames (by rank); every
-    other rank reads them with one store call. Returns (hostnames, {rank: environment}, the latter on rank 0)."""
+    other rank reads them with one store call. Returns (hostnames, {rank: environment}, the latter on
+    rank 0)."""
     if rank != 0:
         return share(store, "hosts/all", rank, None, timeout_s, "the ranks' hostnames"), {}
     keys = [f"hosts/rank{r}" for r in range(world_size)]

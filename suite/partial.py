@@ -209,8 +209,8 @@ class PartialState:
             if previous.unreadable:
                 lines = ", ".join(map(str, previous.unreadable[:5])) + (" ..." if len(previous.unreadable) > 5
                                                                          else "")
-                print(f"warning: {partial}: left out {len(previous.unreadable)} unreadable line(s) ({lines}); "
-                      "what they held is measured again", file=sys.stderr)
+                print(f"warning: {partial}: left out {len(previous.unreadable)} unreadable line(s) "
+                      f"({lines}); what they held is measured again", file=sys.stderr)
             check_same_run(partial, previous, identity)
             if not previous.benchmarks and not any(previous.deaths(n) for n in previous.started):
                 raise UserError(
@@ -325,8 +325,8 @@ def refuse_to_overwrite(partial: Path) -> None:
         return
     if finished:
         raise UserError(
-            f"{partial} holds {finished} finished benchmark(s) of an interrupted run: add --suite-resume to keep "
-            "them and run the rest, or delete the file to start afresh"
+            f"{partial} holds {finished} finished benchmark(s) of an interrupted run: add --suite-resume to "
+            "keep them and run the rest, or delete the file to start afresh"
         )
 
 

@@ -294,8 +294,8 @@ def case_flops(case: Case) -> int | None:
 
 class Rates:
     """The fastest a device can compute (TFLOP/s) per precision: a datasheet peak for a GPU the table knows (a
-    call can take no less than its FLOPs at that rate), a short matmul probe on this machine's CPU (a
-    fair figure for a large matmul there, which runs near it). None where neither is known (a planned node)."""
+    call can take no less than its FLOPs at that rate), a short matmul probe on this machine's CPU (a fair
+    figure for a large matmul there, which runs near it). None where neither is known (a planned node)."""
 
     def __init__(self, probe_cpu: bool = True) -> None:
         self.probe_cpu = probe_cpu
@@ -526,7 +526,8 @@ def render(plan: Plan, long: list[LongCall] | None = None) -> str:
         extra = sum(c.over_s for c in long)
         lines.append(
             f"NOT in 'at most': {len(long)} case(s) whose one call is long, so their min_rounds alone take "
-            f"~{format_duration(extra)} more (pytest-benchmark times whole calls; smaller sizes shorten them):"
+            f"~{format_duration(extra)} more "
+            "(pytest-benchmark times whole calls; smaller sizes shorten them):"
         )
         for c in long[:MAX_LONG_SHOWN]:
             lines.append(

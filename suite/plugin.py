@@ -122,9 +122,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("filterwarnings", "default")
     path = _config_path(config)
     given = config.getoption("suite_devices")
-    if given is not None and not given.strip():  # an empty shell variable: not the config's devices in silence
-        raise pytest.UsageError("--suite-devices is empty: name the devices (all, cpu, gpus, cuda:1, cpu,cuda:1) "
-                                "or leave the option out to use the config's")
+    # an empty shell variable: not the config's devices in silence
+    if given is not None and not given.strip():
+        raise pytest.UsageError(
+            "--suite-devices is empty: name the devices (all, cpu, gpus, cuda:1, cpu,cuda:1) "
+            "or leave the option out to use the config's"
+        )
     try:
         suite_config = load_config(path)
         spec = config.getoption("suite_devices") or suite_config.devices
@@ -314,8 +317,9 @@ def _run_case(case: Case, benchmark, config: SuiteConfig, lockstep) -> dict:
                 work, watch = _start_in_lockstep(case, family, config, lockstep)
             try:
                 if work.pedantic is not None:
-                    # Fixed rounds and warm-up from the case (collectives: every rank must run the same calls in
-                    # lockstep; time-based warm-up and calibration would differ between ranks and hang them).
+                    # Fixed rounds and warm-up from the case (collectives: every rank must run the same calls
+                    # in lockstep; time-based warm-up and calibration would differ between ranks and hang
+                    # them).
                     benchmark.pedantic(work.fn, **work.pedantic)
                 else:
                     timer = SyncTimer([torch.device(d) for d in case.devices])
@@ -339,15 +343,16 @@ def _run_case(case: Case, benchmark, config: SuiteConfig, lockstep) -> dict:
         raise
     held: dict = {}
     try:
-        # pytest-benchmark makes one more, untimed call after the timed rounds, and side streams may still copy
-        # into this case's buffers: wait for all of it, so no work of this case is queued when its tensors are
-        # freed (the caching allocator would hand them to the next case) or when the next case starts timing.
+        # pytest-benchmark makes one more, untimed call after the timed rounds, and side streams may still
+        # copy into this case's buffers: wait for all of it, so no work of this case is queued when its
+        # tensors are freed (the caching allocator would hand them to the next case) or when the next case
+        # starts timing.
         dev.synchronize(*case.devices)
         held = watch.stop()
     finally:
         if lockstep is not None:
-            # Rank 0 records the worst GPU of any rank (it alone writes); every rank posts, even after an error
-            # here, as rank 0 waits for each.
+            # Rank 0 records the worst GPU of any rank (it alone writes); every rank posts, even after an
+            # error here, as rank 0 waits for each.
             held = lockstep.gather_clocks(held)
 
     info: dict = {"case": case.family, **case.info}
@@ -419,7 +424,11 @@ def _start_in_lockstep(case: Case, family, config: SuiteConfig, lockstep):
             raise own
         return work, watch
     kind = "fail" if any(o["kind"] == "fail" for o in outcome.values()) else "skip"
-    if problem is not None and problem["kind"] == kind and {o["text"] for o in outcome.values()} == {problem["text"]}:
+    if (
+        problem is not None
+        and problem["kind"] == kind
+        and {o["text"] for o in outcome.values()} == {problem["text"]}
+    ):
         raise own  # this rank's own error, alone or the same on every rank: with its traceback
     message = describe_outcome(outcome, lockstep.env.world_size)
     if kind == "skip":
@@ -588,8 +597,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state is None or state.writer is None or bs is None:
         return
     if not bs.benchmarks and not state.reused and session.exitstatus == pytest.ExitCode.OK:
-        # Every selected case skipped (no such device, -k matched only skips): pytest-benchmark writes no JSON,
-        # and a silent exit 0 would pass for a run that measured something.
+        # Every selected case skipped (no such device, -k matched only skips): pytest-benchmark writes no
+        # JSON, and a silent exit 0 would pass for a run that measured something.
         session.config.stash[_NOTHING] = (
             f"[suite] nothing measured: every selected case was skipped (pytest -rs shows why); no results "
             f"written to {session.config.getoption('benchmark_json')}"

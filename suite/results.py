@@ -188,7 +188,8 @@ class Machine:
     # in a torchrun job of their own beside the node's single-process run. Runs launched differently measure
     # different things, so each has its own latest run.
     launch: str = ""
-    distributed: dict = field(default_factory=dict)  # the suite.distributed block of a torchrun job, as written
+    # the suite.distributed block of a torchrun job, as written
+    distributed: dict = field(default_factory=dict)
 
     @property
     def accelerators(self) -> Counter:

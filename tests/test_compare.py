@@ -404,7 +404,9 @@ def test_nothing_in_common_fails_even_with_allow_missing(tmp_path, capsys):
     cand.write_text(json.dumps(data))
     assert main(["compare", str(DATA / "h200x2.json"), str(cand), "--allow-missing"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("compare: no benchmark of the baseline is in the candidate: nothing was compared")
+    assert err[-1].startswith(
+        "compare: no benchmark of the baseline is in the candidate: nothing was compared"
+    )
 
 
 def test_different_hardware_is_named_in_a_warning(capsys):

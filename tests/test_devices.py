@@ -492,8 +492,10 @@ def test_real_nvml_counts_links_and_clock_limits():
             denied = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_NO_PERMISSION)
             if exc.value in denied:
                 pytest.skip(f"this node's NVML denies the clock-limit counters ({exc}); none are recorded")
-            raise AssertionError(f"nvmlDeviceGetViolationStatus failed: {exc}; if the call is gone (deprecated "
-                                 "in CUDA 13), read the counters another way (suite/limits.py)") from exc
+            raise AssertionError(
+                f"nvmlDeviceGetViolationStatus failed: {exc}; if the call is gone (deprecated "
+                "in CUDA 13), read the counters another way (suite/limits.py)"
+            ) from exc
         raise AssertionError("NVML answers the power counter, yet Platform.clock_limits recorded nothing")
     from suite.limits import LIMITS
 

@@ -83,12 +83,14 @@ def test_bad_config_is_one_line_once_before_torchrun(no_torchrun, capsys, tmp_pa
 
 
 def test_describe_records_the_nccl_environment(monkeypatch):
-    for name, value in {"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "eth0", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
-                        "GLOO_SOCKET_IFNAME": "eth0", "TP_SOCKET_IFNAME": "eth1", "NCCLX": "no"}.items():
+    for name, value in {"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "eth0",
+                        "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "GLOO_SOCKET_IFNAME": "eth0",
+                        "TP_SOCKET_IFNAME": "eth1", "NCCLX": "no"}.items():
         monkeypatch.setenv(name, value)
     env = LaunchEnv(0, 2, 0, 2, "127.0.0.1", 0, False, "t").with_hosts(["a", "a"])
     other = {**distributed.launch_environment(), "NCCL_SOCKET_IFNAME": "eth1"}
-    state = DistState(env, "gloo", "cpu", 5.0, "d", environments={0: distributed.launch_environment(), 1: other})
+    state = DistState(env, "gloo", "cpu", 5.0, "d",
+                      environments={0: distributed.launch_environment(), 1: other})
     out = state.describe()
     assert {"NCCL_IB_HCA": "mlx5_0", "NCCL_SOCKET_IFNAME": "eth0", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
             "GLOO_SOCKET_IFNAME": "eth0", "TP_SOCKET_IFNAME": "eth1"}.items() <= out["environment"].items()
@@ -130,8 +132,8 @@ def _clean_env(**extra) -> dict:
 
 
 def _pytest_args(cfg, out, *more) -> list[str]:
-    return [os.path.join(ROOT, "benchmarks", "test_collectives.py"), f"--rootdir={ROOT}", "-p", "no:cacheprovider",
-            "-q", f"--suite-config={cfg}", f"--benchmark-json={out}", *more]
+    return [os.path.join(ROOT, "benchmarks", "test_collectives.py"), f"--rootdir={ROOT}",
+            "-p", "no:cacheprovider", "-q", f"--suite-config={cfg}", f"--benchmark-json={out}", *more]
 
 
 def test_two_agents_on_one_host_are_one_node_with_its_environment(tmp_path):
@@ -141,11 +143,12 @@ def test_two_agents_on_one_host_are_one_node_with_its_environment(tmp_path):
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(yaml.safe_dump(config))
     out = tmp_path / "out.json"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", "--rdzv-backend=c10d",
-           f"--rdzv-endpoint=127.0.0.1:{_free_port()}", f"--rdzv-id=t{time.monotonic_ns()}",
-           "-m", "pytest", *_pytest_args(cfg, out)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
+           "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{_free_port()}",
+           f"--rdzv-id=t{time.monotonic_ns()}", "-m", "pytest", *_pytest_args(cfg, out)]
     env = _clean_env(NCCL_DEBUG="INFO", GLOO_SOCKET_IFNAME="lo")
-    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
              for _ in range(2)]
     outputs = [p.communicate(timeout=120)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outputs)
@@ -199,15 +202,15 @@ def test_a_run_killed_mid_way_resumes_under_torchrun(tmp_path):
     partial = tmp_path / "out.partial.jsonl"
     env = _clean_env(PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
     start = time.monotonic()
-    first = subprocess.run(distributed.torchrun_command(2, _pytest_args(cfg, out, "-p", "killer")), check=False,
-                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    first = subprocess.run(distributed.torchrun_command(2, _pytest_args(cfg, out, "-p", "killer")),
+                           check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert first.returncode == -signal.SIGKILL, (first.stdout + first.stderr)[-3000:]
     time.sleep(1.0)  # a rank that outlived its agent would now finish the run and delete the partial file
     assert not out.exists() and partial.exists()
     lines = [json.loads(line) for line in partial.read_text().splitlines()]
     assert len([x for x in lines if "stats" in x]) == 3 and len([x for x in lines if "started" in x]) == 4
-    resumed = subprocess.run(distributed.torchrun_command(2, _pytest_args(cfg, out, "--suite-resume")), check=False,
-                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    resumed = subprocess.run(distributed.torchrun_command(2, _pytest_args(cfg, out, "--suite-resume")),
+                             check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
     assert "6 passed, 3 deselected" in resumed.stdout
     names = [b["fullname"] for b in json.loads(out.read_text())["benchmarks"]]

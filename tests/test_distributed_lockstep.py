@@ -1,6 +1,6 @@
-"""Collectives in lockstep under torchrun: a rank that fails or skips a case alone makes every rank fail or skip
-it (the run goes on, rank 0 writes its JSON), a failure while timing names the rank that failed, and rank 0
-records the most held-down GPU of any rank."""
+"""Collectives in lockstep under torchrun: a rank that fails or skips a case alone makes every rank fail or
+skip it (the run goes on, rank 0 writes its JSON), a failure while timing names the rank that failed, and
+rank 0 records the most held-down GPU of any rank."""
 
 from __future__ import annotations
 
@@ -95,8 +95,9 @@ def _torchrun(tmp_path, ops, timeout_s, **env):
     cfg.write_text(yaml.safe_dump(config))
     (tmp_path / "faults.py").write_text(FAULTS)
     out = tmp_path / "out.json"
-    environ = _clean_env(PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
-                         **env)
+    environ = _clean_env(
+        PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])), **env
+    )
     start = time.monotonic()
     proc = subprocess.run(distributed.torchrun_command(2, _pytest_args(cfg, out, "-p", "faults", "-rsf")),
                           check=False, cwd=tmp_path, env=environ, capture_output=True, text=True, timeout=120)
@@ -109,8 +110,9 @@ def _torchrun(tmp_path, ops, timeout_s, **env):
 
 def test_a_case_that_fails_or_skips_on_one_rank_does_on_every_rank_and_the_run_goes_on(tmp_path):
     # Rank 1 runs out of memory building broadcast (before the family's agreement) and finds a wrong result in
-    # reduce (after the check's agreement). Rank 0 used to wait for it in the next collective or agreement until
-    # timeout_s, rank 1 then blamed rank 0 ("rank(s) 0 of 2 did not arrive") and torchrun killed rank 0: no JSON.
+    # reduce (after the check's agreement). Rank 0 used to wait for it in the next collective or agreement
+    # until timeout_s, rank 1 then blamed rank 0 ("rank(s) 0 of 2 did not arrive") and torchrun killed
+    # rank 0: no JSON.
     proc, text, data, took = _torchrun(tmp_path, ["all_reduce", "broadcast", "reduce", "all_to_all"], 8,
                                        FAULTS="broadcast=oom,-reduce-=check", SLOW_JSON="1")
     assert proc.returncode != 0, text[-3000:]  # reduce failed, on every rank
@@ -128,14 +130,17 @@ def test_a_case_that_fails_or_skips_on_one_rank_does_on_every_rank_and_the_run_g
 
 
 def test_a_failure_while_timing_names_the_rank_that_failed(tmp_path):
-    # No agreement is possible inside timing: rank 0 waits in the collective until timeout_s, then names rank 1
-    # (which posted its error) instead of being blamed by it; rank 1 waits that long more at the next agreement.
+    # No agreement is possible inside timing: rank 0 waits in the collective until timeout_s, then names
+    # rank 1 (which posted its error) instead of being blamed by it; rank 1 waits that long more at the next
+    # agreement.
     _, text, data, took = _torchrun(tmp_path, ["all_reduce", "broadcast"], 3, FAULTS="broadcast=timing")
-    assert "failed while timing on rank 1: RuntimeError: injected failure mid-timing; this rank failed after it, " \
-           "waiting in a collective" in text, text[-3000:]
+    assert "failed while timing on rank 1: RuntimeError: injected failure mid-timing; this rank failed " \
+           "after it, waiting in a collective" in text, text[-3000:]
     assert "did not arrive" not in text, text[-3000:]
     assert data is not None, text[-3000:]  # rank 0 was not killed: the ranks left the run together
-    assert [b["name"] for b in data["benchmarks"]] == ["test_collectives[gloo-all_reduce-float32-4KiB-inplace]"]
+    assert [b["name"] for b in data["benchmarks"]] == [
+        "test_collectives[gloo-all_reduce-float32-4KiB-inplace]"
+    ]
     assert took < 60
 
 
@@ -187,8 +192,8 @@ def test_a_timeout_after_a_failure_while_timing_names_the_rank_that_failed():
 
     message, took = _in_threads(rank)[1]
     assert message.startswith("rank(s) 0 of 2 did not arrive at next build within 1 s")  # timeout_s + grace
-    assert message.endswith("; before that, gloo-broadcast failed while timing (rank 1: RuntimeError: boom): the "
-                            "ranks that did not arrive may have waited for that rank in its collective")
+    assert message.endswith("; before that, gloo-broadcast failed while timing (rank 1: RuntimeError: boom): "
+                            "the ranks that did not arrive may have waited for that rank in its collective")
     assert took >= 0.9
 
 

@@ -472,7 +472,8 @@ def test_the_ceiling_judges_like_with_like(tmp_path, monkeypatch, mamf, sustaine
     monkeypatch.setattr(ctx, "run_suite", lambda *a, **k: [bench], raising=False)
     monkeypatch.setattr(ceiling, "h200_target", lambda name, power: (True, "target >= 90%"))
     seconds = 2 * 64**3 / (mamf * 1e12)
-    monkeypatch.setattr(suite.timing, "reference_times", lambda op, device, calls, before=None: [seconds] * calls)
+    monkeypatch.setattr(suite.timing, "reference_times",
+                        lambda op, device, calls, before=None: [seconds] * calls)
     monkeypatch.setattr(ceiling, "MAMF_FLUSH_BYTES", 1024)
     rows = ceiling.gpu_checks(ctx)
     assert rows[0].name.endswith("MAMF-style mean vs H200 figure") and rows[0].reference == 790.0

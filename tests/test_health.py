@@ -587,7 +587,9 @@ def test_a_partial_run_is_said_to_be_one(tmp_path, capsys):
     data = ours("box", 2, [matmul("cuda:0", 780), matmul("cuda:1", 780)])
     path = tmp_path / "run.partial.jsonl"
     header = {k: v for k, v in data.items() if k != "benchmarks"}
-    path.write_text("\n".join(json.dumps(o) for o in [{"partial": True, **header}, *data["benchmarks"]]) + "\n")
+    path.write_text(
+        "\n".join(json.dumps(o) for o in [{"partial": True, **header}, *data["benchmarks"]]) + "\n"
+    )
     assert main(["health", str(path)]) == 0
     assert f"partial: {path} (a killed run: judged on what it finished)" in capsys.readouterr().out
 

@@ -228,8 +228,8 @@ class FixedCpuRate:
 
 
 def test_a_case_whose_one_call_is_long_is_named_with_what_its_rounds_take():
-    """pytest-benchmark times whole calls: a 16000^3 matmul on a CPU takes min_rounds x ~40 s whatever max_time
-    says, and the plan says so instead of calling the run 'at most' a second."""
+    """pytest-benchmark times whole calls: a 16000^3 matmul on a CPU takes min_rounds x ~40 s whatever
+    max_time says, and the plan says so instead of calling the run 'at most' a second."""
     config = {"devices": "cpu", "cases": {"matmul": {"dtypes": ["float32"],
                                                       "shapes": ["16000x16000x16000", "256x256x256"]}}}
     long = [c for c in _long(config, FixedCpuRate(0.2)) if c.family == "matmul"]
@@ -251,9 +251,11 @@ def test_a_gpu_case_is_bounded_by_its_datasheet_peak():
 
 def test_plan_prints_the_long_cases_beside_at_most(tmp_path):
     cfg = tmp_path / "mid.yaml"
-    cfg.write_text("devices: cpu\ncases:\n  matmul:\n    dtypes: [float32]\n    shapes: ['16000x16000x16000']\n")
-    result = subprocess.run([sys.executable, "-m", "suite", "plan", "--config", str(cfg)], capture_output=True,
-                            text=True, timeout=60, cwd=Path(__file__).parent.parent)
+    cfg.write_text(
+        "devices: cpu\ncases:\n  matmul:\n    dtypes: [float32]\n    shapes: ['16000x16000x16000']\n"
+    )
+    result = subprocess.run([sys.executable, "-m", "suite", "plan", "--config", str(cfg)],
+                            capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent.parent)
     assert result.returncode == 0, result.stderr
     assert re.search(r"NOT in 'at most': \d+ case\(s\) whose one call is long", result.stdout)
     assert re.search(r"matmul cpu-float32-16000x16000x16000: one call ~\d", result.stdout)

@@ -417,7 +417,9 @@ def test_heatmap_names_each_gpu_pairs_link_under_its_figure(tmp_path, figures):
 # --- the collectives chart: every op, and a line per setup, dtype and mode ----------------------------------
 
 # The family's ops, as its config lists them; the results below are written in reverse to test the order.
-COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv")
+COLLECTIVE_OPS = (
+    "all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv"
+)
 TWO_WAY_OPS = ("all_gather", "reduce_scatter")  # torch offers only these both in place and out of place
 
 

@@ -83,7 +83,9 @@ def test_sigkill_keeps_every_finished_benchmark_and_resume_completes(fake_suite,
     result = subprocess.run(fake_suite(FAST, out, "-k", "quick"), env=_env(), capture_output=True, text=True,
                             timeout=180, cwd=tmp_path)
     assert result.returncode == 4, result.stdout[-2000:]
-    assert f"holds {len(kept)} finished benchmark(s) of an interrupted run: add --suite-resume" in result.stderr
+    assert (
+        f"holds {len(kept)} finished benchmark(s) of an interrupted run: add --suite-resume" in result.stderr
+    )
     assert partial.read_bytes() == before, "nothing measured is lost"
 
     result = subprocess.run(fake_suite(FAST, out, "-k", "quick", "--suite-resume"), env=_env(),
@@ -204,8 +206,8 @@ def test_a_benchmark_stopped_by_the_time_limit_while_timed_is_not_saved(fake_sui
     result = subprocess.run(fake_suite(config, out, "-k", "stall or quick"), env=_env(), capture_output=True,
                             text=True, timeout=120, cwd=tmp_path)
     assert result.returncode == 1 and "Timeout (>1.0s)" in result.stdout
-    assert "Timeout (>1.0s) from pytest-timeout: the case ran past timing.time_limit_s; raise it in the config" \
-        in result.stdout
+    assert "Timeout (>1.0s) from pytest-timeout: the case ran past timing.time_limit_s; " \
+           "raise it in the config" in result.stdout
     names = [b["name"] for b in json.loads(out.read_text())["benchmarks"]]
     assert "test_stall[cpu-midway]" not in names, "interrupted rounds are no measurement"
     assert len(names) == 40

@@ -85,8 +85,8 @@ def node_lines(health: Health, fail_on: tuple[str, ...]) -> list[tuple[str, str,
         lines += [f"partial: {path} (a killed run: judged on what it finished)" for path in node.partial]
         status = node.status(fail_on)
         if status == NOT_JUDGED:
-            lines.append(f"not judged: no expected figure applies to its results, no device has a peer of its "
-                         f"model, and no fleet of {FLEET_MIN_MACHINES}+ machines of its kind")
+            lines.append(f"not judged: no expected figure applies to its results, no device has a peer of "
+                         f"its model, and no fleet of {FLEET_MIN_MACHINES}+ machines of its kind")
         out.append((status, node.node, lines))
     return out
 

@@ -217,8 +217,11 @@ def _curve_panel(
         style = styles.get(str(key[1]), ":") if style_key else "-"
         marker = (markers or {}).get(str(key[-1]), "o") if marker_key else "o"
         g = g.sort_values(x)
-        size = 4.5 if marker_key else 3  # a square and a triangle are told apart only a little above a dot's size
-        ax.plot(g[x], g[y], linestyle=style, marker=marker, markersize=size, linewidth=1.5, color=colors[key[0]])
+        # a square and a triangle are told apart only a little above a dot's size
+        size = 4.5 if marker_key else 3
+        ax.plot(
+            g[x], g[y], linestyle=style, marker=marker, markersize=size, linewidth=1.5, color=colors[key[0]]
+        )
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(
         matplotlib.ticker.FuncFormatter(lambda v, _: format_size(int(v)) if v >= 1 else "")
@@ -227,7 +230,9 @@ def _curve_panel(
     ax.spines[["top", "right"]].set_visible(False)
 
 
-def _figure_legend(fig: Figure, colors: dict[str, object], styles: list[str], extra: list | None = None) -> None:
+def _figure_legend(
+    fig: Figure, colors: dict[str, object], styles: list[str], extra: list | None = None
+) -> None:
     """One legend above all panels: a colour per line name, a dash pattern per memory kind, then `extra`
     handles (a chart's own styles and markers)."""
     from matplotlib.lines import Line2D
@@ -450,7 +455,8 @@ def busbw_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     size, nodes, backend), a dash pattern per in-place/out-of-place and a marker per dtype."""
     from matplotlib.lines import Line2D
 
-    # The family's own order (all_reduce first), imported here: a report without collectives needs no pydantic.
+    # The family's own order (all_reduce first), imported here: a report without collectives needs no
+    # pydantic.
     from suite.cases.collectives.config import COLLECTIVE_OPS
 
     rows = rows[rows["busbw"].notna() & rows["bytes"].notna()].copy()
@@ -461,7 +467,8 @@ def busbw_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     ops = [op for op in COLLECTIVE_OPS if op in seen] + [op for op in seen if op not in COLLECTIVE_OPS]
     rows["line"] = rows["label"] if len(machines) > 1 else ""
     for column, fmt in (("world_size", "n={:.0f}"), ("nnodes", "{:.0f} nodes"), ("backend", "{}")):
-        # One machine names its setup even where it does not vary (a line needs a name); nodes only if they do.
+        # One machine names its setup even where it does not vary (a line needs a name); nodes only if they
+        # do.
         if column in rows and (rows[column].nunique() > 1 or (len(machines) == 1 and column != "nnodes")):
             rows["line"] = (
                 rows["line"] + " " + rows[column].map(lambda v, f=fmt: "" if pd.isna(v) else f.format(v))
@@ -477,7 +484,8 @@ def busbw_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     for i, op in enumerate(ops):
         ax = fig.add_subplot(nrows, ncols, i + 1)
         _curve_panel(
-            ax, rows[rows["op"] == op], "line", "mode", "bytes", "busbw", colors, MODE_STYLES, "dtype_", markers
+            ax, rows[rows["op"] == op], "line", "mode", "bytes", "busbw", colors, MODE_STYLES, "dtype_",
+            markers
         )
         ax.set_title(_text(op), fontsize=10, loc="left")
         ax.set_xlabel("message bytes")
@@ -490,7 +498,8 @@ def busbw_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         extra += [Line2D([], [], color="#555", linestyle=MODE_STYLES[m], label=m) for m in modes]
     if len(dtypes) > 1:
         extra += [
-            Line2D([], [], color="#555", linestyle="", marker=markers[d], label=_text(d or "?")) for d in dtypes
+            Line2D([], [], color="#555", linestyle="", marker=markers[d], label=_text(d or "?"))
+            for d in dtypes
         ]
     _figure_legend(fig, colors, [], extra)
     return [Chart("Collectives: bus bandwidth against size (higher is better)", _png(fig))]

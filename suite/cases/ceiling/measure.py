@@ -211,8 +211,8 @@ def gpu_checks(ctx) -> list:
         CheckRow(f"ceiling {dtype} {shape}: MAMF-style mean vs H200 figure", mamf, H200_BF16_MAMF, "TFLOP/s",
                  judged(ctx, mamf >= CEILING_TARGET * H200_BF16_MAMF) if judge else None,
                  f"mamf-finder's statistic ({statistic}) on the sweep's best shape; {why}"),
-        CheckRow(f"ceiling {dtype} (sustained median, best of {len(sweep)}) vs MAMF-style mean", ceiling, mamf,
-                 "TFLOP/s", judged(ctx, low <= ceiling / mamf <= high),
+        CheckRow(f"ceiling {dtype} (sustained median, best of {len(sweep)}) vs MAMF-style mean", ceiling,
+                 mamf, "TFLOP/s", judged(ctx, low <= ceiling / mamf <= high),
                  f"at {shape}; expected {low:.2f}-{high:.2f} (sustained below a boosting mean){held_note}"),
     ]
 
