@@ -58,6 +58,8 @@ class CaseAborted(RuntimeError):
 # What a rank that leaves a case early writes, before its reason, as its problem at the agreement the others
 # may wait at (suite.distributed.leave): they stop waiting there at once, not after timeout_s.
 _LEFT = "\x00left: "
+# The value of an agreement's `done` key when a rank gave up waiting there first (see sync).
+_ABANDONED = "abandoned"
 
 
 @dataclass(frozen=True)
@@ -191,20 +193,34 @@ def sync(store, key: str, rank: int, world_size: int, timeout_s: float, problem:
     store.set(f"{key}/rank{rank}", problem or "")
     if problem:
         store.add(f"{key}/problems", 1)
+    # Whether the agreement happened is one atomic decision (compare_set on `done`): the last rank to arrive
+    # marks it done, a rank that gives up waiting marks it abandoned, and whichever comes first holds. Without
+    # that, a rank arriving after another gave up would pass an agreement the other never completed and
+    # stay one step out of line for the rest of the run.
     if store.add(f"{key}/arrived", 1) == world_size:
-        store.set(f"{key}/done", "1")
+        store.compare_set(f"{key}/done", "", "1")
     try:
         store.wait([f"{key}/done"], timedelta(seconds=timeout_s))
     except RuntimeError:
-        missing = [r for r in range(world_size) if not store.check([f"{key}/rank{r}"])]
-        if not missing:  # everyone arrived just as the wait gave up
-            missing = [] if store.check([f"{key}/done"]) else ["?"]
-        if missing:
-            raise RankTimeout(
-                f"rank(s) {', '.join(map(str, missing))} of {world_size} did not arrive at {what or key} within "
-                f"{timeout_s:g} s (timeout_s in the collectives config); see the missing rank's own output "
-                "(torchrun prefixes it with [rankN]:) for why it crashed or hangs"
-            ) from None
+        if store.compare_set(f"{key}/done", "", _ABANDONED) != _ABANDONED.encode():
+            return _problems(store, key, world_size)  # everyone arrived just as the wait gave up
+        missing = [r for r in range(world_size) if not store.check([f"{key}/rank{r}"])] or ["?"]
+        raise RankTimeout(
+            f"rank(s) {', '.join(map(str, missing))} of {world_size} did not arrive at {what or key} within "
+            f"{timeout_s:g} s (timeout_s in the collectives config); see the missing rank's own output "
+            "(torchrun prefixes it with [rankN]:) for why it crashed or hangs"
+        ) from None
+    if store.get(f"{key}/done") == _ABANDONED.encode():
+        raise RankTimeout(
+            f"rank {rank} reached {what or key} after the other ranks had stopped waiting for it "
+            f"({timeout_s:g} s, timeout_s in the collectives config); see this rank's output above for what "
+            "kept it"
+        )
+    return _problems(store, key, world_size)
+
+
+def _problems(store, key: str, world_size: int) -> dict[int, str]:
+    """{rank: problem} of the ranks that arrived at `key` with one."""
     if store.add(f"{key}/problems", 0) == 0:
         return {}
     # A rank that left (see leave) never arrives: read only the ranks that did (something is wrong already).
@@ -218,7 +234,7 @@ def leave(store, key: str, rank: int, problem: str) -> None:
     left) from sync. Three store operations, only on this failure path."""
     store.set(f"{key}/rank{rank}", _LEFT + problem)
     store.add(f"{key}/problems", 1)
-    store.set(f"{key}/done", "1")
+    store.compare_set(f"{key}/done", "", "1")  # unless the others already gave up on it (sync)
 
 
 @dataclass
@@ -240,6 +256,7 @@ class DistState:
     _case_id: str = field(default="", repr=False)
     _case_seq: int = field(default=0, repr=False)
     _cases: int = field(default=0, repr=False)
+    _tries: dict = field(default_factory=dict, repr=False)  # case id -> how often this rank started it
     # After a failure while timing: the case's key prefix and id (its posts name the rank that failed), and
     # the extra seconds the next agreement waits (the other ranks may wait in a collective up to timeout_s).
     _failed_timing: tuple[str, str] | None = field(default=None, repr=False)
@@ -264,9 +281,12 @@ class DistState:
     # --- one case in lockstep (suite.plugin.run_case) ---
 
     def begin_case(self, case_id: str) -> None:
-        """Every rank calls it as a case starts: the case's agreements get keys of their own."""
+        """Every rank calls it as a case starts: the case's agreements get keys of their own, named by the case
+        and how often this rank started it, never by a count of cases (a rank that failed before one case's
+        start would pair every later case with another case on the other ranks)."""
         self._cases += 1
-        self._case, self._case_id, self._case_seq = f"case{self._cases}", case_id, 0
+        self._tries[case_id] = self._tries.get(case_id, 0) + 1
+        self._case, self._case_id, self._case_seq = f"case:{case_id}:{self._tries[case_id]}", case_id, 0
 
     def end_case(self) -> None:
         self._case = None

@@ -490,8 +490,6 @@ def _has_max_time(benchmark) -> bool:
     return getattr(benchmark, "_mode", None) == "benchmark(...)" and hasattr(benchmark, "_max_time")
 
 
-
-
 # --- JSON additions ----------------------------------------------------------------------------------
 
 

@@ -424,3 +424,49 @@ def test_device_id_is_passed_only_where_init_process_group_takes_it():
         pass
 
     assert distributed.supports_device_id(new) and not distributed.supports_device_id(old)
+
+
+def test_a_rank_late_past_the_timeout_is_told_so_and_the_next_agreement_is_in_step():
+    """The others gave up on an agreement: the late rank must not pass it as if it had happened (it would then
+    be one step out of line for the rest of the run), and the next agreement finds every rank in step."""
+
+    def run(store, rank):
+        outcomes = []
+        if rank == 1:
+            time.sleep(1.5)  # past rank 0's 0.5 s at the first agreement
+        for key in ("first", "second"):
+            try:
+                distributed.sync(store, key, rank, 2, 0.5 if key == "first" else 10, what=key)
+                outcomes.append("ok")
+            except RankTimeout as exc:
+                outcomes.append(str(exc))
+        return outcomes
+
+    results = _in_threads(run)
+    assert results[0][0].startswith("rank(s) 1 of 2 did not arrive at first within 0.5 s")
+    assert results[1][0].startswith("rank 1 reached first after the other ranks had stopped waiting for it")
+    assert results[0][1] == results[1][1] == "ok"
+
+
+def test_a_case_one_rank_never_started_does_not_pair_the_later_cases_wrongly():
+    """Agreements are keyed by the case, not by how many cases a rank started: a rank that failed before one
+    case (rank 0 here never starts "a") still meets the others at "b"."""
+
+    def run(store, rank):
+        state = distributed.DistState(_env(rank, 0), "gloo", "cpu", 0.5 if rank == 1 else 10, "d", store=store)
+        outcomes = []
+        for case_id in (["a", "b"] if rank == 1 else ["b"]):
+            state.begin_case(case_id)
+            try:
+                outcomes.append((case_id, "ready", state.ready({"kind": "skip", "text": f"{rank} skips"}
+                                                           if case_id == "b" else None)))
+            except RankTimeout:
+                outcomes.append((case_id, "timeout"))
+            finally:
+                state.end_case()
+        return outcomes
+
+    results = _in_threads(run)
+    assert results[1][0] == ("a", "timeout"), results[1]
+    both = {0: {"kind": "skip", "text": "0 skips"}, 1: {"kind": "skip", "text": "1 skips"}}
+    assert results[0] == [("b", "ready", both)] and results[1][1] == ("b", "ready", both), results
