@@ -436,6 +436,19 @@ def _start_in_lockstep(case: Case, family, config: SuiteConfig, lockstep):
     raise pytest.fail.Exception(message, pytrace=False) from own
 
 
+def _left_before_start(case: Case, lockstep, exc: BaseException) -> None:
+    """Tell the other ranks, at the case's agreements, that this rank fails `case` before it starts."""
+    from suite.distributed import RankTimeout
+
+    lockstep.begin_case(case.id)
+    try:
+        lockstep.ready(_problem(exc, case))
+    except (RankTimeout, RuntimeError):  # the others are gone or the store is: this rank's error says enough
+        pass
+    finally:
+        lockstep.end_case()
+
+
 def _failed_in_lockstep(exc: BaseException, case: Case, lockstep) -> None:
     """A rank failed while timing, where no agreement is possible: the others wait for it inside a collective
     until timeout_s, then fail too. Each posts its error; a rank that sees another's names that rank first."""
@@ -463,19 +476,28 @@ def measure(request: pytest.FixtureRequest, benchmark):
     def _measure(case: Case) -> dict:
         from suite import distributed
 
+        lockstep = distributed.current()
         for name in case.devices:
             reason = dev.missing_reason(name)
-            if reason and distributed.current() is None:  # under torchrun every rank must skip it: run_case
+            if reason and lockstep is None:  # under torchrun every rank must skip it: run_case
                 pytest.skip(reason)
-        state = request.config.stash.get(_PARTIAL, None)
-        if state is not None:
-            state.measure_starts(request.node.nodeid)
-        timing = config.timing_for(case.family)
-        # The case's own timing (its family's `timing:` keys; a sustained warm-up for compute on accelerators).
-        timing = timing.model_copy(update={"warmup_s": warmup_seconds(case, timing)})
-        request.config.stash[_RUN].warmups[request.node.nodeid] = timing.warmup_s
-        cap_fixed_rounds_by_time(benchmark)
-        cap_rounds_by_time(benchmark)
+        try:
+            state = request.config.stash.get(_PARTIAL, None)
+            if state is not None:
+                state.measure_starts(request.node.nodeid)
+            timing = config.timing_for(case.family)
+            # The case's own timing (its family's `timing:` keys; a sustained warm-up for compute on
+            # accelerators).
+            timing = timing.model_copy(update={"warmup_s": warmup_seconds(case, timing)})
+            request.config.stash[_RUN].warmups[request.node.nodeid] = timing.warmup_s
+            cap_fixed_rounds_by_time(benchmark)
+            cap_rounds_by_time(benchmark)
+        except Exception as exc:
+            if lockstep is not None:
+                # This rank fails before the case starts (the partial file cannot be written, say): the other
+                # ranks hear it at the case's agreements, as from a failed build, not after timeout_s.
+                _left_before_start(case, lockstep, exc)
+            raise
         info = run_case(case, benchmark, config.model_copy(update={"timing": timing}))
         if benchmark.stats is not None and case.family in FAMILIES and _has_max_time(benchmark):
             # The max_time this benchmark ran under: the config's, or less under a budget (never more).

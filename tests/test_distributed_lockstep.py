@@ -77,6 +77,18 @@ FAULTS = textwrap.dedent("""
         clocks = json.loads(os.environ.get("CLOCKS", "null"))
         if clocks is not None:
             devices.ClockWatch.stop = lambda self: clocks[RANK]
+        before = os.environ.get("BEFORE_START")  # rank 0 fails in the measure fixture, before run_case
+        if before and RANK == "0":
+            import suite.plugin as plugin
+
+            real_warmup = plugin.warmup_seconds
+
+            def warmup_seconds(case, timing):
+                if before in case.id:
+                    raise OSError("injected: disk full writing the partial file")
+                return real_warmup(case, timing)
+
+            plugin.warmup_seconds = warmup_seconds
 
 
     @pytest.hookimpl(tryfirst=True)
@@ -127,6 +139,22 @@ def test_a_case_that_fails_or_skips_on_one_rank_does_on_every_rank_and_the_run_g
                      "test_collectives[gloo-all_to_all-float32-4KiB-outofplace]"]
     assert not (tmp_path / "out.partial.jsonl").exists()
     assert took < 60  # nobody waited for timeout_s (8 s) at each of the cases
+
+
+def test_a_rank_that_fails_before_a_case_starts_costs_that_case_only(tmp_path):
+    # Rank 0 fails in the measure fixture, before run_case (its partial file cannot be written): rank 1,
+    # waiting at the case's agreements, hears it at once, and both go on in step with the next case.
+    proc, text, data, took = _torchrun(tmp_path, ["all_reduce", "broadcast", "reduce", "all_to_all"], 8,
+                                       BEFORE_START="broadcast")
+    assert "rank 0: OSError: injected: disk full writing the partial file" in text, text[-3000:]
+    assert "did not arrive" not in text and "stopped waiting" not in text, text[-3000:]
+    assert data is not None, text[-3000:]
+    assert sorted(b["name"] for b in data["benchmarks"]) == [
+        "test_collectives[gloo-all_reduce-float32-4KiB-inplace]",
+        "test_collectives[gloo-all_to_all-float32-4KiB-outofplace]",
+        "test_collectives[gloo-reduce-float32-4KiB-inplace]",
+    ]
+    assert took < 40  # nobody waited for timeout_s (8 s)
 
 
 def test_a_failure_while_timing_names_the_rank_that_failed(tmp_path):
