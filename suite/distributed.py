@@ -803,6 +803,9 @@ def preflight(nproc: int, pytest_args: list[str]) -> None:
     parser.add_argument("--suite-devices")
     parser.add_argument("--rootdir")
     known, _ = parser.parse_known_args(pytest_args)
+    if known.suite_devices is not None and not known.suite_devices.strip():
+        raise UserError("--suite-devices is empty: name the devices (all, cpu, gpus, cuda:1, cpu,cuda:1) or leave "
+                        "the option out to use the config's")
     # The plugin's default: configs/default.yaml under pytest's rootdir (this project, unless --rootdir).
     root = Path(known.rootdir) if known.rootdir else Path(__file__).resolve().parent.parent
     path = Path(known.suite_config) if known.suite_config else root / DEFAULT_CONFIG

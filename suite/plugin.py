@@ -624,6 +624,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             f"written to {session.config.getoption('benchmark_json')}"
         )  # said in the terminal summary, after pytest's progress line has ended
         session.exitstatus = NOTHING_MEASURED_EXIT
+        # Cases that skipped after they started left a partial file of skips: no results to keep, and
+        # `health` or `report` would take it for the node's latest run.
+        state.writer.close()
+        state.writer.path.unlink(missing_ok=True)
         return
     if not bs.benchmarks and state.reused:
         # Everything was already measured: pytest-benchmark has nothing to save, so the JSON is made from the
@@ -633,6 +637,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         header["benchmarks"] = state.reused
         header["suite"] = _suite_block(session.config)
         Path(session.config.getoption("benchmark_json")).write_text(json.dumps(header, indent=4))
+        if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+            # pytest's "no tests" once --suite-resume deselected every test: they were measured, and the JSON
+            # holds them all.
+            session.exitstatus = pytest.ExitCode.OK
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

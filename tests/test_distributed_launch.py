@@ -72,6 +72,8 @@ def test_bad_config_is_one_line_once_before_torchrun(no_torchrun, capsys, tmp_pa
     assert err.count("\n") == 1 and err.startswith(f"error: {bad}: not valid YAML: line 4")
     assert distributed.main(["--nproc", "2", f"--suite-config={tmp_path / 'missing.yaml'}"]) == 2
     assert "config file not found" in capsys.readouterr().err
+    assert distributed.main(["--nproc", "2", "--suite-devices="]) == 2  # an empty shell variable
+    assert capsys.readouterr().err.startswith("error: --suite-devices is empty: name the devices")
     assert no_torchrun == []
     good = tmp_path / "tiny.yaml"
     good.write_text(yaml.safe_dump(_only_collectives(TINY)))

@@ -78,6 +78,17 @@ def test_sigkill_keeps_every_finished_benchmark_and_resume_completes(fake_suite,
         assert bench["extra_info"]["case"] == "quick" and bench["stats"]["median"] > 0
     kept = set(run.benchmarks)
 
+    # A resume whose every selected test the killed run finished: nothing left to run (pytest alone would
+    # exit 5, "no tests"); the JSON is made from the partial file and the run passes. On a copy, so the
+    # resume of the whole run below still has the partial file.
+    done = sorted(kept)[0]
+    other = out.with_name("subset.json")
+    partial_path(other).write_bytes(partial.read_bytes())
+    result = subprocess.run(fake_suite(FAST, other, "-k", done.split("::")[-1], "--suite-resume"), env=_env(),
+                            capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert [b["fullname"] for b in json.loads(other.read_text())["benchmarks"]] == [done]
+
     # A plain rerun would start the partial file afresh: refused, in one line, before anything runs.
     before = partial.read_bytes()
     result = subprocess.run(fake_suite(FAST, out, "-k", "quick"), env=_env(), capture_output=True, text=True,
@@ -247,3 +258,4 @@ def test_a_run_that_measured_nothing_says_so_and_does_not_exit_0(fake_suite, tmp
     assert f"[suite] nothing measured: every selected case was skipped (pytest -rs shows why); no results " \
            f"written to {out}" in result.stdout
     assert not out.exists()
+    assert not partial_path(out).exists(), "a partial file of skips is no run to judge or report"
