@@ -11,7 +11,7 @@
 # 2 no GPU (without --dry-run), 3 the carried wheels could not be installed or the suite's requirements are
 # not met (suite/requirements.py names each and its fix), 124 the hard stop killed it.
 # Environment: PYTHON (default python3), GPU_CHECK_WHEELS (default .whl), GPU_CHECK_BUDGET_S (default 265),
-# GPU_CHECK_HARD_STOP_S (default budget + 30). docs/gpu-check.md.
+# GPU_CHECK_HARD_STOP_S (default budget + 25). docs/gpu-check.md.
 set -uo pipefail
 
 # The check starts no step that no longer fits its budget (suite.gpu_check.BUDGET_S); the hard stop kills it,
