@@ -202,9 +202,10 @@ def sync(store, key: str, rank: int, world_size: int, timeout_s: float, problem:
     try:
         store.wait([f"{key}/done"], timedelta(seconds=timeout_s))
     except RuntimeError:
+        # Who is missing, read before giving up on them (a late rank may arrive the moment after).
+        missing = [r for r in range(world_size) if not store.check([f"{key}/rank{r}"])] or ["?"]
         if store.compare_set(f"{key}/done", "", _ABANDONED) != _ABANDONED.encode():
             return _problems(store, key, world_size)  # everyone arrived just as the wait gave up
-        missing = [r for r in range(world_size) if not store.check([f"{key}/rank{r}"])] or ["?"]
         raise RankTimeout(
             f"rank(s) {', '.join(map(str, missing))} of {world_size} did not arrive at {what or key} within "
             f"{timeout_s:g} s (timeout_s in the collectives config); see the missing rank's own output "

@@ -313,8 +313,10 @@ class Rates:
 
     def _cpu_rate(self, precision: str) -> float | None:
         if precision not in self._cpu:
-            dtype = {"float32": torch.float32, "tf32": torch.float32, "bfloat16": torch.bfloat16,
-                     "float16": torch.float16, "float64": torch.float64}.get(precision)
+            from suite.cases.common import TORCH_DTYPES
+            from suite.cases.precision import storage_dtype
+
+            dtype = TORCH_DTYPES.get(storage_dtype(precision))
             self._cpu[precision] = None if dtype is None else _probe(dtype)
         return self._cpu[precision]
 

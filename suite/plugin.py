@@ -411,7 +411,6 @@ def _start_in_lockstep(case: Case, family, config: SuiteConfig, lockstep):
                 pytest.skip(reason)
         work = family.build(case, config)
         work.check()
-        watch = dev.ClockWatch(case.devices)
     except (KeyboardInterrupt, SystemExit, RankTimeout):
         raise  # the run ends, or a rank is gone: the agreement below would wait for it in vain
     except CaseAborted as exc:
@@ -422,7 +421,8 @@ def _start_in_lockstep(case: Case, family, config: SuiteConfig, lockstep):
     if not outcome:
         if own is not None:
             raise own
-        return work, watch
+        # Started once every rank is ready: waiting for the slowest rank is no part of the window.
+        return work, dev.ClockWatch(case.devices)
     kind = "fail" if any(o["kind"] == "fail" for o in outcome.values()) else "skip"
     if (
         problem is not None
