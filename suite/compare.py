@@ -167,9 +167,7 @@ def _side(path: str, labels: dict[str, str], what: str) -> Side:
     runs, nodes, devices, hardware = {}, {}, set(), {}
     for label in latest:
         m = loaded.machines[label]
-        hardware[label] = (
-            " + ".join(f"{n}×{name}" for name, n in sorted(m.accelerators.items())) or m.gpu_model
-        )
+        hardware[label] = m.gpus
         if not m.n_benchmarks:
             raise UserError(
                 f"{what} {m.file} {NOTHING_MEASURED}: nothing to compare; rerun it, or pass the run to judge"

@@ -357,8 +357,7 @@ class DistState:
             return held
         keys = [f"{key}/rank{r}" for r in range(1, self.env.world_size)]
         try:
-            multi_get = getattr(self.store, "multi_get", None)  # torch 2.4 on: one round trip
-            raw = multi_get(keys) if multi_get is not None else [self.store.get(k) for k in keys]
+            raw = _get_all(self.store, keys)
         except RuntimeError:  # a rank that failed after timing posts anyway; one that died: keep rank 0's
             return held
         return merge_clocks({0: held, **{r: json.loads(v) for r, v in enumerate(raw, start=1)}})
@@ -521,6 +520,12 @@ def announce(store, rank: int, host: str | None = None) -> None:
     store.set(f"hosts/rank{rank}", json.dumps(info))
 
 
+def _get_all(store, keys: list[str]) -> list[bytes]:
+    """The values of `keys`, in one round trip where the store has multi_get (torch 2.4 on)."""
+    multi_get = getattr(store, "multi_get", None)
+    return multi_get(keys) if multi_get is not None else [store.get(k) for k in keys]
+
+
 def gather_hosts(store, rank: int, world_size: int, timeout_s: float) -> tuple[list[str], dict[int, dict]]:
     """After the meeting: rank 0 reads every rank's announcement and shares the hostnames (by rank); every
     other rank reads them with one store call. Returns (hostnames, {rank: environment}, the latter on
@@ -528,8 +533,7 @@ def gather_hosts(store, rank: int, world_size: int, timeout_s: float) -> tuple[l
     if rank != 0:
         return share(store, "hosts/all", rank, None, timeout_s, "the ranks' hostnames"), {}
     keys = [f"hosts/rank{r}" for r in range(world_size)]
-    multi_get = getattr(store, "multi_get", None)  # torch 2.4 on: one round trip
-    raw = multi_get(keys) if multi_get is not None else [store.get(k) for k in keys]
+    raw = _get_all(store, keys)
     infos = [json.loads(v) for v in raw]
     hosts = [i["host"] for i in infos]
     share(store, "hosts/all", 0, hosts, timeout_s, "the ranks' hostnames")

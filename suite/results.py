@@ -184,12 +184,15 @@ class Machine:
     wrong_results: list[str] = field(default_factory=list)  # another tool's failed data checks
     config: dict = field(default_factory=dict)  # the resolved config the run was measured with, if ours
     tool: str = OUR_TOOL  # which program measured: gpubench-suite, nccl-tests, nvbandwidth, pytest-benchmark
-    # How the run was launched: "" one process; "torchrun 16 ranks on 2 nodes" for the collectives, which run
-    # in a torchrun job of their own beside the node's single-process run. Runs launched differently measure
-    # different things, so each has its own latest run.
-    launch: str = ""
-    # the suite.distributed block of a torchrun job, as written
+    # The suite.distributed block of a torchrun job, as written ({} for a single-process run).
     distributed: dict = field(default_factory=dict)
+
+    @property
+    def launch(self) -> str:
+        """How the run was launched: "" one process; "torchrun 16 ranks on 2 nodes" for the collectives, which
+        run in a torchrun job of their own beside the node's single-process run. Runs launched differently
+        measure different things, so each has its own latest run."""
+        return _launch(self.distributed) if self.distributed else ""
 
     @property
     def accelerators(self) -> Counter:
@@ -204,9 +207,14 @@ class Machine:
         return counts.most_common(1)[0][0] if counts else (f"CPU ({self.cpu_name})" if self.cpu_name else "")
 
     @property
+    def gpus(self) -> str:
+        """Its accelerators counted (`8×NVIDIA H100`), or the CPU's name where it has none."""
+        return " + ".join(f"{n}×{name}" for name, n in sorted(self.accelerators.items())) or self.gpu_model
+
+    @property
     def node(self) -> str:
         """Host and accelerators (`node-7 · 8×NVIDIA H100`): the node one health verdict is about."""
-        gpus = " + ".join(f"{n}×{name}" for name, n in sorted(self.accelerators.items())) or self.gpu_model
+        gpus = self.gpus
         return " · ".join(part for part in (self.host or (self.label if not gpus else ""), gpus) if part)
 
     @property
@@ -689,7 +697,6 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
             wrong_results=[str(w) for w in wrong] if isinstance(wrong, list) else [],
             config=block.get("config") if isinstance(block.get("config"), dict) else {},
         )
-        machine.launch = _launch(block.get("distributed"))
         machine.distributed = dict(block["distributed"]) if isinstance(block.get("distributed"), dict) else {}
         columns = _rows(data, machine, foreign, warnings, path, extra_keys)
         machine.n_benchmarks = len(columns["label"])
