@@ -184,6 +184,26 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     items = [i for i in session.items if getattr(i, "callspec", None) and "case" in i.callspec.params]
     if items and all(i.callspec.params["case"] is None for i in items) and len(items) == len(session.items):
         raise pytest.UsageError(nothing_selected(session.config.stash[_CONFIG_PATH]))
+    _plan(session.config, session.items)
+
+
+def _plan(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The budget and progress lines over what will run: planned once every pytest_collection_modifyitems is
+    done, -k/-m, --suite-resume and, under torchrun, suite.distributed's (every rank drops what rank 0's resume
+    dropped, and the other families) among them, so each rank plans for the same tests."""
+    if _RUN not in config.stash:
+        return
+    registry = config.stash[_CASES]
+    cases = {}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        family = _family_of(getattr(item, "originalname", item.name))
+        if callspec is not None and (family, callspec.params.get("case")) in registry:
+            cases[item.nodeid] = registry[(family, callspec.params["case"])]
+    try:
+        config.stash[_RUN].plan(cases, config.stash[_CONFIG], user_timing(config))
+    except UserError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def _user_set(config: pytest.Config, option: str) -> bool:
@@ -237,16 +257,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(timing.time_limit_s))
     if _PARTIAL in config.stash:
         config.stash[_PARTIAL].select(config, items)
-    cases = {}
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        family = _family_of(getattr(item, "originalname", item.name))
-        if callspec is not None and (family, callspec.params.get("case")) in registry:
-            cases[item.nodeid] = registry[(family, callspec.params["case"])]
-    try:
-        config.stash[_RUN].plan(cases, suite_config, user_timing(config))
-    except UserError as exc:
-        raise pytest.UsageError(str(exc)) from None
 
 
 @pytest.fixture

@@ -196,10 +196,23 @@ KILLER = textwrap.dedent("""
 """)
 
 
+PLANNED = textwrap.dedent("""
+    import os, pathlib
+
+    import pytest
+
+    @pytest.hookimpl(trylast=True)  # after suite.plugin has planned the budget and progress lines
+    def pytest_collection_finish(session):
+        run = session.config.stash[session.config.pluginmanager.get_plugin("suite.plugin")._RUN]
+        pathlib.Path(f"planned{os.environ['RANK']}.txt").write_text(str(len(run.families)))
+""")
+
+
 def test_a_run_killed_mid_way_resumes_under_torchrun(tmp_path):
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(yaml.safe_dump(_only_collectives(TINY)))
     (tmp_path / "killer.py").write_text(KILLER)
+    (tmp_path / "planned.py").write_text(PLANNED)
     out = tmp_path / "out.json"
     partial = tmp_path / "out.partial.jsonl"
     env = _clean_env(PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
@@ -211,10 +224,13 @@ def test_a_run_killed_mid_way_resumes_under_torchrun(tmp_path):
     assert not out.exists() and partial.exists()
     lines = [json.loads(line) for line in partial.read_text().splitlines()]
     assert len([x for x in lines if "stats" in x]) == 3 and len([x for x in lines if "started" in x]) == 4
-    resumed = subprocess.run(distributed.torchrun_command(2, _pytest_args(cfg, out, "--suite-resume")),
+    resumed = subprocess.run(distributed.torchrun_command(2, _pytest_args(cfg, out, "--suite-resume", "-p",
+                                                                          "planned")),
                              check=False, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
     assert "6 passed, 3 deselected" in resumed.stdout
+    # Rank 1 reads no partial file: it plans its budget for the tests rank 0's resume left, not all 9.
+    assert [(tmp_path / f"planned{r}.txt").read_text() for r in (0, 1)] == ["6", "6"]
     names = [b["fullname"] for b in json.loads(out.read_text())["benchmarks"]]
     assert len(names) == len(set(names)) == 9 and not partial.exists()
     assert time.monotonic() - start < 60
