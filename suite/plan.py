@@ -504,15 +504,16 @@ def render(plan: Plan, long: list[LongCall] | None = None) -> str:
         f"{format_duration(plan.estimated_s):>9}"
     )
     lines.append("")
+    too_small = plan.budget_s is not None and least_budget_s(plan.run_minimum_s) > plan.budget_s
     if plan.budget_s is not None:
-        if plan.share_s and plan.share_s > 0:
-            share = f"timed rounds of each benchmark: at most {plan.share_s:.3g} s (or its max_time, if less)"
-        else:
-            share = "no time is left for timed rounds"
-        lines.append(
-            f"budget {format_duration(plan.budget_s)}: {share}; give at least "
-            f"{format_duration(least_budget_s(plan.run_minimum_s))}"
-        )
+        # A budget too small gets one line, the refusal (main prints it last), not a second wording here.
+        if not too_small:
+            share = (f"timed rounds of each benchmark: at most {plan.share_s:.3g} s (or its max_time, if less)"
+                     if plan.share_s and plan.share_s > 0 else "no time is left for timed rounds")
+            lines.append(
+                f"budget {format_duration(plan.budget_s)}: {share}; give at least "
+                f"{format_duration(least_budget_s(plan.run_minimum_s))}"
+            )
         separate = [name for name, fp in plan.families.items() if fp.separate and fp.runs]
         if separate:
             cost = sum(plan.families[name].estimated_s for name in separate)
