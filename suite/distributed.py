@@ -651,22 +651,6 @@ class SlowestRankTimer:
 _RESULT_OPTIONS = ("benchmark_json", "benchmark_save", "benchmark_histogram", "benchmark_cprofile_dump")
 
 
-def die_with_agent(environ: dict | None = None) -> bool:
-    """Under torchrun on Linux: this rank is killed (SIGKILL) when its agent dies. Workers run in sessions of
-    their own, so a time limit that kills only torchrun (`timeout -s KILL torchrun ...`) would leave them
-    running without the agent's store: every later case fails, and rank 0 writes a complete-looking JSON of
-    the cases before and deletes the partial file that --suite-resume needs. Returns whether it is set."""
-    env = os.environ if environ is None else environ
-    if not sys.platform.startswith("linux") or "TORCHELASTIC_RUN_ID" not in env:
-        return False
-    import ctypes
-    import signal
-
-    pr_set_pdeathsig = 1  # <linux/prctl.h>
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0) == 0
-    except (OSError, AttributeError):  # no prctl in this libc: ranks outlive a killed agent, as before
-        return False
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -674,7 +658,6 @@ def pytest_configure(config: pytest.Config) -> None:
     env = LaunchEnv.from_environ()
     if env is None:
         return
-    die_with_agent()
     if hasattr(config.option, "randomly_reorganize"):  # pytest-randomly: every rank must keep one order
         config.option.randomly_reorganize = False
     if env.rank == 0:
@@ -849,7 +832,7 @@ def main(argv: list[str] | None = None) -> int:
     print("+", " ".join(cmd), flush=True)
     if os.name == "posix":
         # torchrun replaces this process: a signal or time limit aimed at this command reaches torchrun (and
-        # its ranks die with it, die_with_agent), rather than leaving it running without its parent.
+        # its ranks die with it, suite.agent), rather than leaving it running without its parent.
         os.execv(cmd[0], cmd)
     return subprocess.call(cmd)
 

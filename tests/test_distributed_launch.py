@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
-from suite import distributed
+from suite import agent, distributed
 from suite.distributed import DistState, LaunchEnv
 from tests.test_collectives import ROOT, TINY, _in_threads, _only_collectives
 
@@ -191,7 +191,7 @@ KILLER = textwrap.dedent("""
         if len(calls) == 4 and os.environ.get("RANK") == "0":
             # The 4th case measured, its result not yet written: torchrun dies (a job's time limit).
             os.kill(os.getppid(), signal.SIGKILL)
-            time.sleep(60)  # killed with its agent (suite.distributed.die_with_agent)
+            time.sleep(60)  # killed with its agent (suite.agent)
         return result
 """)
 
@@ -237,13 +237,21 @@ def test_a_run_killed_mid_way_resumes_under_torchrun(tmp_path):
 
 
 def test_ranks_die_with_their_agent():
-    assert distributed.die_with_agent({}) is False  # not under torchrun: nothing set
+    assert agent.die_with_agent({}) is False  # not under torchrun: nothing set
     if not sys.platform.startswith("linux"):
         pytest.skip("prctl(PR_SET_PDEATHSIG) is Linux's")
-    code = ("import ctypes, signal; from suite.distributed import die_with_agent\n"
+    code = ("import ctypes, signal; from suite.agent import die_with_agent\n"
             "ok = die_with_agent({'TORCHELASTIC_RUN_ID': 'x'}); sig = ctypes.c_int()\n"
             "ctypes.CDLL(None).prctl(2, ctypes.byref(sig), 0, 0, 0)  # PR_GET_PDEATHSIG\n"
             "print(ok, sig.value == signal.SIGKILL)")
     proc = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True,
                           timeout=60)
     assert proc.stdout.split() == ["True", "True"], proc.stderr
+    # A rank sets it as benchmarks/conftest.py is imported, before torch and the config (seconds earlier than
+    # the plugins' pytest_configure).
+    code = ("import ctypes, signal, sys; import suite.agent as d; sig = ctypes.c_int()\n"
+            "ctypes.CDLL(None).prctl(2, ctypes.byref(sig), 0, 0, 0)\n"
+            "print(d.DIES_WITH_AGENT, sig.value == signal.SIGKILL, 'torch' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "TORCHELASTIC_RUN_ID": "x"})
+    assert proc.stdout.split() == ["True", "True", "False"], proc.stderr
