@@ -160,7 +160,7 @@ def test_world_size_one_skips(monkeypatch):
 
 
 def _two_rank_sum(t, op=None, **_):
-    t.copy_(coll.reduce_values(0, t.numel(), t.dtype, "cpu") + coll.reduce_values(1, t.numel(), t.dtype, "cpu"))
+    t.copy_(coll.reduce_values(0, t.numel(), t.dtype, "cpu", 2) + coll.reduce_values(1, t.numel(), t.dtype, "cpu", 2))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -386,19 +386,36 @@ def test_two_gloo_ranks_through_torchrun_write_one_json(tmp_path):
     assert data["suite"]["distributed"]["world_size"] == 2
 
 
+def _bf16_ring_sum(parts):
+    """Sums as a ring does: one hop at a time, rounded to the dtype at each."""
+    total = parts[0].clone()
+    for part in parts[1:]:
+        total = total + part  # bf16 + bf16 -> rounded to bf16
+    return total
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
-@pytest.mark.parametrize("n", [2, 8, 16])
+@pytest.mark.parametrize("n", [2, 8, 16, 20, 21, 32, 42, 63, 64, 85, 128, 200, 255])
 def test_reduce_check_catches_a_missing_or_doubled_rank(dtype, n):
-    """bf16 sums of 8+ ranks used to hide a whole rank inside the rounding tolerance."""
+    """bf16 sums of 8+ ranks used to hide a whole rank inside the rounding tolerance, and again from 22 ranks
+    (three 8-GPU nodes) once the inputs' sums outgrew bf16's exact integers."""
     from suite.cases.collectives.measure import _mismatch, _sum_of_ranks, reduce_tolerance, reduce_values, sums_are_exact
 
     expected = _sum_of_ranks(n, 64, dtype, "cpu")
-    parts = [reduce_values(r, 64, dtype, "cpu") for r in range(n)]
+    parts = [reduce_values(r, 64, dtype, "cpu", n) for r in range(n)]
     exact, tol = sums_are_exact(dtype, n), reduce_tolerance(dtype, n)
     assert exact
-    assert _mismatch(sum(parts), expected, exact, tol) is None
-    assert _mismatch(sum(parts[:-1]), expected, exact, tol) is not None
-    assert _mismatch(sum(parts) + parts[0], expected, exact, tol) is not None
+    assert _mismatch(_bf16_ring_sum(parts), expected, exact, tol) is None
+    assert _mismatch(_bf16_ring_sum(parts[:-1]), expected, exact, tol) is not None
+    assert _mismatch(_bf16_ring_sum(parts + parts[:1]), expected, exact, tol) is not None
+
+
+def test_reduce_check_says_when_bf16_sums_cannot_be_exact():
+    from suite.cases.collectives.measure import reduce_pattern, sums_are_exact
+
+    assert sums_are_exact(torch.bfloat16, 255) and not sums_are_exact(torch.bfloat16, 256)
+    assert reduce_pattern(torch.bfloat16, 20) == (11, 1) and reduce_pattern(torch.bfloat16, 21) == (7, 1)
+    assert sums_are_exact(torch.float16, 2047) and sums_are_exact(torch.float32, 4096)
 
 
 def test_a_check_that_raises_on_one_rank_still_reaches_the_agreement(monkeypatch):

@@ -105,23 +105,40 @@ def rank_values(rank: int, count: int, dtype: torch.dtype, device: str) -> torch
     return base.add_(rank + 1).to(dtype)
 
 
-# Inputs of the reducing ops (all_reduce, reduce, reduce_scatter): small whole numbers, 1 + (i mod 11) +
-# (rank mod 2), so every partial sum is an integer <= 12 n and exact in bf16 up to n = 21 (fp16 170, fp32
-# 1.4M): the check compares exactly, and a missing or doubled rank (off by >= 1) always shows. The period 11
-# (prime, above any chunk count of a node) keeps chunks of power-of-two size distinct, so a reduce_scatter
-# chunk delivered to the wrong rank shows too.
-REDUCE_PERIOD = 11
+# Inputs of the reducing ops (all_reduce, reduce, reduce_scatter): small whole numbers, 1 + (i mod p) +
+# (rank mod 2), so every partial sum is an integer <= (p + 1) n, exact in the dtype (integers up to 2 / eps:
+# 256 in bf16, 2048 in fp16, 2**24 in fp32), and so is the sum with one rank too many: the check compares
+# exactly, and a missing or doubled rank (off by >= 1) always shows. The period p is the largest of 11, 7, 5,
+# 3, 2 that keeps the sums exact (primes, above or beside any chunk count of a node: chunks of power-of-two
+# size stay distinct, so a reduce_scatter chunk delivered to the wrong rank shows too): in bf16 11 up to 20
+# ranks, 7 up to 31, 5 up to 41, 3 up to 63, 2 up to 84, then values 1 or 2 (no position term: a misplaced
+# chunk no longer shows) up to 127 ranks and all ones up to 255; in fp16 11 up to 169 ... all ones up to 2047.
+# Beyond that no whole numbers sum exactly, and a rounding tolerance of n - 1 unit roundoffs is wider than
+# one rank's share (1/n of the sum): the check then proves the result is near the sum, not that every rank
+# is in it (the case's extra_info says so: check "approximate").
+REDUCE_PERIODS = (11, 7, 5, 3, 2)
 
 
-def reduce_values(rank: int, count: int, dtype: torch.dtype, device: str) -> torch.Tensor:
-    base = torch.arange(count, device=device, dtype=torch.float32).remainder_(REDUCE_PERIOD)
-    return base.add_(1 + rank % 2).to(dtype)
+def reduce_pattern(dtype: torch.dtype, world_size: int) -> tuple[int, int]:
+    """(period, parity): inputs 1 + (i mod period) + parity * (rank mod 2), whose sums of world_size ranks
+    stay exact in `dtype` where any can; (1, 1) beyond that (exactness lost, see sums_are_exact)."""
+    limit = 2 / torch.finfo(dtype).eps if dtype.is_floating_point else float("inf")
+    for period in REDUCE_PERIODS:
+        if (period + 1) * (world_size + 1) <= limit:  # + 1: a doubled rank's sum must be exact too
+            return period, 1
+    return (1, 1) if 2 * (world_size + 1) <= limit else (1, 0)
+
+
+def reduce_values(rank: int, count: int, dtype: torch.dtype, device: str, world_size: int) -> torch.Tensor:
+    period, parity = reduce_pattern(dtype, world_size)
+    base = torch.arange(count, device=device, dtype=torch.float32).remainder_(period)
+    return base.add_(1 + parity * (rank % 2)).to(dtype)
 
 
 def _sum_of_ranks(n: int, count: int, dtype: torch.dtype, device: str) -> torch.Tensor:
     total = torch.zeros(count, dtype=torch.float64, device=device)
     for r in range(n):
-        total += reduce_values(r, count, dtype, device).to(torch.float64)
+        total += reduce_values(r, count, dtype, device, n).to(torch.float64)
     return total
 
 
@@ -129,14 +146,14 @@ def sums_are_exact(dtype: torch.dtype, world_size: int) -> bool:
     """Whether every partial sum of reduce_values is an integer the dtype holds exactly."""
     if not dtype.is_floating_point:
         return True
-    largest = (REDUCE_PERIOD + 1) * world_size
-    # Integers up to 2 / eps are exact in a binary float: 256 in bf16, 2048 in fp16, 2**24 in fp32.
-    return largest <= 2 / torch.finfo(dtype).eps
+    period, parity = reduce_pattern(dtype, world_size)
+    return (period + parity) * (world_size + 1) <= 2 / torch.finfo(dtype).eps
 
 
 def reduce_tolerance(dtype: torch.dtype, world_size: int) -> float:
-    """Relative error allowed for a SUM of n positive values in `dtype`, added in any order: the bound is n-1
-    unit roundoffs (eps/2 each); twice that for margin. A missing or doubled rank is off by >= 1/n^2."""
+    """Relative error allowed for a SUM of n positive values in `dtype`, added in any order, where the sums
+    cannot be exact: the bound is n-1 unit roundoffs (eps/2 each); twice that for margin. Wider than one
+    rank's share of the sum once n > 11 in bf16 (n^2 eps > 1): only sums_are_exact makes the check strict."""
     return (world_size - 1) * torch.finfo(dtype).eps + 1e-12
 
 
@@ -163,7 +180,7 @@ def _buffers(op: str, inplace: bool, count: int, dtype: torch.dtype, device: str
     chunk = count // n if OPS[op].chunked else count
     exact_sum = sums_are_exact(dtype, n)
     if op in ("all_reduce", "reduce", "reduce_scatter"):
-        mine = reduce_values(rank, count, dtype, device)
+        mine = reduce_values(rank, count, dtype, device, n)
     if op == "all_reduce":
         buf = mine.clone()
         return _Buffers(lambda: dist.all_reduce(buf), lambda: buf.copy_(mine), lambda: buf,
@@ -292,6 +309,7 @@ def build(case: Case, config) -> Work:
         "world_size": n,
         "ranks_per_node": state.env.local_world_size, "nnodes": state.env.nnodes,
         "busbw_factor": bus_factor(op, n), "iterations": sec.iterations, "timeout_s": state.timeout_s,
+        "check": "exact" if bufs.exact else "approximate",  # approximate: bf16 sums of 256+ ranks
     }
     return Work(fn=bufs.fn, check=check, bytes=nbytes, extra=extra, derive=derive,
                 pedantic={"rounds": sec.rounds, "iterations": sec.iterations, "warmup_rounds": sec.warmup_rounds})
