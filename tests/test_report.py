@@ -325,6 +325,17 @@ def test_cpu_to_cpu_copies_are_titled_host_not_same_device(figures):
     assert titles == ["host (CPU → CPU)"]
 
 
+def test_bidirectional_copies_are_plotted_at_their_buffer_size_not_both_directions(figures):
+    from suite.report.charts import copy_curves
+
+    rows, machines = _family(DATA / "h200x2.json", "copy")
+    bi = rows[rows["src"].eq("cpu") & rows["dst"].eq("cuda:0")].copy()
+    bi["direction"], bi["bytes"] = "bi", 2 * bi["bytes"]  # as copy's measure counts them: both directions
+    copy_curves(pd.concat([rows, bi]), machines)
+    xs = {x for ax in figures[-1].axes for line in ax.get_lines() for x in line.get_xdata()}
+    assert xs and xs <= set(rows["bytes"]), sorted(xs - set(rows["bytes"]))
+
+
 @pytest.mark.parametrize(
     ("path", "says", "never"),
     [(REAL, "host copies from pageable memory (no pinned copies measured)", "pinned memory."),

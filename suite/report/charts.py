@@ -258,11 +258,20 @@ def _panels(n: int, row_height: float) -> tuple[Figure, int, int]:
     return Figure(figsize=(WIDTH_IN, row_height * nrows)), nrows, ncols
 
 
+def per_copy_bytes(rows: pd.DataFrame) -> pd.Series:
+    """Bytes of one copy's buffer: a bidirectional copy's `bytes` counts both directions (suite.cases.copy)."""
+    if "direction" not in rows:
+        return rows["bytes"]
+    return rows["bytes"].where(rows["direction"].ne("bi"), rows["bytes"] / 2)
+
+
 def copy_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     """Copy bandwidth against size, a panel per route kind; lines per route (one machine) or per machine."""
     rows = rows[rows["gbps"].notna() & rows["bytes"].notna()].copy()
     if rows.empty:
         return []
+    # The x axis is the buffer each copy moves, the size it was configured with.
+    rows["bytes"] = per_copy_bytes(rows)
     rows["route"] = rows["src"].fillna("?") + "→" + rows["dst"].fillna("?")
     rows["kind"] = route_kinds(rows["src"], rows["dst"]).map(ROUTE_TITLES).fillna("").to_numpy()
     rows["mem"] = rows["memory"].fillna("") if "memory" in rows else ""
