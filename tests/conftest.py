@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-# In-process pytester runs put sys.modules back afterwards, and numpy's C extension cannot be loaded twice
-# in one process: imported here, before any such run, it is never dropped.
+# In-process pytester runs put sys.modules back afterwards, and numpy's and torch's C extensions cannot be
+# loaded twice in one process (torch: a segfault once `pytest tests/test_stopping.py` ran alone): imported
+# here, before any such run, they are never dropped.
 import numpy  # noqa: F401
 import pytest
+import torch  # noqa: F401
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,18 +1,22 @@
-"""Precision-based stopping (pytest-benchmark's), its record in extra_info, the wall-time cap, durations."""
+"""Precision-based stopping (pytest-benchmark's loop with a Student-t margin), its record in extra_info, the
+wall-time cap, durations."""
 
 from __future__ import annotations
 
+import inspect
 import statistics
 from pathlib import Path
 
 import pytest
 
 from suite.timing import (
+    PRECISE_LOOP_ARGS,
     cap_rounds_by_time,
     format_duration,
     parse_duration,
     relative_margin,
     stopping_info,
+    student_t,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,11 +50,29 @@ def test_format_duration():
     assert [format_duration(s) for s in (4.21, 42, 185, 3720)] == ["4.2s", "42s", "3m05s", "1h02m"]
 
 
-def test_relative_margin_matches_the_normal_interval():
+def test_relative_margin_is_the_student_t_interval():
     data = [1.0, 1.02, 0.98, 1.01, 0.99]
-    expected = 2.5758 * statistics.stdev(data) / 5**0.5 / statistics.fmean(data)
+    expected = 4.6041 * statistics.stdev(data) / 5**0.5 / statistics.fmean(data)  # t(0.995, 4), not z 2.5758
     assert relative_margin(data, 0.99) == pytest.approx(expected, rel=1e-3)
     assert relative_margin([1.0], 0.99) is None
+
+
+@pytest.mark.parametrize(("confidence", "df", "table"), [
+    (0.99, 1, 63.657), (0.99, 2, 9.925), (0.99, 4, 4.604), (0.95, 10, 2.228), (0.99, 29, 2.756),
+    (0.99, 30, 2.750), (0.95, 30, 2.042), (0.99, 40, 2.704), (0.99, 100, 2.626), (0.999, 5, 6.869),
+    (0.95, 120, 1.980), (0.99, 1000, 2.581),
+])
+def test_student_t_matches_the_published_table(confidence, df, table):
+    assert student_t(confidence, df) == pytest.approx(table, abs=1e-3)
+
+
+def test_the_suites_loop_replaces_pytest_benchmarks_own():
+    """pytest-benchmark's private loop still takes what the suite's replacement takes: an upgrade that changes
+    it falls back to wrapping its loop (normal quantile), and this test says so."""
+    from pytest_benchmark.fixture import BenchmarkFixture
+
+    params = tuple(inspect.signature(BenchmarkFixture._run_until_precise).parameters)
+    assert params == ("self", *PRECISE_LOOP_ARGS)
 
 
 class _Stats:
@@ -71,16 +93,56 @@ def test_stopping_info_says_precision_time_or_fixed():
     )
 
 
-class _FakeFixture:
-    """The two attributes and the loop cap_rounds_by_time wraps, as pytest-benchmark's fixture has them."""
+class _Rounds(list):
+    update = list.append  # pytest-benchmark's Stats.update
 
-    def __init__(self, max_time, min_rounds):
+
+class _FakeFixture:
+    """The attributes and the loop cap_rounds_by_time replaces, as pytest-benchmark's fixture has them."""
+
+    def __init__(self, max_time, min_rounds, precision=-1.0, confidence=0.99):
         self._max_time, self._min_rounds = max_time, min_rounds
-        self.calls = 0
+        self._precision, self._confidence = precision, confidence
 
     def _run_until_precise(self, runner, loops_range, stats, max_rounds):
         for _ in range(max_rounds):
-            stats.append(runner(loops_range))
+            stats.update(runner(loops_range))
+
+
+class _OtherFixture(_FakeFixture):
+    """A pytest-benchmark whose private loop takes other arguments: wrapped, not replaced."""
+
+    def _run_until_precise(self, runner, loops, stats, rounds):  # noqa: D102
+        for _ in range(rounds):
+            stats.update(runner(loops))
+
+
+def test_the_loop_stops_on_the_t_margin_not_the_normal_one():
+    # 0.8% jitter: after 5 rounds the normal margin is within 1%, the t margin is not; after 12 it is.
+    jitter = [1.0, 1.008, 0.992, 1.008, 0.992] * 10
+    fixture = _FakeFixture(max_time=100.0, min_rounds=5, precision=0.01)
+    assert cap_rounds_by_time(fixture, clock=lambda: 0.0)
+    normal = 2.5758 * statistics.stdev(jitter[:5]) / 5**0.5
+    assert normal < 0.01 < relative_margin(jitter[:5], 0.99)
+    rounds = _Rounds()
+    it = iter(jitter)
+    fixture._run_until_precise(lambda _: next(it), None, rounds, 50)
+    assert 5 < len(rounds) < 50 and relative_margin(rounds, 0.99) <= 0.01
+    assert relative_margin(rounds[:-1], 0.99) > 0.01  # the first round within the target
+
+
+def test_another_loop_is_still_ended_at_max_time():
+    now = [0.0]
+    fixture = _OtherFixture(max_time=1.0, min_rounds=3)
+    assert cap_rounds_by_time(fixture, clock=lambda: now[0])
+
+    def slow_round(_):
+        now[0] += 0.4
+        return 0.4
+
+    rounds = _Rounds()
+    fixture._run_until_precise(slow_round, None, rounds, 1000)
+    assert len(rounds) == 3
 
 
 def test_cap_ends_the_loop_at_max_time_after_min_rounds():
@@ -92,7 +154,7 @@ def test_cap_ends_the_loop_at_max_time_after_min_rounds():
         now[0] += 0.4  # each round is 4x slower than the calibration promised
         return 0.4
 
-    rounds: list = []
+    rounds = _Rounds()
     fixture._run_until_precise(slow_round, None, rounds, max_rounds=1000)
     assert len(rounds) == 3  # 1.2 s after 3 rounds: stopped, not 1000 rounds (400 s)
 
@@ -106,7 +168,7 @@ def test_cap_still_runs_min_rounds():
         now[0] += 1.0
         return 1.0
 
-    rounds: list = []
+    rounds = _Rounds()
     fixture._run_until_precise(slow_round, None, rounds, max_rounds=1000)
     assert len(rounds) == 5
 
