@@ -228,6 +228,37 @@ class Machine:
         return self.node + (f" · driver {','.join(drivers)}" if drivers else "")
 
 
+def gpu_uuids(machine: Machine) -> frozenset[str]:
+    """The machine's GPUs by UUID (NVML's, recorded per device): what makes two nodes two."""
+    return frozenset(str(d["uuid"]) for d in machine.devices if d.get("kind") != "cpu" and d.get("uuid"))
+
+
+def _tell_shared_hostnames_apart(machines: dict[str, Machine], parts: list, warnings: list[str]) -> None:
+    """Two nodes that report one hostname (a cloud image's `ubuntu`, a container's) with different GPUs are two
+    machines: without this, health and compare took the newer run for the other's and judged only one.
+    Each gets its hostname and its first GPU's UUID (`ubuntu [3f2a9c1e]`). Runs without UUIDs (CPU-only,
+    older files) keep the plain name."""
+    by_host: dict[str, dict[frozenset, list[str]]] = {}
+    for label, m in machines.items():
+        if uuids := gpu_uuids(m):
+            by_host.setdefault(m.host, {}).setdefault(uuids, []).append(label)
+    rows = {label: columns for (_, columns), label in zip(parts, machines)}
+    for host, sets in by_host.items():
+        if len(sets) < 2:
+            continue
+        names = []
+        for uuids, labels in sets.items():
+            tag = min(uuids).removeprefix("GPU-").removeprefix("MIG-")[:8]
+            names.append(f"{host} [{tag}]")
+            for label in labels:
+                machines[label].host = names[-1]
+                rows[label]["host"] = [names[-1]] * len(rows[label]["host"])
+        warnings.append(
+            f"hostname {host!r} is reported by {len(sets)} machines with different GPUs (by UUID): told apart "
+            f"as {', '.join(names)}; give the nodes distinct hostnames"
+        )
+
+
 @dataclass
 class LoadedResults:
     """The tidy table (one row per machine and benchmark), the machines by label, and the load warnings."""
@@ -708,6 +739,7 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
         parts.append((machine.n_benchmarks, columns))
     for key in labels.keys() - used_labels:
         warnings.append(f"--label {key}: matches no loaded file — ignored")
+    _tell_shared_hostnames_apart(machines, parts, warnings)
     if not machines:
         detail = "; ".join(warnings[:3]) or "no paths given"
         raise UserError(

@@ -51,8 +51,10 @@ def machine(
     noise: float = NOISE,
     driver: str = "550.54.15",
     when: str = "2026-11-29T18:00:00+00:00",
+    uuid: str | None = None,
 ) -> dict:
-    """One SYNTHETIC results file: `slow` scales the whole machine, or only cuda:`slow_device` if given."""
+    """One SYNTHETIC results file: `slow` scales the whole machine, or only cuda:`slow_device` if given;
+    `uuid` (8 hex digits) gives its GPUs NVML-style UUIDs (GPU-<uuid>-...-<i>)."""
     real = json.loads(REAL.read_text(encoding="utf-8"))
     rng = random.Random(f"{host}-{seed}")
     benches = []
@@ -72,6 +74,7 @@ def machine(
             "name": GPU_NAME,
             "memory_bytes": 80 * 10**9,
             "driver_version": driver,
+            **({"uuid": f"GPU-{uuid}-0000-4000-8000-{i:012x}"} if uuid else {}),
         }
         for i in range(n_gpus)
     ]

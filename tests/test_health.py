@@ -51,6 +51,25 @@ def test_one_degraded_machine_is_flagged_against_its_fleet(tmp_path, capsys):
     assert all(0.75 < f["measured"] < 0.85 for f in node(result, "node-3")["findings"])
 
 
+def test_two_nodes_sharing_a_hostname_are_judged_apart(tmp_path, capsys):
+    # A cloud image's `ubuntu` on two nodes: the newer run used to stand for both, and the faulty node's
+    # straggler was never judged (HEALTHY, exit 0).
+    fleet.write(tmp_path, "a", fleet.machine("ubuntu", uuid="3f2a9c1e", when="2026-11-29T18:00:00+00:00",
+                                             slow=0.7, slow_device=3))
+    fleet.write(tmp_path, "b", fleet.machine("ubuntu", uuid="77b10d42", when="2026-11-29T19:00:00+00:00"))
+    code, result = health_json(capsys, str(tmp_path))
+    assert code == 1
+    status = {n["node"].split(" · ")[0]: n["status"] for n in result["nodes"]}
+    assert status == {"ubuntu [3f2a9c1e]": "flagged", "ubuntu [77b10d42]": "healthy"}
+    loaded = load_results([tmp_path])
+    assert any("hostname 'ubuntu' is reported by 2 machines with different GPUs" in w for w in loaded.warnings)
+    assert set(loaded.table["host"]) == {"ubuntu [3f2a9c1e]", "ubuntu [77b10d42]"}
+    # One node's two runs (same GPUs) stay one machine, judged by its latest run.
+    fleet.write(tmp_path, "a2", fleet.machine("ubuntu", uuid="3f2a9c1e", when="2026-11-29T20:00:00+00:00"))
+    code, result = health_json(capsys, str(tmp_path))
+    assert code == 0 and len(result["nodes"]) == 2
+
+
 def test_undegraded_fleet_with_ordinary_noise_is_healthy(tmp_path, capsys):
     for i in range(6):
         fleet.write(tmp_path, f"n{i}", fleet.machine(f"node-{i}", seed=i))
