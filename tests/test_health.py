@@ -70,6 +70,25 @@ def test_two_nodes_sharing_a_hostname_are_judged_apart(tmp_path, capsys):
     assert code == 0 and len(result["nodes"]) == 2
 
 
+@pytest.mark.parametrize("slow", [0.5, 0.8])
+def test_the_smallest_fleet_of_three_flags_its_slow_machine(tmp_path, capsys, slow):
+    # With the machine itself in the quartiles, three machines could never flag one, even at half speed.
+    for i in range(3):
+        fleet.write(tmp_path, f"n{i}", fleet.machine(f"node-{i}", seed=i, slow=slow if i == 2 else 1.0))
+    code, result = health_json(capsys, str(tmp_path))
+    assert code == 1
+    assert [n["node"] for n in result["nodes"] if n["status"] == "flagged"] == [node(result, "node-2")["node"]]
+    assert all(slow - 0.06 < f["measured"] < slow + 0.06 for f in node(result, "node-2")["findings"])
+    assert "the median of the other 2" in node(result, "node-2")["findings"][0]["text"]
+
+
+def test_a_fleet_of_three_with_ordinary_noise_is_healthy(tmp_path, capsys):
+    for i in range(3):
+        fleet.write(tmp_path, f"n{i}", fleet.machine(f"node-{i}", seed=i))
+    code, result = health_json(capsys, str(tmp_path))
+    assert code == 0 and result["counts"]["flagged"] == 0
+
+
 def test_undegraded_fleet_with_ordinary_noise_is_healthy(tmp_path, capsys):
     for i in range(6):
         fleet.write(tmp_path, f"n{i}", fleet.machine(f"node-{i}", seed=i))

@@ -559,22 +559,34 @@ def _fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) -
         .reset_index()
     )
     gm["speed"] = np.exp(gm["log"])
-    spread = gm.groupby(["fleet_", "case"])["speed"].describe()[["count", "min", "25%", "50%", "75%", "max"]]
+    spread = gm.groupby(["fleet_", "case"])["speed"].describe()[["count", "min", "max"]]
     gm = gm.join(spread, on=["fleet_", "case"])
-    fence = gm["25%"] - TUKEY_K * (gm["75%"] - gm["25%"])
+    # Each machine against the OTHER machines of its model: their median and their lower fence. With the
+    # machine itself among them, three machines could never flag one (its own speed drags q1 and the IQR down
+    # so far that the fence stays below it, however slow).
+    others_median, others_fence = [], []
+    for speeds in gm.groupby(["fleet_", "case"], sort=False)["speed"]:
+        values = speeds[1].to_numpy()
+        for i in range(len(values)):
+            rest = np.delete(values, i)
+            q1, q3 = np.percentile(rest, [25, 75]) if len(rest) else (np.nan, np.nan)
+            others_median.append((speeds[1].index[i], np.median(rest) if len(rest) else np.nan,
+                                  q1 - TUKEY_K * (q3 - q1)))
+    order = pd.DataFrame(others_median, columns=["i", "median", "fence"]).set_index("i")
+    gm = gm.join(order)
     low = (
         (gm["count"] >= FLEET_MIN_MACHINES)
-        & (gm["speed"] < gm["50%"] * (1 - FLEET_MARGIN))
-        & (gm["speed"] < fence)
+        & (gm["speed"] < gm["median"] * (1 - FLEET_MARGIN))
+        & (gm["speed"] < gm["fence"])
     )
     for r in gm[low].to_dict("records"):
         text = (
-            f"{r['case']}: {r['speed']:.2f}× the median {r['fleet_']} machine (geometric mean over "
-            f"{int(r['n'])} benchmarks; {int(r['count'])} machines span {r['min']:.2f}–{r['max']:.2f}×)"
+            f"{r['case']}: {r['speed'] / r['median']:.2f}× the median of the other {int(r['count']) - 1} "
+            f"{r['fleet_']} machines (geometric mean over {int(r['n'])} benchmarks; {int(r['count'])} machines "
+            f"span {r['min']:.2f}–{r['max']:.2f}×)"
         )
-        findings.append(
-            Finding("fleet", r["node"], "", r["case"], text, float(r["speed"]), 1.0, 100 * float(r["speed"]))
-        )
+        relative = float(r["speed"] / r["median"])
+        findings.append(Finding("fleet", r["node"], "", r["case"], text, relative, 1.0, 100 * relative))
     return checked
 
 
