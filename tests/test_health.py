@@ -372,6 +372,29 @@ def test_missing_lists_only_what_the_config_selected(tmp_path, capsys):
     assert missing == ["matmul_fp16"]
 
 
+def test_a_torchrun_job_is_not_missing_what_only_a_single_process_run_measures(tmp_path, capsys):
+    # One config for both runs of the node: the torchrun job measures only the collectives, the single
+    # process never does, and a 2-node job has no 1-node all_reduce figure. None of that is missing.
+    config = {"cases": {
+        "matmul": {"enabled": True, "dtypes": ["bfloat16"], "shapes": [[8192, 8192, 8192]]},
+        "collectives": {"enabled": True, "ops": ["all_reduce"], "sizes": ["1GiB"]},
+    }}
+    fleet.write(tmp_path, "box", ours("box", 8, [matmul(f"cuda:{i}", 780) for i in range(8)], config))
+    coll = ours("box", 8, [all_reduce(470, 16, 2)], config)
+    coll["suite"]["distributed"] = {"world_size": 16, "nnodes": 2, "ranks_per_node": 8}
+    fleet.write(tmp_path, "coll", coll)
+    code, result = health_json(capsys, str(tmp_path), "--fail-on", "missing")
+    findings = [f for n in result["nodes"] for f in n["findings"] if f["kind"] == "missing"]
+    assert findings == [] and code == 0
+    # What the single-process run was asked for and lacks is still missing, once per device, not again for
+    # the torchrun job.
+    config["cases"]["matmul"]["dtypes"].append("float16")
+    fleet.write(tmp_path, "box", ours("box", 8, [matmul(f"cuda:{i}", 780) for i in range(8)], config))
+    code, result = health_json(capsys, str(tmp_path), "--fail-on", "missing")
+    texts = [f["text"] for n in result["nodes"] for f in n["findings"] if f["kind"] == "missing"]
+    assert len(texts) == 8 and all(t.startswith("matmul_fp16") for t in texts) and code == 1
+
+
 def test_missing_findings_do_not_depend_on_other_files(capsys):
     path = str(IMPORTED / "nvbandwidth" / "constructed_issue6_h100x4.json")
 

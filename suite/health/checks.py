@@ -12,7 +12,7 @@ import pandas as pd
 from suite.compare import NOISE_IQR_SHARE
 from suite.limits import limits_held
 from suite.health.expect import HOST_LINKS, MEASURES, OK_AT_PCT, Expectations, Measure
-from suite.results import FOREIGN_CASE, LoadedResults, latest_runs, peer_keys, route_kinds
+from suite.results import FOREIGN_CASE, OUR_TOOL, LoadedResults, latest_runs, peer_keys, route_kinds
 
 # A device is a straggler when it is more than this far below the median of its peers (same model, same
 # benchmark, same run), and further than their noise. MAMF's author saw a 5%+ matmul spread between healthy
@@ -393,6 +393,17 @@ def _no_figure(
         )
 
 
+def _could_measure(machine, measure: Measure) -> bool:
+    """Whether a run launched as this one was could hold the measure's results, whatever its config asked:
+    a torchrun job runs only the collectives (its config still lists every family), a single process never
+    runs them, and a job on 2 nodes has no 1-node result."""
+    collectives = "collectives" in measure.families
+    if bool(machine.distributed) != collectives and machine.tool == OUR_TOOL:
+        return False
+    nnodes = dict(measure.where).get("nnodes")
+    return nnodes is None or not machine.distributed or machine.distributed.get("nnodes") in (None, nnodes)
+
+
 def _missing(
     loaded: LoadedResults,
     labels: list[str],
@@ -407,6 +418,8 @@ def _missing(
     seen = set(zip(judged["label"], judged["subject"].str.split("->", n=1).str[0])) if len(judged) else set()
     for label in labels:
         machine = loaded.machines[label]
+        if not _could_measure(machine, measure):
+            continue
         chosen = selected(machine.config, measure)
         if chosen is False:
             continue  # the config did not ask for it: absence is a choice, not a gap
