@@ -332,8 +332,15 @@ def test_bidirectional_copies_are_plotted_at_their_buffer_size_not_both_directio
     bi = rows[rows["src"].eq("cpu") & rows["dst"].eq("cuda:0")].copy()
     bi["direction"], bi["bytes"] = "bi", 2 * bi["bytes"]  # as copy's measure counts them: both directions
     copy_curves(pd.concat([rows, bi]), machines)
-    xs = {x for ax in figures[-1].axes for line in ax.get_lines() for x in line.get_xdata()}
+    lines = [line for ax in figures[-1].axes for line in ax.get_lines()]
+    xs = {x for line in lines for x in line.get_xdata()}
     assert xs and xs <= set(rows["bytes"]), sorted(xs - set(rows["bytes"]))
+    # With both directions the dash pattern still says the host memory (it fell back to dotted for every line)
+    # and a marker says the direction.
+    assert {line.get_linestyle() for line in lines} <= {"-", "--"}
+    assert {line.get_marker() for line in lines} == {"o", "s"}
+    legend = [t.get_text() for t in figures[-1].legends[0].get_texts()]
+    assert "one way" in legend and any(t.startswith("both ways") for t in legend)
 
 
 @pytest.mark.parametrize(

@@ -258,6 +258,10 @@ def _panels(n: int, row_height: float) -> tuple[Figure, int, int]:
     return Figure(figsize=(WIDTH_IN, row_height * nrows)), nrows, ncols
 
 
+DIRECTION_MARKERS = {"uni": "o", "bi": "s"}
+DIRECTION_LABELS = {"uni": "one way", "bi": "both ways at once (GB/s of both)"}
+
+
 def per_copy_bytes(rows: pd.DataFrame) -> pd.Series:
     """Bytes of one copy's buffer: a bidirectional copy's `bytes` counts both directions (suite.cases.copy)."""
     if "direction" not in rows:
@@ -267,6 +271,8 @@ def per_copy_bytes(rows: pd.DataFrame) -> pd.Series:
 
 def copy_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     """Copy bandwidth against size, a panel per route kind; lines per route (one machine) or per machine."""
+    from matplotlib.lines import Line2D
+
     rows = rows[rows["gbps"].notna() & rows["bytes"].notna()].copy()
     if rows.empty:
         return []
@@ -275,15 +281,16 @@ def copy_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     rows["route"] = rows["src"].fillna("?") + "→" + rows["dst"].fillna("?")
     rows["kind"] = route_kinds(rows["src"], rows["dst"]).map(ROUTE_TITLES).fillna("").to_numpy()
     rows["mem"] = rows["memory"].fillna("") if "memory" in rows else ""
-    if "direction" in rows and rows["direction"].nunique() > 1:
-        rows["mem"] = rows["mem"] + " " + rows["direction"].fillna("")
+    # A dash pattern per host memory, a marker per direction (one way, or both at once) where both ran.
+    rows["dir"] = rows["direction"].fillna("uni") if "direction" in rows else "uni"
+    both = rows["dir"].nunique() > 1
     kinds = [k for k in ROUTE_TITLES.values() if k in set(rows["kind"])]
     caption = ""
     many_routes = rows.groupby("kind")["route"].nunique().max() > MAX_LINES_PER_AXES
     if len(machines) > 1 or many_routes:
         # Routes of one kind differ by a GPU index; across machines the kind is what compares. The heatmap
         # and the table keep every route.
-        rows = rows.groupby(["label", "kind", "mem", "bytes"], sort=False)["gbps"].median().reset_index()
+        rows = rows.groupby(["label", "kind", "mem", "dir", "bytes"], sort=False)["gbps"].median().reset_index()
         rows["route"] = rows["label"]
         caption = "Each line is the median over a machine's routes of that kind; the matrix and table list every route."
     names = list(dict.fromkeys(rows["route"]))
@@ -291,12 +298,15 @@ def copy_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     fig, nrows, ncols = _panels(len(kinds), 3.6)
     for i, kind in enumerate(kinds):
         ax = fig.add_subplot(nrows, ncols, i + 1)
-        _curve_panel(ax, rows[rows["kind"] == kind], "route", "mem", "bytes", "gbps", colors)
+        _curve_panel(ax, rows[rows["kind"] == kind], "route", "mem", "bytes", "gbps", colors,
+                     marker_key="dir" if both else None, markers=DIRECTION_MARKERS)
         ax.set_title(kind, fontsize=10, loc="left")
         ax.set_xlabel("bytes per copy")
         ax.set_ylabel("GB/s")
     fig.tight_layout()
-    _figure_legend(fig, colors, sorted(set(rows["mem"])))
+    extra = [Line2D([], [], color="#555", linestyle="", marker=DIRECTION_MARKERS[d], label=DIRECTION_LABELS[d])
+             for d in DIRECTION_MARKERS if both and d in set(rows["dir"])]
+    _figure_legend(fig, colors, sorted(m for m in set(rows["mem"]) if m), extra)
     return [Chart("Copy bandwidth against size (higher is better)", _png(fig), caption)]
 
 
