@@ -178,6 +178,7 @@ class PartialState:
         self.outcomes: dict[str, str] = {}
         self.measuring: set[str] = set()  # tests that wrote "started"
         self.results: dict[str, dict] = {}  # nodeid -> benchmark, written once the whole test passed
+        self.written = 0  # benchmarks this run wrote to the partial file
         self.started = time.time()
 
     @classmethod
@@ -261,6 +262,10 @@ class PartialState:
             config.hook.pytest_deselected(items=done)
             self.reused = [self.previous.benchmarks[i.nodeid] for i in done]
 
+    def finished_count(self) -> int:
+        """Benchmarks the partial file holds now: the earlier run's (--suite-resume appends) and this run's."""
+        return len(self.previous.benchmarks) + self.written
+
     def measure_starts(self, nodeid: str) -> None:
         """A test starts measuring (its devices are there): from here a death is counted against it."""
         self.measuring.add(nodeid)
@@ -278,6 +283,7 @@ class PartialState:
         result = self.results.pop(nodeid, None)
         if result is not None and outcome == "passed":
             self.write(result)
+            self.written += 1
         if nodeid in self.measuring:
             self.measuring.discard(nodeid)
             self.write({"finished": nodeid, "outcome": outcome})

@@ -51,6 +51,7 @@ _RUN = pytest.StashKey[RunState]()
 _MISSING = pytest.StashKey[list]()  # selected devices this machine lacks (warned about at the start)
 _FAILED = pytest.StashKey[set]()  # nodeids of tests that did not pass: their benchmarks are not results
 _NOTHING = pytest.StashKey[str]()  # the line saying a run with --benchmark-json measured nothing
+_INTERRUPTED = pytest.StashKey[str]()  # the line saying what an interrupted run (Ctrl-C) kept, and how to go on
 
 # Our timing settings (config `timing`) map onto these pytest-benchmark marker keywords; a user who passes
 # the matching --benchmark-* option on the command line keeps theirs.
@@ -620,11 +621,34 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem):
 NOTHING_MEASURED_EXIT = pytest.ExitCode.NO_TESTS_COLLECTED
 
 
+@pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_sessionfinish")
+def pytest_sessionfinish_interrupted(session: pytest.Session):
+    """Ctrl-C (or a KeyboardInterrupt): pytest-benchmark, whose hook runs inside this one, would write the
+    benchmarks finished so far as a complete-looking JSON (with the interrupted one half-timed), and the
+    partial file would then be dropped, leaving nothing to resume. The JSON is not written; the partial file
+    keeps every finished benchmark, and one line says how to go on."""
+    state = session.config.stash.get(_PARTIAL, None)
+    bs = getattr(session.config, "_benchmarksession", None)
+    if session.exitstatus == pytest.ExitCode.INTERRUPTED and state is not None and state.writer is not None:
+        if bs is not None:
+            bs.json = None
+            # A benchmark interrupted before its first round has no statistics to show either.
+            bs.benchmarks[:] = [b for b in bs.benchmarks if b.stats is not None and b.stats.data]
+        kept = state.finished_count()
+        where = f"kept in {state.writer.path}; rerun the same command with --suite-resume to run the rest"
+        session.config.stash[_INTERRUPTED] = (
+            f"[suite] interrupted: {kept} finished benchmark(s) {where}" if kept else
+            f"[suite] interrupted before any benchmark finished: no results written to "
+            f"{session.config.getoption('benchmark_json')}"
+        )
+    return (yield)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     state = session.config.stash.get(_PARTIAL, None)
     bs = getattr(session.config, "_benchmarksession", None)
-    if state is None or state.writer is None or bs is None:
+    if state is None or state.writer is None or bs is None or _INTERRUPTED in session.config.stash:
         return
     if not bs.benchmarks and not state.reused and session.exitstatus == pytest.ExitCode.OK:
         # Every selected case skipped (no such device, -k matched only skips): pytest-benchmark writes no
@@ -689,6 +713,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
     if _NOTHING in config.stash:
         terminalreporter.write_line(config.stash[_NOTHING], red=True)
+    if _INTERRUPTED in config.stash:
+        terminalreporter.write_line(config.stash[_INTERRUPTED], yellow=True)
+        return
 
     if _RUN not in config.stash or config.getoption("suite_summary") == "off" or not shown_on_this_rank():
         return

@@ -259,3 +259,43 @@ def test_a_run_that_measured_nothing_says_so_and_does_not_exit_0(fake_suite, tmp
            f"written to {out}" in result.stdout
     assert not out.exists()
     assert not partial_path(out).exists(), "a partial file of skips is no run to judge or report"
+
+
+def _wait_for(proc, partial: Path, text: str, count: int, log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if partial.exists() and partial.read_text().count(text) >= count:
+            return
+        time.sleep(0.02)
+    raise AssertionError("the run ended before it could be interrupted: " + log.read_text()[-2000:])
+
+
+def test_ctrl_c_keeps_the_partial_file_and_writes_no_complete_looking_json(fake_suite, tmp_path):
+    # Ctrl-C in the middle of a benchmark's rounds: pytest-benchmark used to write the finished benchmarks
+    # (and the interrupted one, half-timed) as a complete-looking JSON, the partial file was then dropped, and
+    # --suite-resume had nothing to resume.
+    out = tmp_path / "results" / "run.json"
+    partial = partial_path(out)
+    log = tmp_path / "run.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(fake_suite(FAST, out, "-k", "quick or stall"), env=_env(), stdout=fh,
+                                stderr=subprocess.STDOUT, cwd=tmp_path)
+    _wait_for(proc, partial, '"started": "test_fake.py::test_stall', 1, log)
+    time.sleep(0.5)  # inside the stall case's timed rounds (100 x 0.2 s)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == pytest.ExitCode.INTERRUPTED
+    text = log.read_text()
+    assert not out.exists(), text[-2000:]
+    run = read_partial(partial)
+    assert len(run.benchmarks) == 40 and not any("stall" in name for name in run.benchmarks)
+    assert (f"[suite] interrupted: 40 finished benchmark(s) kept in {partial}; rerun the same command with "
+            "--suite-resume to run the rest") in text
+    assert "Traceback" not in text
+    # The plain rerun is still refused, and the resume keeps all 40.
+    result = subprocess.run(fake_suite(FAST, out, "-k", "quick"), env=_env(), capture_output=True, text=True,
+                            timeout=180, cwd=tmp_path)
+    assert result.returncode == 4 and "holds 40 finished benchmark(s)" in result.stderr
+    result = subprocess.run(fake_suite(FAST, out, "-k", "quick", "--suite-resume"), env=_env(),
+                            capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert len(json.loads(out.read_text())["benchmarks"]) == 40 and not partial.exists()
