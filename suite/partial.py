@@ -102,15 +102,16 @@ def read_partial(path: Path) -> PartialRun:
     "finished" line counts as a death), as `report` reads the same file."""
     run = PartialRun()
     try:
-        raw = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        raw = path.read_bytes().splitlines()
+    except OSError as exc:
         raise UserError(f"{path}: cannot read the partial results ({exc}); delete it to start afresh") from None
-    for number, line in enumerate(raw, 1):
-        if not line.strip():
+    for number, data in enumerate(raw, 1):
+        if not data.strip():
             continue
-        try:
+        try:  # one line at a time: a stray byte spoils its line, not the file
+            line = data.decode("utf-8")
             obj = json.loads(line)
-        except json.JSONDecodeError:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             if number == len(raw):
                 break  # the write a kill interrupted
             obj = None
@@ -148,14 +149,60 @@ def check_writable(json_path: Path) -> None:
         ) from None
     if json_path.is_dir():
         raise UserError(f"--benchmark-json {json_path}: is a directory; give a file path such as {json_path}/results.json")
-    existed = json_path.exists()
+    target = json_path.resolve()  # a symlink's target: created and removed here, the link itself kept
+    existed = target.exists()
     try:
         with open(json_path, "a", encoding="utf-8"):
             pass
     except OSError as exc:
         raise UserError(f"--benchmark-json {json_path}: cannot be written ({exc.strerror}); choose a writable path") from None
     if not existed:
-        json_path.unlink()
+        target.unlink(missing_ok=True)
+
+
+class RunLock:
+    """One run at a time per results file: `<json>.partial.jsonl.lock`, held (flock) from the start of a run to
+    its end. Two runs given one --benchmark-json both wrote the partial file, and the first to finish deleted
+    it and left the JSON of only one of them. Where the file system has no locks (some network mounts), runs
+    are not kept apart, as before."""
+
+    def __init__(self, partial: Path) -> None:
+        self.path = partial.with_name(partial.name + ".lock")
+        self._fh = None
+
+    def acquire(self, json_path: Path) -> None:
+        try:
+            import fcntl
+        except ImportError:  # not on POSIX
+            return
+        try:
+            fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the run
+        except OSError:
+            return
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            fh.close()
+            raise UserError(
+                f"--benchmark-json {json_path}: another run ({holder}) is writing it now; wait for it to end, "
+                "or give this run another --benchmark-json"
+            ) from None
+        except OSError:  # no locks on this file system
+            fh.close()
+            return
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()} on {platform.node()}, started {time.strftime('%H:%M:%S')}\n")
+        fh.flush()
+        self._fh = fh
+
+    def release(self) -> None:
+        if self._fh is not None:
+            self.path.unlink(missing_ok=True)  # while still held: a run starting now makes a new one
+            self._fh.close()
+            self._fh = None
 
 
 # --- the partial file of a pytest run (suite.plugin drives it) -------------------------------------------
@@ -179,6 +226,7 @@ class PartialState:
         self.measuring: set[str] = set()  # tests that wrote "started"
         self.results: dict[str, dict] = {}  # nodeid -> benchmark, written once the whole test passed
         self.written = 0  # benchmarks this run wrote to the partial file
+        self.lock: RunLock | None = None  # held from the start of the run to its end
         self.started = time.time()
 
     @classmethod
@@ -197,6 +245,19 @@ class PartialState:
         json_path = Path(json_path)
         check_writable(json_path)
         partial = partial_path(json_path)
+        lock = RunLock(partial)
+        lock.acquire(json_path)
+        try:
+            state = cls._start(config, json_path, partial, resume, identity, suite_block)
+        except BaseException:
+            lock.release()
+            raise
+        state.lock = lock
+        return state
+
+    @classmethod
+    def _start(cls, config, json_path: Path, partial: Path, resume: bool, identity: dict,
+               suite_block: Callable[[], dict]) -> "PartialState":
         previous = None
         if not resume and partial.exists():
             refuse_to_overwrite(partial)
@@ -290,6 +351,13 @@ class PartialState:
 
     def finish(self) -> None:
         """Close the file; drop it once the complete JSON exists (it now holds everything)."""
+        try:
+            self._finish()
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+
+    def _finish(self) -> None:
         if self.writer is None:
             return
         self.writer.close()
@@ -327,8 +395,8 @@ def refuse_to_overwrite(partial: Path) -> None:
     overwritten."""
     try:
         finished = len(read_partial(partial).benchmarks)
-    except UserError:  # unreadable as a whole: nothing the suite could keep from it
-        return
+    except UserError as exc:  # cannot be read (permissions): whatever it holds, a new run must not wipe it
+        raise UserError(f"{exc} (or run with another --benchmark-json)") from None
     if finished:
         raise UserError(
             f"{partial} holds {finished} finished benchmark(s) of an interrupted run: add --suite-resume to "
@@ -338,10 +406,17 @@ def refuse_to_overwrite(partial: Path) -> None:
 
 def check_same_run(partial: Path, previous: PartialRun, identity: dict) -> None:
     """Resume only the same measurement: the same config, devices and machine, or the JSON would mix runs."""
-    header = previous.header or {}
-    old = header.get("suite") or {}
-    host = (header.get("machine_info") or {}).get("node")
+    header = previous.header if isinstance(previous.header, dict) else {}
+    old = header.get("suite") if isinstance(header.get("suite"), dict) else {}
+    info = header.get("machine_info") if isinstance(header.get("machine_info"), dict) else {}
+    host = info.get("node")
     if previous.header is None:
+        if previous.benchmarks:  # its header line is the unreadable one: nothing says what it measured
+            raise UserError(
+                f"--suite-resume: {partial} holds {len(previous.benchmarks)} finished benchmark(s) but no "
+                "readable header (config, devices, machine): it cannot be told to be this run's; run without "
+                "--suite-resume into another --benchmark-json, or delete it"
+            )
         return  # died before its first result: nothing to merge
     if old.get("config") != identity.get("config") or old.get("devices") != identity.get("devices"):
         raise UserError(
@@ -352,3 +427,19 @@ def check_same_run(partial: Path, previous: PartialRun, identity: dict) -> None:
     if host and host != platform.node():
         raise UserError(f"--suite-resume: {partial} was measured on {host}, not on this machine "
                         f"({platform.node()}); run without --suite-resume")
+    now = identity["now"]() if callable(identity.get("now")) else {}
+    software = info.get("software") if isinstance(info.get("software"), dict) else {}
+    changed = [f"{key} {software[key]} -> {value}" for key, value in (now.get("software") or {}).items()
+               if key in ("torch", "cuda", "hip", "python", "suite") and key in software
+               and software[key] != value]
+    recorded = {str(d.get("id")): d for d in info.get("devices") or [] if isinstance(d, dict)}
+    for name, props in (now.get("hardware") or {}).items():
+        for key, value in props.items():
+            if name in recorded and recorded[name].get(key) not in (None, value):
+                changed.append(f"{name} {key} {recorded[name][key]} -> {value}")
+    if changed:
+        raise UserError(
+            f"--suite-resume: {partial} was measured with other software or hardware ({'; '.join(changed[:3])}"
+            f"{'; ...' if len(changed) > 3 else ''}): one JSON would mix them; run without --suite-resume into "
+            "another --benchmark-json"
+        )

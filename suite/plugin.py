@@ -149,7 +149,7 @@ def pytest_configure(config: pytest.Config) -> None:
         run.budget_source = "--suite-budget" if budget is not None else "timing.budget"
     except ValueError as exc:
         raise pytest.UsageError(f"--suite-budget: {exc}") from None
-    identity = {"config": resolved(suite_config), "devices": devices}
+    identity = {"config": resolved(suite_config), "devices": devices, "now": lambda: _what_measures(devices)}
     try:
         config.stash[_PARTIAL] = PartialState.start(config, identity, lambda: _suite_block(config))
     except UserError as exc:
@@ -548,6 +548,20 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
         output_json.setdefault("benchmarks", []).extend(state.reused)
     output_json["suite"] = _suite_block(config)
     annotate(output_json)
+
+
+def _what_measures(devices: list[str]) -> dict:
+    """This process's software and the selected accelerators (name, UUID): what a resumed run must share with
+    the run it resumes (suite.partial.check_same_run), read only when resuming."""
+    platform = dev.current_platform()
+    hardware = {}
+    for name in devices:
+        device = torch.device(name)
+        if device.type != "cpu" and name in dev.present_devices():
+            with contextlib.suppress(Exception):  # a device that cannot say: compared by what it can
+                props = platform.properties(device)
+                hardware[name] = {k: props.get(k) for k in ("name", "uuid") if props.get(k)}
+    return {"software": {**platform.software(), "suite": __version__}, "hardware": hardware}
 
 
 def _suite_block(config: pytest.Config) -> dict:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import platform
+import re
 import signal
 import subprocess
 import sys
@@ -13,7 +15,16 @@ from pathlib import Path
 import pytest
 import yaml
 
-from suite.partial import partial_path, read_partial
+from suite.errors import UserError
+from suite.partial import (
+    PartialRun,
+    RunLock,
+    check_same_run,
+    check_writable,
+    partial_path,
+    read_partial,
+    refuse_to_overwrite,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = {"devices": "cpu", "timing": {"warmup_s": 0.0, "max_time": 0.02, "min_rounds": 2}}
@@ -197,6 +208,66 @@ def test_partial_reader_drops_a_torn_last_line_and_leaves_out_a_corrupt_one(tmp_
     path.write_text('{"partial": true}\nnot json\n[1]\n' + json.dumps(bench) + "\n")
     run = read_partial(path)
     assert run.unreadable == [2, 3] and list(run.benchmarks) == ["b/t.py::t[a]"]
+
+
+def test_a_stray_byte_spoils_its_line_not_the_partial_file(tmp_path):
+    # One non-UTF-8 byte used to make the whole file unreadable: resume refused it, a plain rerun wiped it.
+    path = tmp_path / "x.partial.jsonl"
+    bench = {"name": "t[a]", "fullname": "b/t.py::t[a]", "stats": {"median": 1.0}}
+    path.write_bytes(b'{"partial": true}\n{"started": "\xff"}\n' + json.dumps(bench).encode() + b"\n")
+    run = read_partial(path)
+    assert run.unreadable == [2] and list(run.benchmarks) == ["b/t.py::t[a]"]
+    with pytest.raises(UserError, match="holds 1 finished benchmark"):
+        refuse_to_overwrite(path)
+
+
+def test_a_second_run_on_the_same_results_file_is_refused_while_the_first_runs(fake_suite, tmp_path):
+    # Two runs given one --benchmark-json both wrote its partial file; the first to end deleted it, and the
+    # JSON held only one run's results.
+    out = tmp_path / "run.json"
+    first = RunLock(partial_path(out))
+    first.acquire(out)  # a run in progress
+    try:
+        with pytest.raises(UserError, match=rf"another run \(pid {os.getpid()} on .*\) is writing it now"):
+            RunLock(partial_path(out)).acquire(out)
+        result = subprocess.run(fake_suite(FAST, out, "-k", "quick"), env=_env(), capture_output=True,
+                                text=True, timeout=120, cwd=tmp_path)
+        assert result.returncode == 4 and "is writing it now; wait for it to end" in result.stderr
+        assert "Traceback" not in result.stderr and not partial_path(out).exists()
+    finally:
+        first.release()
+    result = subprocess.run(fake_suite(FAST, out, "-k", "quick"), env=_env(), capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert not first.path.exists(), "a finished run leaves no lock file"
+
+
+def test_a_dangling_symlink_as_the_results_file_is_kept(tmp_path):
+    link = tmp_path / "x.json"
+    link.symlink_to(tmp_path / "elsewhere" / "real.json")
+    (tmp_path / "elsewhere").mkdir()
+    check_writable(link)
+    assert link.is_symlink() and not (tmp_path / "elsewhere" / "real.json").exists()
+
+
+HEADER = {"partial": True, "machine_info": {"node": platform.node(), "software": {"torch": "2.1.0"},
+                                            "devices": [{"id": "cuda:0", "name": "NVIDIA A100", "uuid": "GPU-1"}]},
+          "suite": {"config": {"a": 1}, "devices": ["cpu", "cuda:0"]}}
+
+
+@pytest.mark.parametrize(("header", "now", "says"), [
+    (None, {}, "but no readable header"),
+    (HEADER, {"software": {"torch": "2.13.0"}}, "other software or hardware (torch 2.1.0 -> 2.13.0)"),
+    (HEADER, {"hardware": {"cuda:0": {"name": "NVIDIA A100", "uuid": "GPU-2"}}}, "cuda:0 uuid GPU-1 -> GPU-2"),
+])
+def test_resume_refuses_what_cannot_be_told_to_be_the_same_run(header, now, says):
+    run = PartialRun(header=header, benchmarks={"b/t.py::t[a]": {}})
+    identity = {"config": {"a": 1}, "devices": ["cpu", "cuda:0"], "now": lambda: now}
+    with pytest.raises(UserError, match=re.escape(says)):
+        check_same_run(Path("x.partial.jsonl"), run, identity)
+    same = {"software": {"torch": "2.1.0"}, "hardware": {"cuda:0": {"name": "NVIDIA A100", "uuid": "GPU-1"}}}
+    if header is not None:
+        check_same_run(Path("x.partial.jsonl"), run, {**identity, "now": lambda: same})
 
 
 def test_resume_refuses_a_partial_file_of_another_config(fake_suite, tmp_path):
