@@ -7,6 +7,7 @@ import copy
 import json
 import os
 import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -117,6 +118,11 @@ def pytest_configure(config: pytest.Config) -> None:
     problem = old_pytest_benchmark()
     if problem:
         raise pytest.UsageError(problem)
+    if sys.flags.optimize:  # every case checks its result with assert, which -O strips: unchecked figures
+        raise pytest.UsageError(
+            "python -O (or PYTHONOPTIMIZE) strips the result checks every benchmark makes (assert statements): "
+            "run without it"
+        )
     config.addinivalue_line("markers", "gpu: needs a real accelerator; skipped where none is present")
     # A benchmark run shows warnings (a torch deprecation, say) but never fails on one; the project's own
     # tests keep pyproject's "error" filter. Later filterwarnings entries win.

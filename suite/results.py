@@ -299,17 +299,26 @@ def expand_paths(paths: Iterable[str | Path], warnings: list[str]) -> list[Path]
             files.append(path)
         else:
             warnings.append(f"{path}: no such file or folder — skipped")
-    # A finished NAME.json supersedes the NAME.partial.jsonl its run wrote along the way.
-    finished = {p.parent / p.name[: -len(".json")] for p in files if p.name.endswith(".json")}
+    # A finished NAME.json supersedes the NAME.partial.jsonl its run wrote along the way, if it is the later of
+    # the two and not empty: a partial file newer than the JSON is a later run's that was killed (an older
+    # complete JSON beside it must not hide it), and an empty JSON is a write that failed.
+    finished = {p.parent / p.name[: -len(".json")]: p for p in files if p.name.endswith(".json")}
     kept: dict[Path, None] = {}  # ordered and a set: a fleet names thousands of files
     for p in files:
-        if p.name.endswith(PARTIAL_SUFFIX) and p.parent / p.name[: -len(PARTIAL_SUFFIX)] in finished:
-            warnings.append(
-                f"{p}: stale partial results, {p.name[: -len(PARTIAL_SUFFIX)]}.json exists — skipped"
-            )
+        done = finished.get(p.parent / p.name[: -len(PARTIAL_SUFFIX)]) if p.name.endswith(PARTIAL_SUFFIX) else None
+        if done is not None and _supersedes(done, p):
+            warnings.append(f"{p}: stale partial results, {done.name} is newer — skipped")
             continue
         kept.setdefault(p)
     return list(kept)
+
+
+def _supersedes(json_path: Path, partial: Path) -> bool:
+    try:
+        done, part = json_path.stat(), partial.stat()
+    except OSError:
+        return True
+    return done.st_size > 0 and done.st_mtime >= part.st_mtime
 
 
 def _read_json(path: Path) -> tuple[dict | None, str | None]:

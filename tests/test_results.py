@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import math
 from pathlib import Path
 
@@ -142,9 +143,20 @@ def test_finished_json_supersedes_its_stale_partial(tmp_path):
     (tmp_path / "box.partial.jsonl").write_text(
         "\n".join([json.dumps(header)] + [json.dumps(b) for b in run["benchmarks"]]), encoding="utf-8"
     )
+    partial, done = tmp_path / "box.partial.jsonl", tmp_path / "box.json"
+    os.utime(partial, (1_000_000, 1_000_000))  # the run wrote its partial file first, the JSON at its end
     loaded = load_results([tmp_path])
     assert len(loaded.machines) == 1 and len(loaded.table) == 5 and not loaded.table["partial"].any()
     assert [w for w in loaded.warnings if "stale partial" in w and "box.partial.jsonl" in w]
+    # A later run killed beside an older complete JSON: its partial file is read, not hidden by the JSON.
+    os.utime(done, (500_000, 500_000))
+    loaded = load_results([tmp_path])
+    assert len(loaded.machines) == 2 and loaded.table["partial"].sum() == 3
+    # An empty JSON (a write that failed) hides nothing either.
+    done.write_text("")
+    os.utime(done, (2_000_000, 2_000_000))
+    loaded = load_results([tmp_path])
+    assert loaded.table["partial"].sum() == 3 and not any("stale partial" in w for w in loaded.warnings)
 
 
 def test_machine_labels(tmp_path):

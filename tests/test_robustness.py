@@ -370,3 +370,12 @@ def test_ctrl_c_keeps_the_partial_file_and_writes_no_complete_looking_json(fake_
                             capture_output=True, text=True, timeout=180, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-2000:]
     assert len(json.loads(out.read_text())["benchmarks"]) == 40 and not partial.exists()
+
+
+def test_python_O_is_refused_in_one_line_since_it_strips_every_result_check():
+    result = subprocess.run([sys.executable, "-O", "-m", "pytest", "benchmarks", "--suite-config",
+                             "configs/quick.yaml", "-k", "matmul", "--co", "-q", "-p", "no:cacheprovider"],
+                            cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 4, result.stdout + result.stderr
+    assert "python -O (or PYTHONOPTIMIZE) strips the result checks" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
