@@ -76,7 +76,10 @@ class PartialWriter:
 
     def close(self) -> None:
         if self._fh is not None and not self._fh.closed:
-            self._fh.close()
+            try:
+                self._fh.close()
+            except OSError:  # its last flush failed (a full disk): said when the write failed
+                pass
 
 
 @dataclass
@@ -226,6 +229,7 @@ class PartialState:
         self.measuring: set[str] = set()  # tests that wrote "started"
         self.results: dict[str, dict] = {}  # nodeid -> benchmark, written once the whole test passed
         self.written = 0  # benchmarks this run wrote to the partial file
+        self.write_error = ""  # why the partial file could not be written (then it is written no more)
         self.lock: RunLock | None = None  # held from the start of the run to its end
         self.started = time.time()
 
@@ -283,12 +287,25 @@ class PartialState:
         return cls(config, PartialWriter(partial, append=resume), previous, suite_block)
 
     def write(self, obj: dict) -> None:
-        if self.writer is None:
+        if self.writer is None or self.write_error:
             return
-        if not self.writer.has_header:
-            self.writer.has_header = True
-            self.writer.write(self._header())
-        self.writer.write(obj)
+        try:
+            if not self.writer.has_header:
+                self.writer.write(self._header())
+                self.writer.has_header = True
+            self.writer.write(obj)
+        except OSError as exc:  # a full disk, a quota: the run goes on, its results held for the final JSON
+            self.write_error = f"{exc.strerror or exc}"
+            line = (f"[suite] cannot write {self.writer.path} ({self.write_error}): from here on the results are "
+                    "held in memory only, until the JSON at the end; a run killed now loses them. Free space, "
+                    "or stop it (Ctrl-C) and --suite-resume later")
+            reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+            capture = self.config.pluginmanager.get_plugin("capturemanager")
+            if reporter is not None and capture is not None:  # pytest captures output inside a test's hooks
+                with capture.global_and_fixture_disabled():
+                    reporter.write_line(line, red=True)
+            else:
+                print(line, file=sys.stderr)
 
     def _header(self) -> dict:
         from pytest_benchmark import __version__ as pb_version
@@ -344,7 +361,7 @@ class PartialState:
         result = self.results.pop(nodeid, None)
         if result is not None and outcome == "passed":
             self.write(result)
-            self.written += 1
+            self.written += 0 if self.write_error else 1
         if nodeid in self.measuring:
             self.measuring.discard(nodeid)
             self.write({"finished": nodeid, "outcome": outcome})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import json
 import os
 import shlex
@@ -53,6 +54,7 @@ _MISSING = pytest.StashKey[list]()  # selected devices this machine lacks (warne
 _FAILED = pytest.StashKey[set]()  # nodeids of tests that did not pass: their benchmarks are not results
 _NOTHING = pytest.StashKey[str]()  # the line saying a run with --benchmark-json measured nothing
 _INTERRUPTED = pytest.StashKey[str]()  # the line saying what an interrupted run (Ctrl-C) kept, and how to go on
+_UNSAVED = pytest.StashKey[str]()  # the line saying the results JSON could not be written, and what was kept
 
 # Our timing settings (config `timing`) map onto these pytest-benchmark marker keywords; a user who passes
 # the matching --benchmark-* option on the command line keeps theirs.
@@ -642,13 +644,21 @@ NOTHING_MEASURED_EXIT = pytest.ExitCode.NO_TESTS_COLLECTED
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_sessionfinish")
-def pytest_sessionfinish_interrupted(session: pytest.Session):
-    """Ctrl-C (or a KeyboardInterrupt): pytest-benchmark, whose hook runs inside this one, would write the
-    benchmarks finished so far as a complete-looking JSON (with the interrupted one half-timed), and the
-    partial file would then be dropped, leaving nothing to resume. The JSON is not written; the partial file
-    keeps every finished benchmark, and one line says how to go on."""
+def pytest_sessionfinish_save(session: pytest.Session):
+    """Around pytest-benchmark's own hook, which writes the JSON.
+
+    The JSON is written to a temporary file and renamed into place: pytest-benchmark truncates the file and
+    then writes it, so a full disk left an empty JSON (and a traceback). A write that fails now leaves the
+    earlier file as it was, says so in one line, and fails the run; the partial file keeps the results.
+
+    Ctrl-C (or a KeyboardInterrupt): pytest-benchmark would write the benchmarks finished so far as a
+    complete-looking JSON (with the interrupted one half-timed), and the partial file would then be dropped,
+    leaving nothing to resume. The JSON is not written; the partial file keeps every finished benchmark, and
+    one line says how to go on."""
     state = session.config.stash.get(_PARTIAL, None)
     bs = getattr(session.config, "_benchmarksession", None)
+    if bs is not None and getattr(bs, "json", None) and hasattr(bs, "save_json"):
+        bs.save_json = functools.partial(_save_json_atomically, session, Path(bs.json))
     if session.exitstatus == pytest.ExitCode.INTERRUPTED and state is not None and state.writer is not None:
         if bs is not None:
             bs.json = None
@@ -661,7 +671,27 @@ def pytest_sessionfinish_interrupted(session: pytest.Session):
             f"[suite] interrupted before any benchmark finished: no results written to "
             f"{session.config.getoption('benchmark_json')}"
         )
-    return (yield)
+    result = yield
+    if _UNSAVED in session.config.stash:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    return result
+
+
+def _save_json_atomically(session: pytest.Session, path: Path, output_json: dict) -> None:
+    from pytest_benchmark.utils import safe_dumps
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(safe_dumps(output_json, ensure_ascii=True, indent=4).encode())
+        os.replace(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        state = session.config.stash.get(_PARTIAL, None)
+        kept = (f"the {state.finished_count()} benchmark(s) written to {state.writer.path} are kept; free space "
+                "and rerun the same command with --suite-resume to write it" if state and state.writer else
+                "nothing measured could be kept")
+        session.config.stash[_UNSAVED] = f"[suite] cannot write {path} ({exc.strerror or exc}): {kept}"
 
 
 @pytest.hookimpl(trylast=True)
@@ -690,7 +720,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         header.pop("partial", None)
         header["benchmarks"] = state.reused
         header["suite"] = _suite_block(session.config)
-        Path(session.config.getoption("benchmark_json")).write_text(json.dumps(header, indent=4))
+        _save_json_atomically(session, Path(session.config.getoption("benchmark_json")), header)
+        if _UNSAVED in session.config.stash:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+            return
         if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
             # pytest's "no tests" once --suite-resume deselected every test: they were measured, and the JSON
             # holds them all.
@@ -753,3 +786,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.write_sep("=", "suite summary (--suite-summary=both adds pytest-benchmark's table)")
     for line in render(benchmarks):
         terminalreporter.write_line(line)
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_terminal_summary")
+def pytest_terminal_summary_unsaved(terminalreporter, config: pytest.Config) -> None:
+    """Last, after every table: the results JSON could not be written (a full disk), and what was kept."""
+    if _UNSAVED in config.stash:
+        terminalreporter.write_line(config.stash[_UNSAVED], red=True)

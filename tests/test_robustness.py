@@ -379,3 +379,54 @@ def test_python_O_is_refused_in_one_line_since_it_strips_every_result_check():
     assert result.returncode == 4, result.stdout + result.stderr
     assert "python -O (or PYTHONOPTIMIZE) strips the result checks" in result.stderr
     assert "Traceback" not in result.stdout + result.stderr
+
+
+DISK_FULL = '''
+import errno, os
+from pathlib import Path
+
+def pytest_configure(config):
+    import suite.partial as partial
+
+    real, count = partial.PartialWriter.write, [0]
+
+    def write(self, obj):
+        count[0] += 1
+        if count[0] > int(os.environ.get("FULL_AFTER", "1000000")):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(self, obj)
+
+    partial.PartialWriter.write = write
+    real_bytes = Path.write_bytes
+
+    def write_bytes(self, data):
+        if self.name.endswith(".tmp") and os.environ.get("JSON_FULL"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_bytes(self, data)
+
+    Path.write_bytes = write_bytes
+'''
+
+
+def test_a_full_disk_loses_nothing_it_could_keep_and_says_so_in_one_line(fake_suite, tmp_path):
+    (tmp_path / "diskfull.py").write_text(DISK_FULL)
+    env = dict(_env(), PYTHONPATH=os.pathsep.join([str(tmp_path), _env()["PYTHONPATH"]]))
+    out = tmp_path / "run.json"
+    # The partial file fills up mid-run: the run goes on and its JSON holds everything.
+    result = subprocess.run(fake_suite(FAST, out, "-k", "quick", "-p", "diskfull"), capture_output=True,
+                            text=True, timeout=180, cwd=tmp_path, env=dict(env, FULL_AFTER="7"))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert result.stdout.count(f"[suite] cannot write {partial_path(out)} (No space left on device)") == 1
+    assert len(json.loads(out.read_text())["benchmarks"]) == 40 and not partial_path(out).exists()
+    out.unlink()
+    # The JSON cannot be written at the end: one line, exit 1, no file, the partial file kept to resume.
+    result = subprocess.run(fake_suite(FAST, out, "-k", "quick", "-p", "diskfull"), capture_output=True,
+                            text=True, timeout=180, cwd=tmp_path, env=dict(env, JSON_FULL="1"))
+    text = result.stdout + result.stderr
+    assert result.returncode == 1, text[-3000:]
+    assert (f"[suite] cannot write {out} (No space left on device): the 40 benchmark(s) written to "
+            f"{partial_path(out)} are kept") in result.stdout
+    assert "Traceback" not in text and not out.exists() and len(read_partial(partial_path(out)).benchmarks) == 40
+    result = subprocess.run(fake_suite(FAST, out, "-k", "quick", "--suite-resume"), capture_output=True,
+                            text=True, timeout=180, cwd=tmp_path, env=env)
+    assert result.returncode == 0 and len(json.loads(out.read_text())["benchmarks"]) == 40
