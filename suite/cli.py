@@ -62,6 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `| head` closed the pipe: what was wanted was read
+        sys.stderr.close()  # nothing more can be said, and Python would say it at exit
+        return 0
+    except OSError as exc:  # an output that cannot be written: a full disk, /dev/full, a read-only mount
+        where = f" {exc.filename}" if exc.filename else " the output"
+        print(f"error: cannot write{where} ({exc.strerror or exc}); choose another path or free space",
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -330,7 +330,7 @@ def _read_json(path: Path) -> tuple[dict | None, str | None]:
         return None, "empty file"
     try:
         data = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
         return None, "not JSON (truncated?)"
     return data, None
 
@@ -344,7 +344,7 @@ def _read_partial(path: Path, warnings: list[str]) -> tuple[dict | None, str | N
         return None, "empty file"
     try:
         header = json.loads(lines[0])
-    except ValueError:
+    except (ValueError, RecursionError):
         return None, "first line is not a JSON header (truncated?)"
     if not isinstance(header, dict):
         return None, "first line is not a JSON object"
@@ -355,7 +355,7 @@ def _read_partial(path: Path, warnings: list[str]) -> tuple[dict | None, str | N
             # The writer (suite.partial) also logs {"started": ...} / {"finished": ...} progress lines.
             if isinstance(entry, dict) and "stats" in entry:
                 benchmarks.append(entry)
-        except ValueError:
+        except (ValueError, RecursionError):
             # The writer may have been killed mid-line: only the last line can legitimately be cut.
             bad += 1 if i < len(lines) else 0
             if i == len(lines):
@@ -645,7 +645,20 @@ def _read_other_tool(path: Path, warnings: list[str]) -> tuple[dict | None, str 
     return (nvbandwidth if tool == "nvbandwidth" else nccl_tests).parse(path, text, warnings)
 
 
+def _is_binary(path: Path) -> bool:
+    """A NUL byte near the start: an image, an archive, a core dump, never results (which are text). Read whole,
+    such a file cost ~10x its size in memory on the way to being refused."""
+    try:
+        with open(path, "rb") as fh:
+            return b"\x00" in fh.read(4096)
+    except OSError:
+        return False  # said by the reader that follows
+
+
 def _load_one(path: Path, warnings: list[str]) -> tuple[dict, int | None] | None:
+    if _is_binary(path):
+        warnings.append(f"{path}: a binary file, not results — skipped")
+        return None
     if path.name.endswith(PARTIAL_SUFFIX):
         data, problem = _read_partial(path, warnings)
     else:

@@ -248,3 +248,29 @@ def test_a_row_without_our_extra_info_is_left_out_not_the_file(tmp_path, extra):
     assert len(loaded.table) == n - 1
     assert not loaded.table["match_key"].str.startswith("fullname:").any(), "still the suite's own rows"
     assert any("ignored 1 benchmark(s) without the suite's extra_info.case" in w for w in loaded.warnings)
+
+
+def test_files_nested_too_deep_or_binary_are_skipped_in_one_line(tmp_path, capsys):
+    from suite.cli import main
+
+    (tmp_path / "deep.json").write_text("[" * 200_000)
+    (tmp_path / "deep.partial.jsonl").write_text("[" * 200_000 + "\n")
+    (tmp_path / "core.json").write_bytes(b"\x7fELF\x00\x01" + bytes(range(256)) * 100)
+    with pytest.raises(UserError) as err:
+        load_results([tmp_path])
+    text = str(err.value)
+    assert "deep.json: not JSON" in text and "core.json: a binary file, not results" in text
+    assert main(["health", str(tmp_path)]) == 2 and "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("argv", [
+    ["report", str(DATA / "h200x2.json"), "-o", "{tmp}/r.html", "--csv", "/dev/full"],
+    ["schema", "-o", "/dev/full"],
+])
+def test_an_output_that_cannot_be_written_is_one_line(argv, tmp_path, capsys):
+    from suite.cli import main
+
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: cannot write") and "No space left on device" in err and err.count("\n") == 1

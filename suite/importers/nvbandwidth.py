@@ -45,11 +45,16 @@ def _load(text: str) -> object:
     """nvbandwidth prints warnings around its JSON on stdout: read from the first `{` to the last `}`."""
     try:
         return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deep to be nvbandwidth output") from None
     except ValueError:
         start, end = text.find("{"), text.rfind("}")
         if start < 0 or end <= start:
             raise
-        return json.loads(text[start : end + 1])
+        try:
+            return json.loads(text[start : end + 1])
+        except RecursionError:
+            raise ValueError("nested too deep to be nvbandwidth output") from None
 
 
 def _value(cell: object) -> float | None:
