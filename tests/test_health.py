@@ -511,6 +511,23 @@ def test_a_gpu_with_nvlinks_down_is_a_straggler(counts, switched, flagged, tmp_p
     assert code == (1 if flagged else 0)
 
 
+@pytest.mark.parametrize("links, flagged", [
+    ([(16, 5)] * 8, {}),
+    ([(16, 5)] * 5 + [(4, 5)] + [(16, 5)] * 2, {"cuda:5": "pcie_width_max x4, peers x16"}),
+    ([(16, 5), (16, 4), (16, 5), (16, 5)], {"cuda:1": "pcie_gen_max gen 4, peers gen 5"}),
+    ([(16, 5), (4, 5)], {"cuda:1": "pcie_width_max x4, peers x16"}),
+])
+def test_a_gpu_on_a_narrower_pcie_link_than_its_peers_is_a_straggler(links, flagged, tmp_path, capsys):
+    # A GPU on a x4 riser: NVML recorded it, but health only guessed at NUMA beside its slow host copies.
+    data = ours("node", len(links), [matmul(f"cuda:{i}", 780) for i in range(len(links))])
+    for device, (width, gen) in zip(data["machine_info"]["devices"], links):
+        device.update(pcie_width_max=width, pcie_gen_max=gen, pcie_width_current=width, pcie_gen_current=1)
+    code, result = health_json(capsys, str(fleet.write(tmp_path, "node", data)))
+    found = {f["device"]: f["text"] for f in node(result, "node")["findings"] if f["kind"] == "straggler"}
+    assert {d: t.split(" (NVML)")[0] for d, t in found.items()} == flagged
+    assert code == (1 if flagged else 0)
+
+
 def test_an_nvlink_pair_with_links_down_is_judged_among_all_nvlink_pairs(tmp_path, capsys):
     # An HGX node whose GPU 3 has 6 of 18 links up: NVML names its pairs NV6, the others NV18. Its 14 pairs
     # at a third of the speed are stragglers among the NVLink pairs, not a group of their own.

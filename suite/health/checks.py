@@ -554,6 +554,44 @@ def _nvlinks_down(loaded: LoadedResults, labels: list[str], findings: list[Findi
     return checked
 
 
+def _pcie_narrow(loaded: LoadedResults, labels: list[str], findings: list[Finding]) -> set[str]:
+    """A GPU whose PCIe link is narrower, or of an older generation, than the other GPUs of its model in the
+    run (machine_info's `pcie_width_max` / `pcie_gen_max`: what the GPU and its slot can reach, from NVML): a
+    riser or slot at x4, a link trained down. Every host copy through it is capped (x4 is a quarter of x16).
+    The idle `*_current` values are not judged: a GPU at rest lowers its link's generation to save power."""
+
+    def whole(d: dict, key: str) -> int | None:
+        value = d.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+    checked: set[str] = set()
+    for label in labels:
+        machine = loaded.machines[label]
+        by_model: dict[str, list[dict]] = {}
+        for d in machine.devices:
+            if d.get("kind") != "cpu" and (whole(d, "pcie_width_max") or whole(d, "pcie_gen_max")):
+                by_model.setdefault(str(d.get("name") or ""), []).append(d)
+        for gpus in by_model.values():
+            if len(gpus) < 2:
+                continue
+            checked.add(machine.node)
+            for d in gpus:
+                for key, unit in (("pcie_width_max", "x"), ("pcie_gen_max", "gen ")):
+                    mine = whole(d, key)
+                    others = [v for g in gpus if g is not d and (v := whole(g, key)) is not None]
+                    if mine is None or not others or mine >= statistics.median(others):
+                        continue
+                    expected = float(statistics.median(others))
+                    peers = (f"{unit}{min(others)}" if min(others) == max(others)
+                             else f"{unit}{min(others)}–{max(others)}")
+                    findings.append(Finding(
+                        "straggler", machine.node, str(d.get("id")), "pcie",
+                        f"{key} {unit}{mine}, peers {peers} (NVML): its host copies are capped below theirs "
+                        "(a slot, riser or link trained down)",
+                        float(mine), expected, 100 * mine / expected))
+    return checked
+
+
 def _fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) -> set[str]:
     """Flag a machine slower than its fleet; the nodes that had a fleet to compare with."""
     rows = rows[rows["speed"].notna() & (rows["speed"] > 0)]
@@ -612,7 +650,8 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
     tables: dict[str, list[dict]] = {}
     pct = _expected(rows, loaded, labels, expectations, findings, tables)
     checked = {
-        "straggler": _stragglers(rows, findings) | _nvlinks_down(loaded, labels, findings),
+        "straggler": (_stragglers(rows, findings) | _nvlinks_down(loaded, labels, findings)
+                      | _pcie_narrow(loaded, labels, findings)),
         "fleet": _fleet(rows, loaded, findings),
         "expected": {n for n, t in tables.items() if any(e["verdict"] in ("ok", "low") for e in t)},
     }
