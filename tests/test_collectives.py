@@ -140,7 +140,7 @@ class FakeState:
 
 def _case(op, in_place=True, size="4KiB", dtype="float32"):
     config = parse_config({"cases": {"collectives": {"ops": [op], "sizes": [size], "dtypes": [dtype],
-                                                     "in_place": in_place, "backend": "gloo"}}})
+                                                     "in_place": in_place, "backend": "gloo", "min_round_s": 0}}})
     (case,) = coll.enumerate_cases(config, ["cpu"])
     return case, config
 
@@ -335,7 +335,7 @@ TINY = {
     "timing": {"warmup_s": 0.0},
     "cases": {"matmul": {"enabled": False}, "collectives": {
         "ops": list(coll.OPS), "sizes": ["4KiB"], "dtypes": ["float32"], "in_place": "both", "backend": "auto",
-        "rounds": 3, "iterations": 2, "warmup_rounds": 1, "timeout_s": 60}},
+        "rounds": 3, "iterations": 2, "warmup_rounds": 1, "timeout_s": 60, "min_round_s": 0}},
 }
 
 
@@ -362,7 +362,11 @@ def test_plain_pytest_skips_with_the_torchrun_command(pytester, monkeypatch, tmp
 
 def test_two_gloo_ranks_through_torchrun_write_one_json(tmp_path):
     cfg = tmp_path / "tiny.yaml"
-    cfg.write_text(yaml.safe_dump(_only_collectives(TINY)))
+    config = _only_collectives(TINY)
+    # 2 calls of a 4 KiB Gloo collective take well under 20 ms: every case calibrates more, and every rank
+    # picks the same count (a rank that picked another would leave the others waiting: a timeout, no JSON).
+    config["cases"]["collectives"]["min_round_s"] = 0.02
+    cfg.write_text(yaml.safe_dump(config))
     out = tmp_path / "out.json"
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT")}
     cmd = distributed.torchrun_command(2, [os.path.join(ROOT, "benchmarks", "test_collectives.py"),
@@ -377,7 +381,8 @@ def test_two_gloo_ranks_through_torchrun_write_one_json(tmp_path):
     info, stats = bench["extra_info"], bench["stats"]
     assert (info["op"], info["dtype"], info["bytes"], info["backend"]) == ("all_reduce", "float32", 4096, "gloo")
     assert (info["world_size"], info["ranks_per_node"]) == (2, 2)
-    assert stats["rounds"] == 3 and stats["iterations"] == 2
+    assert stats["rounds"] == 3 and 2 < stats["iterations"] <= coll.MAX_ITERATIONS
+    assert all(b["stats"]["iterations"] == b["extra_info"]["iterations"] > 2 for b in benches.values())
     assert info["algbw"] == pytest.approx(4096 / stats["median"] / 1e9)
     assert info["busbw"] == pytest.approx(info["algbw"] * 2 * (2 - 1) / 2)
     gather = benches["test_collectives[gloo-all_gather-float32-4KiB-outofplace]"]["extra_info"]

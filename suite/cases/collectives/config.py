@@ -52,7 +52,11 @@ class CollectivesConfig(CaseSection):
                               "have both (all_gather, reduce_scatter); the others run their only mode")
     backend: Backend = Field("auto", description="auto (NCCL for CUDA, Gloo for the CPU), nccl or gloo")
     rounds: int = Field(20, ge=1, description="timed rounds, identical on every rank (no calibration)")
-    iterations: int = Field(5, ge=1, description="collectives per timed round")
+    iterations: int = Field(5, ge=1, description="collectives per timed round, at least (see min_round_s)")
+    min_round_s: float = Field(0.001, ge=0, description="more collectives per round where `iterations` of them "
+                               "take less than this (measured once, after the check, on the slowest rank), so "
+                               "a round's fixed cost stays small beside them; at most 1000; 0: exactly "
+                               "`iterations`")
     warmup_rounds: int = Field(2, ge=0, description="untimed rounds before timing")
     timeout_s: float = Field(300, gt=0, description="seconds to wait for every rank at start-up and in "
                              "each collective before failing with the missing ranks named")

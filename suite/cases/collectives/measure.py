@@ -6,6 +6,7 @@ output, reduce_scatter: the input); algbw = S / t and busbw = algbw x factor (nc
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -248,6 +249,28 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+# Calibrated counts stop here: a 4 KiB all_reduce of ~5 us on NVLink would otherwise take 200 calls a
+# millisecond, and a round must still end in reasonable time on a slow fabric.
+MAX_ITERATIONS = 1000
+
+
+def calibrated_iterations(fn: Callable[[], object], sec) -> int:
+    """Collectives per timed round: `iterations`, or more where they take less than `min_round_s`. Each round
+    also holds a fixed cost (the first launch, the final synchronisation, ranks leaving the barrier apart),
+    tens of microseconds that 5 calls of a 10 us collective would count as a third of its time. Measured once,
+    after the check, as a round is (SlowestRankTimer): the slowest rank's time, the same number on every rank."""
+    from suite.distributed import SlowestRankTimer
+
+    timer = SlowestRankTimer()
+    start = timer()
+    for _ in range(sec.iterations):
+        fn()
+    per_call = (timer() - start) / sec.iterations
+    if per_call <= 0:
+        return sec.iterations
+    return max(sec.iterations, min(MAX_ITERATIONS, math.ceil(sec.min_round_s / per_call)))
+
+
 def build(case: Case, config) -> Work:
     p = case.info
     state = distributed.current()
@@ -301,10 +324,16 @@ def build(case: Case, config) -> Work:
         wrong = state.agree(f"{case.id} check", problem)
         bufs.reset()
         assert not wrong, "wrong result on " + "; ".join(f"rank {r}: {text}" for r, text in sorted(wrong.items()))
+        if sec.min_round_s:
+            # Every rank reaches this (the agreement passed) and times the same calls: the slowest rank's time
+            # is the same number on each, so every rank picks the same count and stays in lockstep.
+            pedantic["iterations"] = extra["iterations"] = calibrated_iterations(bufs.fn, sec)
+            bufs.reset()
 
     def derive(median: float) -> dict:
         return {"algbw": algbw(nbytes, median), "busbw": busbw(op, nbytes, median, n)}
 
+    pedantic = {"rounds": sec.rounds, "iterations": sec.iterations, "warmup_rounds": sec.warmup_rounds}
     extra = {
         "world_size": n,
         "ranks_per_node": state.env.local_world_size, "nnodes": state.env.nnodes,
@@ -312,7 +341,7 @@ def build(case: Case, config) -> Work:
         "check": "exact" if bufs.exact else "approximate",  # approximate: bf16 sums of 256+ ranks
     }
     return Work(fn=bufs.fn, check=check, bytes=nbytes, extra=extra, derive=derive,
-                pedantic={"rounds": sec.rounds, "iterations": sec.iterations, "warmup_rounds": sec.warmup_rounds})
+                pedantic=pedantic)
 
 
 # --- GPU check -------------------------------------------------------------------------------------------
