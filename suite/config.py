@@ -199,7 +199,8 @@ def load_config(path: str | Path) -> SuiteConfig:
     """Read and validate a YAML config file; every problem is one UserError line."""
     path = Path(path)
     if not path.exists():
-        raise UserError(f"{path}: config file not found; pass --suite-config PATH to an existing YAML file")
+        where = "" if path.is_absolute() else f" (relative to the current folder, {Path.cwd()})"
+        raise UserError(f"{path}: config file not found{where}; pass --suite-config PATH to an existing YAML file")
     if path.is_dir():
         raise UserError(f"{path}: is a directory; pass --suite-config PATH to a YAML file")
     try:

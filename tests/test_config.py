@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -81,6 +82,9 @@ def test_a_scalar_where_a_list_belongs_names_the_fix():
 def test_load_config_file_errors(tmp_path):
     with pytest.raises(UserError, match="config file not found; pass --suite-config"):
         load_config(tmp_path / "nope.yaml")
+    # A relative path names the folder it was looked for in: `--suite-config configs/quick.yaml` from /tmp.
+    with pytest.raises(UserError, match=re.escape(f"not found (relative to the current folder, {Path.cwd()})")):
+        load_config("nope/quick.yaml")
     with pytest.raises(UserError, match="is a directory"):
         load_config(tmp_path)
     tabbed = tmp_path / "tab.yaml"
