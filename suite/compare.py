@@ -1,4 +1,4 @@
-"""`python -m suite compare BASELINE CANDIDATE`: per-benchmark time ratios; exit 1 on a regression (a CI gate)."""
+"""`python -m suite compare BASELINE CANDIDATE`: per-benchmark time ratios; exit 1 on a regression."""
 # BASELINE and CANDIDATE may be folders: each machine's latest run, machines paired by identity.
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import os
 import re
 import sys
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
@@ -21,6 +22,7 @@ from suite.results import (
     FAMILY_RATE,
     FOREIGN_CASE,
     NOTHING_MEASURED,
+    PARTIAL_SUFFIX,
     benchmark_keys,
     latest_runs,
     load_results,
@@ -41,6 +43,10 @@ FORMATS = ("text", "markdown", "csv", "json")
 # fails the gate like a regression unless --allow-missing says the subset is deliberate: a run that measured
 # less must never pass for one that measured the same and was as fast.
 STATUS_ORDER = ("regression", "improvement", "unchanged", "not judged", "missing", "only in candidate")
+# --changed-only lists every row but these (the counts stay whole), so a comparison fits a PR comment.
+QUIET_STATUSES = ("unchanged",)
+# A results file read from `<json>.partial.jsonl`: its run stopped (killed, crashed, Ctrl-C) or still runs.
+PARTIAL_NOTE = "partial: the run did not finish"
 _THRESHOLD_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*%?\s*$")
 _FAMILY_RE = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*=(.*)$")
 
@@ -151,6 +157,9 @@ class Side:
     families: set[str]
     devices: set[str] = field(default_factory=set)
     hardware: dict[str, str] = field(default_factory=dict)  # label -> its accelerators ("2×NVIDIA H200")
+    partial: dict[str, str] = field(default_factory=dict)  # label -> its partial file, for a run that stopped
+    launches: dict[str, str] = field(default_factory=dict)  # label -> "torchrun 16 ranks on 2 nodes", or ""
+    configs: dict[str, str] = field(default_factory=dict)  # label -> the config file its run recorded
 
 
 def _side(path: str, labels: dict[str, str], what: str) -> Side:
@@ -164,10 +173,14 @@ def _side(path: str, labels: dict[str, str], what: str) -> Side:
     latest = latest_runs(loaded.machines, warnings=warnings)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    runs, nodes, devices, hardware = {}, {}, set(), {}
+    runs, nodes, devices, hardware, partial, launches, configs = {}, {}, set(), {}, {}, {}, {}
     for label in latest:
         m = loaded.machines[label]
         hardware[label] = m.gpus
+        launches[label] = m.launch
+        configs[label] = m.config_path
+        if m.partial:
+            partial[label] = m.file
         if not m.n_benchmarks:
             raise UserError(
                 f"{what} {m.file} {NOTHING_MEASURED}: nothing to compare; rerun it, or pass the run to judge"
@@ -179,7 +192,39 @@ def _side(path: str, labels: dict[str, str], what: str) -> Side:
         devices |= {str(d["id"]) for d in m.devices if d.get("id")}
         for column in ("device", "src", "dst"):
             devices |= {v for v in table[column] if isinstance(v, str)}
-    return Side(runs, nodes, set(loaded.table["case"].unique()), devices, hardware)
+    families = set(loaded.table["case"].unique())
+    return Side(runs, nodes, families, devices, hardware, partial, launches, configs)
+
+
+def resume_command(partial_file: str, config_path: str) -> str:
+    """How to finish a partial run: the same results file and config, with --suite-resume."""
+    stem = partial_file[: -len(PARTIAL_SUFFIX)] if partial_file.endswith(PARTIAL_SUFFIX) else ""
+    done = f"{stem}.json" if stem else "FILE.json"
+    config = f" --suite-config {config_path}" if config_path else ""
+    return f"pytest benchmarks{config} --benchmark-json {done} --suite-resume"
+
+
+def stopped_in(partial_file: str) -> str:
+    """The benchmark a partial run was measuring when it stopped: the last test it started and did not finish
+    (suite.partial's `started`/`finished` lines), "" if it stopped between tests or the file is unreadable."""
+    last = ""
+    try:
+        with open(partial_file, encoding="utf-8", errors="replace") as lines:
+            for line in lines:
+                head = line[:16]
+                if '"started"' not in head and '"finished"' not in head:
+                    continue  # a benchmark line (or the header): large, and not about progress
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict) and "started" in entry:
+                    last = str(entry["started"])
+                elif isinstance(entry, dict) and entry.get("finished") == last:
+                    last = ""
+    except OSError:
+        return ""
+    return last.rpartition("::")[2]
 
 
 def check_device_map(device_map: dict[str, str], base: Side, cand: Side) -> None:
@@ -196,15 +241,15 @@ def check_device_map(device_map: dict[str, str], base: Side, cand: Side) -> None
 
 def pair_sides(
     base: Side, cand: Side, base_path: str, cand_path: str
-) -> tuple[list[tuple[tuple, tuple]], list[str]]:
-    """Pairs of (label, table), and the labels of baseline machines the candidate lacks: one file against one
-    file as given; folders by machine identity.
+) -> tuple[list[tuple[tuple, tuple]], list[str], list[str]]:
+    """Pairs of (label, table), the labels of baseline machines the candidate lacks and those of candidate
+    machines the baseline lacks: one file against one file as given; folders by machine identity.
 
     A machine whose driver changed keeps its host and GPUs: it is paired by those, with a warning. Machines
     on one side only are listed in a warning, never dropped silently.
     """
     if len(base.runs) == 1 and len(cand.runs) == 1:
-        return [(next(iter(base.runs.values())), next(iter(cand.runs.values())))], []
+        return [(next(iter(base.runs.values())), next(iter(cand.runs.values())))], [], []
     common = sorted(base.runs.keys() & cand.runs.keys())
     pairs = [(base.runs[k], cand.runs[k]) for k in common]
     rest_base = [k for k in sorted(base.runs) if k not in cand.runs]
@@ -233,12 +278,37 @@ def pair_sides(
             f"no machine of {base_path} ({len(base.runs)} machine(s)) is in {cand_path} ({len(cand.runs)}): "
             "machines are paired by host and GPUs; pass two files to compare different machines"
         )
-    return sorted(pairs, key=lambda p: p[0][0]), [base.runs[k][0] for k in rest_base]
+    return (sorted(pairs, key=lambda p: p[0][0]), [base.runs[k][0] for k in rest_base],
+            [cand.runs[k][0] for k in rest_cand])
 
 
 def _links(table: pd.DataFrame) -> bool:
     """Whether a run's copies recorded what joins their GPU pairs (the `link` column, from NVML)."""
     return "link" in table and bool((table["link"].map(type) == str).any())
+
+
+def _peer_copies(table: pd.DataFrame) -> pd.DataFrame:
+    """A run's copies from one accelerator to another (the copies a link joins)."""
+    if not {"case", "src", "dst"} <= set(table.columns):
+        return table.iloc[0:0]
+    copies = table[table["case"] == "copy"]
+    peer = [isinstance(s, str) and isinstance(d, str) and s != d and not s.startswith("cpu")
+            and not d.startswith("cpu") for s, d in zip(copies["src"], copies["dst"])]
+    return copies[pd.Series(peer, index=copies.index, dtype=bool)]
+
+
+def unlinked_peers_missing(base: pd.DataFrame, cand: pd.DataFrame, rows: list[Row]) -> bool:
+    """Whether the baseline's peer copies missing from the candidate point to a candidate without NVML.
+
+    A copy run sweeps one GPU pair per link kind, and learns the links from NVML: a baseline whose peer
+    copies recorded a link and a candidate whose own peer copies recorded none swept different pairs. A
+    candidate with no peer copy at all (a run killed before them, a config without them) says nothing of
+    NVML, so no hint blames it.
+    """
+    base_peers, cand_peers = _peer_copies(base), _peer_copies(cand)
+    missing = {r.benchmark for r in rows if r.status == "missing"}
+    return (bool(missing & set(base_peers["name"])) and _links(base_peers)
+            and not cand_peers.empty and not _links(cand_peers))
 
 
 def compare_tables(
@@ -320,74 +390,195 @@ def _cells(r: Row) -> list[str]:
 
 
 HEADERS = ["status", "case", "benchmark", "baseline", "candidate", "ratio", "change", "noise"]
+SUMMARY_HEADERS = ["baseline", "candidate", "regressions", "improvements", "missing", "verdict"]
 
 
-def _as_json(rows: list[Row], base_label: str, cand_label: str, metric: str, threshold: float,
-             thresholds: dict[str, float]) -> dict:
+@dataclass
+class Pair:
+    """One machine pair's verdicts, and whether either side is a partial run (its partial file, else "")."""
+
+    base_label: str
+    cand_label: str
+    rows: list[Row]
+    base_partial: str = ""
+    cand_partial: str = ""
+    base_launch: str = ""
+    cand_launch: str = ""
+
+    def count(self, status: str) -> int:
+        return sum(r.status == status for r in self.rows)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {s: self.count(s) for s in STATUS_ORDER}
+
+    @property
+    def compared(self) -> int:
+        return sum(r.status not in ("missing", "only in candidate") for r in self.rows)
+
+    def shown(self, changed_only: bool) -> list[Row]:
+        return [r for r in self.rows if r.status not in QUIET_STATUSES] if changed_only else self.rows
+
+    def verdict(self, allow_missing: bool) -> str:
+        if not self.compared:
+            return "nothing compared"
+        failed = [s for s in ("regression", "missing")
+                  if self.count(s) and not (s == "missing" and allow_missing)]
+        if failed:
+            return " + ".join(failed)
+        return "pass (missing allowed)" if self.count("missing") else "pass"
+
+
+def _named(label: str, partial: str) -> str:
+    return f"{label} ({PARTIAL_NOTE})" if partial else label
+
+
+def _as_json(pair: Pair, metric: str, threshold: float, thresholds: dict[str, float],
+             changed_only: bool = False) -> dict:
     return {
-        "baseline": base_label,
-        "candidate": cand_label,
+        "baseline": pair.base_label,
+        "candidate": pair.cand_label,
+        "baseline_partial": bool(pair.base_partial),
+        "candidate_partial": bool(pair.cand_partial),
         "metric": metric,
         "threshold": threshold,
         "thresholds": dict(sorted(thresholds.items())),
         "min_rounds": MIN_ROUNDS_TO_JUDGE,
-        "counts": {s: sum(r.status == s for r in rows) for s in STATUS_ORDER},
+        "counts": pair.counts,
+        "changed_only": changed_only,
         "results": [
             {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(r).items()}
-            for r in rows
+            for r in pair.shown(changed_only)
         ],
     }
 
 
-def render(rows: list[Row], fmt: str, base_label: str, cand_label: str, metric: str, threshold: float,
-           thresholds: dict[str, float] | None = None) -> str:
+def _csv(pairs: list[Pair], metric: str, changed_only: bool) -> str:
+    """One tidy table for every pair: one header, the machines of each row in columns of their own."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["baseline_machine", "candidate_machine", "status", "case", "benchmark",
+                     f"baseline_{metric}_s", f"candidate_{metric}_s", "ratio", "change_pct", "noise_s",
+                     "baseline_partial", "candidate_partial"])
+    for pair in pairs:
+        flags = [str(bool(pair.base_partial)).lower(), str(bool(pair.cand_partial)).lower()]
+        for r in pair.shown(changed_only):
+            values = (r.baseline, r.candidate, r.ratio, r.change_pct, r.noise)
+            writer.writerow([pair.base_label, pair.cand_label, r.status, r.case, r.benchmark,
+                             *("" if math.isnan(v) else f"{v:.6g}" for v in values), *flags])
+    return buf.getvalue().rstrip("\n")
+
+
+def _table(headers: list[str], cells: list[list[str]], fmt: str) -> list[str]:
+    if fmt == "markdown":
+        lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+        return lines + ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
+    return lines + ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+
+
+def render(pair: Pair, fmt: str, metric: str, threshold: float, thresholds: dict[str, float] | None = None,
+           changed_only: bool = False) -> str:
+    """One pair's comparison: a headline with every count, then its rows (--changed-only: not unchanged)."""
     thresholds = thresholds or {}
-    counts = {s: sum(r.status == s for r in rows) for s in STATUS_ORDER}
+    if fmt == "json":
+        return json.dumps(_as_json(pair, metric, threshold, thresholds, changed_only), indent=1)
+    if fmt == "csv":
+        return _csv([pair], metric, changed_only)
+    rows = pair.shown(changed_only)
     per_family = "".join(f", {k} {v * 100:g}%" for k, v in sorted(thresholds.items()))
     summary = (
-        f"{base_label} -> {cand_label}: {metric} time, threshold {threshold * 100:g}%{per_family}, noise "
+        f"{_named(pair.base_label, pair.base_partial)} -> {_named(pair.cand_label, pair.cand_partial)}: "
+        f"{metric} time, threshold {threshold * 100:g}%{per_family}, noise "
         f"{NOISE_IQR_SHARE:g} x (IQR baseline + IQR candidate): "
-        + ", ".join(f"{n} {s}" for s, n in counts.items())
+        + ", ".join(f"{n} {s}" for s, n in pair.counts.items())
     )
-    if fmt == "json":
-        return json.dumps(_as_json(rows, base_label, cand_label, metric, threshold, thresholds), indent=1)
-    if fmt == "csv":
-        buf = io.StringIO()
-        writer = csv.writer(buf, lineterminator="\n")
-        writer.writerow(
-            [
-                "status",
-                "case",
-                "benchmark",
-                f"baseline_{metric}_s",
-                f"candidate_{metric}_s",
-                "ratio",
-                "change_pct",
-                "noise_s",
-            ]
-        )
-        for r in rows:
-            writer.writerow(
-                [
-                    r.status,
-                    r.case,
-                    r.benchmark,
-                    *(
-                        "" if math.isnan(v) else f"{v:.6g}"
-                        for v in (r.baseline, r.candidate, r.ratio, r.change_pct, r.noise)
-                    ),
-                ]
-            )
-        return buf.getvalue().rstrip("\n")
-    cells = [_cells(r) for r in rows]
+    hidden = len(pair.rows) - len(rows)
+    if hidden:
+        summary += f" ({hidden} unchanged not listed: --changed-only)"
     if fmt == "markdown":
-        lines = [f"**{summary}**", "", "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
-        lines += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
-        return "\n".join(lines)
-    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(HEADERS)]
-    lines = [summary, "", "  ".join(h.ljust(w) for h, w in zip(HEADERS, widths)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-    return "\n".join(lines)
+        summary = f"**{summary}**"
+    if changed_only and not rows:
+        return f"{summary}\n\nno benchmark other than unchanged ones"
+    return "\n".join([summary, "", *_table(HEADERS, [_cells(r) for r in rows], fmt)])
+
+
+def outcome(pairs: list[Pair], missing_machines: list[str], allow_missing: bool) -> tuple[int, str]:
+    """The exit code and why: 2 nothing compared, 1 a regression or (without --allow-missing) something of
+    the baseline missing, else 0."""
+    if not sum(p.compared for p in pairs):
+        return 2, "no benchmark of the baseline is in the candidate: nothing was compared"
+    many = len(pairs) > 1
+
+    def on(status: str) -> str:
+        hit = sum(1 for p in pairs if p.count(status))
+        return f" on {hit} of {len(pairs)} machine pairs" if many else ""
+
+    regressions = sum(p.count("regression") for p in pairs)
+    missing = sum(p.count("missing") for p in pairs)
+    absent = []  # what of the baseline the candidate lacks: fails, unless --allow-missing
+    if missing:
+        unfinished = [p for p in pairs if p.cand_partial and p.count("missing")]
+        n = sum(p.count("missing") for p in unfinished)
+        runs = "a candidate run" if len(unfinished) == 1 else f"{len(unfinished)} candidate runs"
+        why = f", {'' if n == missing else f'{n} of them '}from {runs} that did not finish" if n else ""
+        absent.append(f"{missing} benchmark(s) of the baseline missing{on('missing')}{why}")
+    if missing_machines:
+        absent.append(f"{len(missing_machines)} machine(s) of the baseline missing")
+    allowed = "; ".join(absent) + ", allowed by --allow-missing" if absent and allow_missing else ""
+    failed = [f"{regressions} regression(s){on('regression')}"] if regressions else []
+    failed += [] if allow_missing else absent
+    if failed:
+        return 1, "; ".join(failed + ([allowed] if allowed else []))
+    compared = sum(p.compared for p in pairs)
+    reason = f"no regression in {compared} benchmark(s) compared"
+    reason += f" on {len(pairs)} machine pairs" if many else ""
+    return 0, "; ".join([reason] + ([allowed] if allowed else []))
+
+
+def summary_table(pairs: list[Pair], fmt: str, allow_missing: bool, only_base: list[str] = (),
+                  only_cand: list[str] = ()) -> str:
+    """One line per machine pair (and per machine of one side only): its counts and verdict, so the end of
+    a long output says what each block's headline said. A candidate named like its baseline reads `same`."""
+    def name(label: str, launch: str) -> str:
+        return label + (f" ({launch})" if launch else "")
+
+    cells = []
+    for p in pairs:
+        before, after = name(p.base_label, p.base_launch), name(p.cand_label, p.cand_launch)
+        after = ("same" if after == before else after) + (" (partial)" if p.cand_partial else "")
+        cells.append([before + (" (partial)" if p.base_partial else ""), after,
+                      *(str(p.count(s)) for s in ("regression", "improvement", "missing")),
+                      p.verdict(allow_missing)])
+    gone = "machine missing" + (" (allowed)" if allow_missing else "")
+    cells += [[label, "—", "—", "—", "—", gone] for label in only_base]
+    extra = "not compared (only in the candidate)"
+    cells += [["—", label, "—", "—", "—", extra] for label in only_cand]
+    title = f"summary: {len(pairs)} machine pair{'s' if len(pairs) != 1 else ''}" + "".join(
+        f", {len(labels)} machine(s) only in the {what}"
+        for what, labels in (("baseline", only_base), ("candidate", only_cand)) if labels)
+    title = f"**{title}**" if fmt == "markdown" else title
+    return "\n".join([title, "", *_table(SUMMARY_HEADERS, cells, fmt)])
+
+
+def render_all(pairs: list[Pair], fmt: str, metric: str, threshold: float, thresholds: dict[str, float],
+               changed_only: bool, allow_missing: bool, only_base: list[str] = (), only_cand: list[str] = (),
+               ) -> str:
+    """Every pair's comparison. Text and markdown end with the summary table (with folders: several pairs,
+    or machines of one side only) and the exit code with its reason; CSV is one table; JSON one object per
+    pair (`{"comparisons": [...]}` for several)."""
+    if fmt == "json":
+        objects = [_as_json(p, metric, threshold, thresholds, changed_only) for p in pairs]
+        return json.dumps(objects[0] if len(objects) == 1 else {"comparisons": objects}, indent=1)
+    if fmt == "csv":
+        return _csv(pairs, metric, changed_only)
+    blocks = [render(p, fmt, metric, threshold, thresholds, changed_only) for p in pairs]
+    if len(pairs) > 1 or only_base or only_cand:
+        blocks.append(summary_table(pairs, fmt, allow_missing, only_base, only_cand))
+    code, reason = outcome(pairs, list(only_base), allow_missing)
+    blocks.append(f"**exit {code}**: {reason}" if fmt == "markdown" else f"exit {code}: {reason}")
+    return "\n\n".join(blocks)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -426,6 +617,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="pass although benchmarks (or, with folders, machines) of the baseline are missing from the "
         "candidate: for a candidate that measures a deliberate subset",
     )
+    parser.add_argument(
+        "--changed-only",
+        action="store_true",
+        help="list every benchmark but the unchanged ones (regression, improvement, not judged, missing, "
+        "only in candidate); the counts still cover all of them",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -435,48 +632,68 @@ def run(args: argparse.Namespace) -> int:
     base, cand = _side(args.baseline, labels, "baseline"), _side(args.candidate, labels, "candidate")
     check_families(thresholds, base.families | cand.families)
     check_device_map(device_map, base, cand)
-    pairs, missing_machines = pair_sides(base, cand, args.baseline, args.candidate)
-    for (base_label, _), (cand_label, _) in pairs:
+    matched, missing_machines, extra_machines = pair_sides(base, cand, args.baseline, args.candidate)
+    for (base_label, _), (cand_label, _) in matched:
         before, after = base.hardware.get(base_label, ""), cand.hardware.get(cand_label, "")
         if before and after and before != after:
             print(f"warning: different hardware ({before} against {after}): differences are the hardware's, "
                   "not a regression of one machine", file=sys.stderr)
-    regression, missing, outputs, unlinked, compared = False, 0, [], False, 0
-    for (base_label, base_table), (cand_label, cand_table) in pairs:
+    pairs, unlinked = [], False
+    for (base_label, base_table), (cand_label, cand_table) in matched:
         rows = compare_tables(base_table, cand_table, metric=args.metric, threshold=threshold,
                               device_map=device_map, thresholds=thresholds)
-        compared += sum(r.status not in ("missing", "only in candidate") for r in rows)
-        regression |= any(r.status == "regression" for r in rows)
-        missing += sum(r.status == "missing" for r in rows)
+        pairs.append(Pair(base_label, cand_label, rows, base.partial.get(base_label, ""),
+                          cand.partial.get(cand_label, ""), base.launches.get(base_label, ""),
+                          cand.launches.get(cand_label, "")))
         # Which GPU pairs a copy run sweeps depends on the links NVML told it (one pair per link kind).
-        copies_missing = any(r.status == "missing" and r.case == "copy" for r in rows)
-        unlinked |= copies_missing and _links(base_table) and not _links(cand_table)
-        if args.fmt == "json" and len(pairs) > 1:
-            outputs.append(_as_json(rows, base_label, cand_label, args.metric, threshold, thresholds))
-        else:
-            outputs.append(render(rows, args.fmt, base_label, cand_label, args.metric, threshold, thresholds))
-    if args.fmt == "json" and len(pairs) > 1:
-        emit(json.dumps({"comparisons": outputs}, indent=1))
-    else:
-        emit("\n\n".join(outputs))
-    if not compared:
+        unlinked |= unlinked_peers_missing(base_table, cand_table, rows)
+    stopped = {p.cand_partial: stopped_in(p.cand_partial)
+               for p in pairs if p.cand_partial and p.count("missing")}
+    for p in pairs:
+        if p.base_partial:
+            print(f"warning: the baseline {p.base_label} is a partial run ({Path(p.base_partial).name}: it "
+                  "did not finish): only what it measured is compared", file=sys.stderr)
+        if p.cand_partial and p.count("missing") and args.allow_missing:
+            at = f", stopped in {stopped[p.cand_partial]}" if stopped[p.cand_partial] else ""
+            print(f"warning: the candidate {p.cand_label} is a partial run ({Path(p.cand_partial).name}: it "
+                  f"did not finish{at}): its {p.count('missing')} missing benchmark(s) were not measured, "
+                  "and --allow-missing passes them", file=sys.stderr)
+    emit(render_all(pairs, args.fmt, args.metric, threshold, thresholds, args.changed_only,
+                    args.allow_missing, missing_machines, extra_machines))
+    code, _ = outcome(pairs, missing_machines, args.allow_missing)
+    if code == 2:
         # Nothing in common passes no gate, --allow-missing or not.
         print("compare: no benchmark of the baseline is in the candidate: nothing was compared; compare runs "
               "of the same config (or map devices with --map BASELINE_DEV=CANDIDATE_DEV)", file=sys.stderr)
         return 2
+    missing = sum(p.count("missing") for p in pairs)
     if (missing or missing_machines) and not args.allow_missing:
         what = ", ".join(
             filter(None, [f"{missing} benchmark(s)" if missing else "",
                           f"{len(missing_machines)} machine(s)" if missing_machines else ""])
         )
-        print(
-            f"compare: {what} of the baseline missing from the candidate (a crash, a skip or a narrower "
-            "config): failing; pass --allow-missing if the candidate measures a subset on purpose",
-            file=sys.stderr,
-        )
+        cause = "a crash, a skip or a narrower config"
+        fix = "pass --allow-missing if the candidate measures a subset on purpose"
+        unfinished = [p for p in pairs if p.cand_partial and p.count("missing")]
+        if unfinished:
+            n = sum(p.count("missing") for p in unfinished)
+            files = "; ".join(Path(p.cand_partial).name + (f", stopped in {stopped[p.cand_partial]}"
+                                                         if stopped[p.cand_partial] else "")
+                              for p in unfinished[:3]) + ("; ..." if len(unfinished) > 3 else "")
+            rest = "" if n == missing and not missing_machines else f"; the rest: {cause}"
+            runs = "a candidate run" if len(unfinished) == 1 else f"{len(unfinished)} candidate runs"
+            cause = f"{'all' if n == missing else n} from {runs} that did not finish: {files}{rest}"
+            if len(unfinished) == 1:
+                only = unfinished[0]
+                how = resume_command(only.cand_partial, cand.configs.get(only.cand_label, ""))
+                fix = f"resume it on its machine ({how}) to measure the rest, or {fix}"
+            else:
+                fix = ("resume each on its machine (pytest benchmarks --benchmark-json FILE.json "
+                       "--suite-resume with the run's --suite-config) to measure the rest, or " + fix)
+        print(f"compare: {what} of the baseline missing from the candidate ({cause}): failing; {fix}",
+              file=sys.stderr)
         if unlinked:
             print("compare: the baseline's copies recorded the GPU links (NVML) and the candidate's did not: "
                   "its size sweep covered one peer pair per link, the candidate's one pair in all; install "
                   "nvidia-ml-py where the candidate runs, or pass --allow-missing", file=sys.stderr)
-        return 1
-    return 1 if regression else 0
+    return code

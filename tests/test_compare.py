@@ -415,3 +415,127 @@ def test_different_hardware_is_named_in_a_warning(capsys):
     assert "warning: different hardware (2×NVIDIA H200 against 2×NVIDIA A100-SXM4-80GB)" in err
     main(["compare", str(DATA / "h200x2.json"), str(DATA / "h200x2.json")])
     assert "different hardware" not in capsys.readouterr().err
+
+
+def _peer_copy(bench: dict) -> bool:
+    extra = bench["extra_info"]
+    src, dst = extra.get("src", "cpu"), extra.get("dst", "cpu")
+    return extra.get("case") == "copy" and "cpu" not in (src, dst) and src != dst
+
+
+def _write_partial(path: Path, run: dict, keep: list[dict], stopped_in: dict | None) -> str:
+    """A partial file as suite.partial writes it: header, finished benchmarks, and (a run killed mid-test)
+    the test that had started, its result line cut by the kill."""
+    lines = [json.dumps({"partial": True, **{k: v for k, v in run.items() if k != "benchmarks"}})]
+    for bench in keep:
+        lines += [json.dumps({"started": bench["fullname"]}), json.dumps(bench),
+                  json.dumps({"finished": bench["fullname"], "outcome": "passed"})]
+    if stopped_in is not None:
+        lines += [json.dumps({"started": stopped_in["fullname"]}), json.dumps(stopped_in)[:40]]
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return str(path)
+
+
+def _linked_baseline_and_partial_candidate(tmp_path) -> tuple[str, str, dict]:
+    """A baseline whose peer copies recorded their link (NVML), and a partial candidate killed before its
+    peer copies, in the middle of the first of them."""
+    data = json.loads((DATA / "h200x2.json").read_text(encoding="utf-8"))
+    for bench in data["benchmarks"]:
+        bench.setdefault("fullname", f"benchmarks/test_x.py::{bench['name']}")
+        if _peer_copy(bench):
+            bench["extra_info"]["link"] = "NV18"
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps(data), encoding="utf-8")
+    peer = [b for b in data["benchmarks"] if _peer_copy(b)]
+    done = [b for b in data["benchmarks"] if not _peer_copy(b)]
+    cand = _write_partial(tmp_path / "cand.partial.jsonl", data, done, stopped_in=peer[0])
+    return str(base), cand, peer[0]
+
+
+def test_a_partial_candidate_is_marked_and_blamed_for_what_it_lacks(tmp_path, capsys):
+    """A killed run compared with --allow-missing passed without a word; without it, stderr blamed NVML."""
+    base, cand, stopped = _linked_baseline_and_partial_candidate(tmp_path)
+    assert main(["compare", base, cand, "--allow-missing"]) == 0
+    out, err = capsys.readouterr()
+    assert "(partial: the run did not finish)" in out.splitlines()[0]
+    assert "candidate" in err and "partial run" in err and "--allow-missing passes" in err
+    assert main(["compare", base, cand]) == 1
+    err = capsys.readouterr().err
+    missing = [line for line in err.splitlines() if "of the baseline missing" in line]
+    assert len(missing) == 1 and "did not finish" in missing[0] and stopped["name"] in missing[0]
+    assert "--suite-resume" in missing[0]
+    assert "nvidia-ml-py" not in err  # its peer copies were never reached: no sign of a missing NVML
+    assert main(["compare", base, cand, "--format", "json", "--allow-missing"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["candidate_partial"] is True and result["baseline_partial"] is False
+
+
+def test_the_nvml_hint_needs_candidate_peer_copies_without_a_link(tmp_path, capsys):
+    """A narrower candidate without peer copies at all is no sign of a missing NVML either."""
+    base, _, _ = _linked_baseline_and_partial_candidate(tmp_path)
+    data = json.loads(Path(base).read_text(encoding="utf-8"))
+    narrow = {**data, "benchmarks": [b for b in data["benchmarks"] if not _peer_copy(b)]}
+    (tmp_path / "narrow.json").write_text(json.dumps(narrow), encoding="utf-8")
+    assert main(["compare", base, str(tmp_path / "narrow.json")]) == 1
+    err = capsys.readouterr().err
+    assert "of the baseline missing" in err and "nvidia-ml-py" not in err and "partial" not in err
+
+
+def _two_machine_folders(tmp_path) -> tuple[str, str, dict]:
+    """old/ and new/ with machines `box` (one benchmark 2x slower) and `gone`, identical."""
+    old_dir, new_dir = _baseline_folder_of_two(tmp_path)
+    box = fixtures().synthetic_results("box", n_gpus=1, seed=3, limit=20)
+    (new_dir / "box.json").write_text(json.dumps(scaled(box, 0, 2.0)), encoding="utf-8")
+    gone = fixtures().synthetic_results("gone", n_gpus=1, seed=3, limit=20)
+    (new_dir / "gone.json").write_text(json.dumps(gone), encoding="utf-8")
+    return str(old_dir), str(new_dir), box
+
+
+def test_folders_end_with_a_summary_of_each_pair_and_the_exit_reason(tmp_path, capsys):
+    old_dir, new_dir, _ = _two_machine_folders(tmp_path)
+    assert main(["compare", old_dir, new_dir]) == 1
+    lines = capsys.readouterr().out.rstrip().splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("baseline "))
+    assert lines[head].split()[:6] == ["baseline", "candidate", "regressions", "improvements", "missing",
+                                       "verdict"]
+    rows = lines[head + 1: head + 3]
+    assert rows[0].split()[-6:] == ["box", "same", "1", "0", "0", "regression"]
+    assert rows[1].split()[-6:] == ["gone", "same", "0", "0", "0", "pass"]
+    assert lines[-1] == "exit 1: 1 regression(s) on 1 of 2 machine pairs"
+
+
+def test_folders_in_csv_are_one_table_with_machine_columns(tmp_path, capsys):
+    pd = pytest.importorskip("pandas")
+    old_dir, new_dir, box = _two_machine_folders(tmp_path)
+    assert main(["compare", old_dir, new_dir, "--format", "csv"]) == 1
+    table = pd.read_csv(io.StringIO(capsys.readouterr().out))
+    assert len(table) == 40 and set(table["status"]) == {"regression", "unchanged"}
+    assert list(table.columns[:2]) == ["baseline_machine", "candidate_machine"]
+    assert table.groupby("candidate_machine").size().to_dict() == {
+        "NVIDIA H200 @ box": 20, "NVIDIA H200 @ gone": 20}
+    slow = table[table["status"] == "regression"]
+    assert slow["benchmark"].tolist() == [box["benchmarks"][0]["name"]]
+    assert slow["baseline_machine"].tolist() == ["NVIDIA H200 @ box"]
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "csv", "json"])
+def test_changed_only_lists_the_changed_rows_and_keeps_every_count(pair, fmt, capsys):
+    base_path, base, candidate = pair
+    cand = candidate({**scaled(base, 0, 2.0), "benchmarks": scaled(base, 0, 2.0)["benchmarks"][:-1]})
+    assert main(["compare", base_path, cand, "--format", fmt, "--changed-only", "--allow-missing"]) == 1
+    out = capsys.readouterr().out
+    slow, gone = base["benchmarks"][0]["name"], base["benchmarks"][-1]["name"]
+    if fmt == "json":
+        result = json.loads(out)
+        assert result["changed_only"] is True
+        assert result["counts"]["unchanged"] == 18 and result["counts"]["regression"] == 1
+        assert [(r["status"], r["benchmark"]) for r in result["results"]] == [("regression", slow),
+                                                                             ("missing", gone)]
+        return
+    if fmt == "csv":
+        rows = list(csv.DictReader(io.StringIO(out)))
+        assert [(r["status"], r["benchmark"]) for r in rows] == [("regression", slow), ("missing", gone)]
+        return
+    assert "1 regression" in out and "18 unchanged" in out and "1 missing" in out  # the counts stay whole
+    assert slow in out and gone in out
+    assert not [line for line in out.splitlines() if "unchanged" in line and "test_" in line]
