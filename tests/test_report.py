@@ -554,3 +554,82 @@ def test_collectives_of_two_setups_get_a_scaling_table(tmp_path):
     assert "4 ranks · 2 nodes" in table
     assert re.search(r"<td>all_reduce float32 in-place</td><td class=\"num\">100 GB/s @ 16MiB</td>"
                      r"<td class=\"num\">50 GB/s @ 16MiB</td>", table), table[:1500]
+
+
+def test_a_torchrun_jobs_collectives_line_always_says_its_ranks_and_nodes(tmp_path, figures):
+    """Two 16-rank 2-node jobs: where the setup does not vary, the line was named `8xH100 @ h100-01`, as if
+    the node's 8 GPUs alone had reached that busbw."""
+    from suite.report.charts import busbw_curves
+
+    paths = []
+    for host in ("h100-01", "h200-01"):
+        data = json.loads(_collectives_run(tmp_path, ops=("all_reduce",)).read_text(encoding="utf-8"))
+        data["machine_info"]["node"] = host
+        data["suite"]["distributed"] = {"world_size": 16, "nnodes": 2}
+        for b in data["benchmarks"]:
+            if b["extra_info"].get("case") == "collectives":
+                b["extra_info"].update(world_size=16, nnodes=2)
+        paths.append(tmp_path / f"{host}.json")
+        paths[-1].write_text(json.dumps(data), encoding="utf-8")
+    loaded = load_results(paths)
+    table = loaded.table
+    busbw_curves(table[table["case"] == "collectives"], list(loaded.machines))
+    names = [t.get_text() for t in figures[-1].legends[0].get_texts()][:2]
+    expected = ["h100-01 · 16 ranks · 2 nodes", "h200-01 · 16 ranks · 2 nodes"]
+    assert [n.split(" @ ")[1] for n in names] == expected
+
+
+def _fleet_family(tmp_path: Path, case: str, hosts: dict[str, int]) -> tuple[pd.DataFrame, list[str]]:
+    """One family's rows of SYNTHETIC machines (tests/fleet.py), host -> its number of GPUs."""
+    from tests import fleet
+
+    for i, (host, n_gpus) in enumerate(hosts.items()):
+        fleet.write(tmp_path, host, fleet.machine(host, n_gpus=n_gpus, seed=i))
+    return _family(tmp_path, case)
+
+
+def test_model_bars_of_many_gpus_are_one_bar_per_device_kind_with_its_spread(tmp_path, figures):
+    """Two 8-GPU machines drew a group per model and cuda:N (and past 40 groups cut the last GPUs off): each
+    machine's bar is now the median over its GPUs, the whiskers their spread."""
+    from suite.report.charts import model_bars
+
+    rows, machines = _fleet_family(tmp_path, "model", {"box-a": 8, "box-b": 8})
+    (chart,) = model_bars(rows, machines)
+    ax = figures[-1].axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["cuda · float32 · linear-b64", "cuda · float32 · mlp-b64", "cuda · float32 · lenet-b64"]
+    medians = rows.groupby(["label", "model"], sort=False)["samples_per_s"].median()
+    widths = sorted(p.get_width() for p in ax.patches)
+    assert widths == pytest.approx(sorted(medians))
+    assert "median over a machine's" in chart.caption and "slowest to fastest" in chart.caption
+    # One machine of 16 GPUs is 48 groups, past the 40 a chart keeps: collapsed too, no GPU cut off.
+    (tmp_path / "one").mkdir()
+    rows, machines = _fleet_family(tmp_path / "one", "model", {"big": 16})
+    (chart,) = model_bars(rows, machines)
+    labels = [t.get_text() for t in figures[-1].axes[0].get_yticklabels()]
+    assert len(labels) == 3 and all(label.startswith("cuda · ") for label in labels)
+    assert "First 40" not in chart.caption
+
+
+def test_charts_cover_every_gpu_model_and_name_the_runs_left_out(tmp_path, figures):
+    """Nine runs of one GPU model first in file order crowded the one run of another model out of the
+    charts."""
+    from suite.report.charts import MAX_CHART_MACHINES
+    from suite.report.command import render_report
+    from tests import fleet
+
+    for i in range(MAX_CHART_MACHINES + 1):
+        fleet.write(tmp_path, f"a{i}", fleet.machine(f"same-{i}", n_gpus=1, seed=i))
+    other = fleet.machine("other", n_gpus=1)
+    for d in other["machine_info"]["devices"][1:]:
+        d["name"] = "Other GPU"
+    fleet.write(tmp_path, "z-other", other)
+    html = render_report(load_results([tmp_path]))
+    legends = [t.get_text() for fig in figures
+               for legend in [*fig.legends, *(ax.get_legend() for ax in fig.axes)] if legend
+               for t in legend.get_texts()]
+    assert "Other GPU @ other" in legends
+    section = html[html.index('<section id="family-matmul"'):]
+    note = section[:section.index("<figure>")]
+    assert f"{MAX_CHART_MACHINES} of {MAX_CHART_MACHINES + 2} runs" in note
+    assert "every GPU model" in note and "Left out: Synthetic GPU (scaled CPU run) @ same-7, " in note

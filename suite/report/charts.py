@@ -6,7 +6,8 @@ import base64
 import io
 import json
 import math
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import matplotlib
@@ -16,8 +17,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from suite.report.tables import format_time
-from suite.results import route_kinds
+from suite.report.tables import format_time, ranks_and_nodes
+from suite.results import Machine, route_kinds
 from suite.units import format_size
 
 # Limits that keep a report of hundreds of machines readable and fast; the tables always list everything.
@@ -63,13 +64,17 @@ def _grouped_barh(
     title: str,
     log: bool = False,
     annotate: Callable[[float], str] | None = None,
+    spread: dict[str, tuple[list[float], list[float]]] | None = None,
 ) -> Chart:
-    """Horizontal bars: one group per category, one bar per series (machine)."""
+    """Horizontal bars: one group per category, one bar per series (machine); `spread` gives each series'
+    (low, high) per category, drawn as a whisker where they differ."""
     caption = ""
     if len(categories) > MAX_BAR_CATEGORIES:
         caption = f"First {MAX_BAR_CATEGORIES} of {len(categories)} groups shown; the table lists all."
         categories = categories[:MAX_BAR_CATEGORIES]
         series = {k: v[:MAX_BAR_CATEGORIES] for k, v in series.items()}
+        spread = {k: (lo[:MAX_BAR_CATEGORIES], hi[:MAX_BAR_CATEGORIES])
+                  for k, (lo, hi) in (spread or {}).items()}
     n_series = max(1, len(series))
     bar_h = 0.8 / n_series
     height = max(2.2, 0.8 + len(categories) * max(0.3, 0.12 * n_series))
@@ -80,10 +85,20 @@ def _grouped_barh(
         vals = np.array([v if v is not None and not math.isnan(v) else 0.0 for v in values])
         pos = y - 0.4 + bar_h * (i + 0.5)
         ax.barh(pos, vals, height=bar_h * 0.92, color=color, label=_text(name))
+        ends = vals
+        if spread and name in spread:
+            lo, hi = (np.array([v if v is not None and not math.isnan(v) else 0.0 for v in side])
+                      for side in spread[name])
+            whisker = (hi > lo) & (vals > 0)
+            if whisker.any():
+                below, above = vals[whisker] - lo[whisker], hi[whisker] - vals[whisker]
+                ax.errorbar(vals[whisker], pos[whisker], xerr=[below, above], fmt="none", ecolor="#333",
+                            elinewidth=0.8, capsize=2)
+                ends = np.where(whisker, hi, vals)
         if annotate and n_series * len(categories) <= 60:
-            for p, v in zip(pos, vals):
+            for p, v, end in zip(pos, vals, ends):
                 if v > 0:
-                    ax.text(v, p, " " + annotate(v), va="center", fontsize=7)
+                    ax.text(end, p, " " + annotate(v), va="center", fontsize=7)
     ax.set_yticks(y, [_text(c) for c in categories], fontsize=8)
     ax.invert_yaxis()
     positive = [v for vals in series.values() for v in vals if v is not None and v > 0]
@@ -104,10 +119,13 @@ def _grouped_barh(
     return Chart(title, _png(fig), caption)
 
 
-def _bars_by(rows: pd.DataFrame, machines: list[str], category: pd.Series, value: str) -> tuple[list, dict]:
-    """Categories in first-seen order and, per machine, its value in each (NaN where it has none)."""
+def _bars_by(
+    rows: pd.DataFrame, machines: list[str], category: pd.Series, value: str, aggfunc: str = "max"
+) -> tuple[list, dict]:
+    """Categories in first-seen order and, per machine, its value in each (NaN where it has none): the
+    `aggfunc` of its rows there (the best, by default)."""
     frame = rows.assign(_cat=category.values)
-    pivot = frame.pivot_table(index="_cat", columns="label", values=value, aggfunc="max", sort=False)
+    pivot = frame.pivot_table(index="_cat", columns="label", values=value, aggfunc=aggfunc, sort=False)
     cats = list(pivot.index)
     series = {m: [float(v) for v in pivot[m]] if m in pivot else [math.nan] * len(cats) for m in machines}
     return cats, series
@@ -484,15 +502,17 @@ def busbw_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     rows["op"] = rows["op"].fillna("?").astype(str)
     seen = list(dict.fromkeys(rows["op"]))
     ops = [op for op in COLLECTIVE_OPS if op in seen] + [op for op in seen if op not in COLLECTIVE_OPS]
-    rows["line"] = rows["label"] if len(machines) > 1 else ""
-    for column, fmt in (("world_size", "n={:.0f}"), ("nnodes", "{:.0f} nodes"), ("backend", "{}")):
-        # One machine names its setup even where it does not vary (a line needs a name); nodes only if they
-        # do.
-        if column in rows and (rows[column].nunique() > 1 or (len(machines) == 1 and column != "nnodes")):
-            rows["line"] = (
-                rows["line"] + " " + rows[column].map(lambda v, f=fmt: "" if pd.isna(v) else f.format(v))
-            )
-    rows["line"] = rows["line"].str.strip()
+    # A line is a machine and its setup: ranks and nodes always (a 16-rank 2-node job named by its first node
+    # alone reads as that node's busbw), the backend where it varies or names the one machine's lines.
+    # One text per distinct setup (NaN as -1: NaN is never equal to itself as a key), not one per row.
+    counts = [rows[c].fillna(-1) if c in rows else pd.Series(-1, index=rows.index)
+              for c in ("world_size", "nnodes", "ranks_per_node")]
+    setups = {key: ranks_and_nodes(*(None if v == -1 else v for v in key)) for key in set(zip(*counts))}
+    parts = [rows["label"] if len(machines) > 1 else pd.Series("", index=rows.index),
+             pd.Series([setups[key] for key in zip(*counts)], index=rows.index, dtype=object)]
+    if "backend" in rows and (rows["backend"].nunique() > 1 or len(machines) == 1):
+        parts.append(rows["backend"].map(lambda v: v if isinstance(v, str) else ""))
+    rows["line"] = [" · ".join(p for p in line if p) for line in zip(*parts)]
     rows["mode"] = rows["in_place"].map(_mode) if "in_place" in rows else ""
     rows["dtype_"] = rows["dtype"].fillna("").astype(str) if "dtype" in rows else ""
     names = list(dict.fromkeys(rows["line"]))
@@ -525,24 +545,60 @@ def busbw_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
 
 
 def model_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
-    """Training or inference throughput per model, device and batch size."""
+    """Training or inference throughput per model, device and batch size; across machines, or past
+    MAX_BAR_CATEGORIES groups, the median over a machine's devices of each kind, whiskers at the slowest and
+    fastest."""
     rows = rows[rows["samples_per_s"].notna()]
     if rows.empty:
         return []
     precision = rows["precision"] if "precision" in rows else rows.get("dtype", pd.Series("", rows.index))
     batch = rows["batch_size"] if "batch_size" in rows else pd.Series(math.nan, index=rows.index)
-    # `cpu · float32 · lenet-b64`: the test id's own words (model-b{batch}), after the device and precision.
-    category = pd.Series(
-        [f"{d} · {p} · {m}-b{_count(b)}" for d, p, m, b in
-         zip(rows["device"].fillna("?"), precision.fillna("?"), rows["model"].fillna("?"), batch)],
-        index=rows.index, dtype=object,
-    )
+    device = rows["device"].fillna("?").astype(str)
+
+    def categories(where: pd.Series) -> pd.Series:
+        # `cpu · float32 · lenet-b64`: the test id's words (model-b{batch}) after the device and precision.
+        return pd.Series(
+            [f"{d} · {p} · {m}-b{_count(b)}" for d, p, m, b in
+             zip(where, precision.fillna("?"), rows["model"].fillna("?"), batch)],
+            index=rows.index, dtype=object,
+        )
+
+    category = categories(device)
+    kind = device.str.split(":").str[0]
+    # cuda:0 of one box and cuda:0 of another are different GPUs, and 8 GPUs of a dozen machines are more bars
+    # than a chart holds (the last GPUs were cut off): one bar per machine and kind of device, as tflops_bars.
+    if (kind != device).any() and (len(machines) > 1 or category.nunique() > MAX_BAR_CATEGORIES):
+        category = categories(kind)
+        cats, series = _bars_by(rows, machines, category, "samples_per_s", "median")
+        _, low = _bars_by(rows, machines, category, "samples_per_s", "min")
+        _, high = _bars_by(rows, machines, category, "samples_per_s", "max")
+        chart = _grouped_barh(cats, series, "samples/s", "Model throughput (higher is better)",
+                              annotate=lambda v: f"{v:.4g}", spread={m: (low[m], high[m]) for m in series})
+        caption = "Each bar is the median over a machine's devices of that kind"
+        widest = _widest_spread(cats, series, low, high)
+        if widest:
+            caption += f"; whiskers span its slowest to fastest device ({widest})"
+        chart.caption = " ".join(filter(None, [caption + "; the table lists every device.", chart.caption]))
+        return [chart]
     cats, series = _bars_by(rows, machines, category, "samples_per_s")
     return [
         _grouped_barh(
             cats, series, "samples/s", "Model throughput (higher is better)", annotate=lambda v: f"{v:.4g}"
         )
     ]
+
+
+def _widest_spread(cats: list[str], series: dict, low: dict, high: dict) -> str:
+    """`widest: 12% on box · cuda · mlp-b64`, the largest (fastest − slowest) / median among the bars; "" if
+    every bar's devices agree."""
+    spreads = [((hi - lo) / mid, f"{machine} · {cat}")
+               for machine, values in series.items()
+               for cat, mid, lo, hi in zip(cats, values, low[machine], high[machine])
+               if mid > 0 and hi > lo]  # NaN compares False: a machine without the category is skipped
+    if not spreads:
+        return ""
+    spread, where = max(spreads)
+    return f"widest: {100 * spread:.2g}% on {where}"
 
 
 def generic_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
@@ -573,8 +629,33 @@ CHARTS: dict[str, list[Callable[[pd.DataFrame, list[str]], list[Chart]]]] = {
 }
 
 
+def chart_machines(
+    labels: list[str], runs: Mapping[str, Machine], limit: int = MAX_CHART_MACHINES
+) -> list[str]:
+    """At most `limit` of `labels` (baseline first) to chart, every GPU model first: one run of each model in
+    the order they come, then a second of each, and so on; within a model, one run of each launch (one
+    process, torchrun N ranks) before a second of any. In that order, so a chart that keeps fewer (the copy
+    matrices) still shows different models. The first `limit` in file order were identical 8-GPU nodes that
+    crowded every other kind out."""
+    if len(labels) <= limit:
+        return list(labels)
+    by_model: dict[str, list[tuple[int, str]]] = {}
+    launches: Counter = Counter()
+    for label in labels:
+        run = runs.get(label)
+        model, launch = (run.gpu_model, run.launch) if run is not None else (label, "")
+        by_model.setdefault(model, []).append((launches[model, launch], label))
+        launches[model, launch] += 1
+    queues = [[label for _, label in sorted(members, key=lambda m: m[0])] for members in by_model.values()]
+    picked: list[str] = []
+    for depth in range(max(map(len, queues))):
+        picked += [queue[depth] for queue in queues if depth < len(queue)]
+    return picked[:limit]
+
+
 def charts_for(case: str, rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
-    """The charts of one family, drawn for at most MAX_CHART_MACHINES machines (baseline first)."""
+    """The charts of one family, drawn for at most MAX_CHART_MACHINES machines (baseline first); pick them
+    with chart_machines to cover every GPU model."""
     shown = [m for m in machines if (rows["label"] == m).any()][:MAX_CHART_MACHINES]
     rows = rows[rows["label"].isin(shown)]
     charts = []
@@ -589,21 +670,24 @@ MAX_HISTORY_MACHINES = 8  # lines per family panel, as for the other charts
 def history_charts(loaded) -> list[Chart]:
     """Per family, each machine's geometric-mean speed over its runs, relative to its first run.
 
-    Only machines (same identity: host, GPUs, driver) with two or more runs of one tool are drawn.
+    Only machines (same identity: host, GPUs, driver) with two or more runs of one tool and launch are drawn,
+    as results.latest_runs groups them: a node's torchrun job (the collectives) shares no benchmark with its
+    single-process runs, so among them it was a run with no point, and alone a legend entry with no line.
     """
-    from suite.results import relative_speed
+    from suite.results import OUR_TOOL, relative_speed
 
-    runs: dict[tuple[str, str], list] = {}
+    runs: dict[tuple[str, str, str], list] = {}
     for m in loaded.machines.values():
-        runs.setdefault((m.identity, m.tool), []).append(m)
+        runs.setdefault((m.identity, m.tool, m.launch), []).append(m)
     series = []
-    for (identity, _), ms in sorted(runs.items()):
+    for (identity, tool, launch), ms in sorted(runs.items()):
         if len(ms) < 2:
             continue
         ms = sorted(ms, key=lambda m: (m.datetime, m.file))
         sub = loaded.table[loaded.table["label"].isin([m.label for m in ms])]
         speed = relative_speed(sub, ms[0].label)
-        series.append((identity, ms, speed))
+        name = " · ".join(filter(None, [identity, launch])) + (f" ({tool})" if tool != OUR_TOOL else "")
+        series.append((name, ms, speed))
     if not series:
         return []
     shown = series[:MAX_HISTORY_MACHINES]
@@ -616,6 +700,8 @@ def history_charts(loaded) -> list[Chart]:
         ax = fig.add_subplot(nrows, ncols, i + 1)
         for identity, ms, speed in shown:
             mine = speed[speed["case"] == case]
+            if mine.empty:  # none of its runs measured this family again: a lone 1.0 at run 1 says nothing
+                continue
             by_label = dict(zip(mine["label"], mine["speed"]))
             points = [(j, 1.0 if j == 1 else by_label.get(m.label, math.nan)) for j, m in enumerate(ms, 1)]
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,

@@ -14,14 +14,23 @@ from suite.errors import UserError
 from suite.health.checks import DEFAULT_FAIL_ON, judge
 from suite.health.command import node_lines
 from suite.health.expect import load_expectations
-from suite.report.charts import MAX_CHART_MACHINES, charts_for, habit_pairs, history_charts
+from suite.report.charts import chart_machines, charts_for, habit_pairs, history_charts
 from suite.report.tables import habit_rows, machine_views, result_rows, scaling_table, speed_table
-from suite.results import FOREIGN_CASE, LoadedResults, export_table, load_results, parse_label_args
+from suite.results import (
+    FOREIGN_CASE,
+    OUR_TOOL,
+    LoadedResults,
+    Machine,
+    export_table,
+    load_results,
+    parse_label_args,
+)
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 OPEN_ROWS = 60  # tables up to this long start unfolded; longer ones would bury the next family's charts
 # Beyond this many machines one card each fills screens: a compact sortable table takes their place.
 MAX_MACHINE_CARDS = 12
+MAX_NAMED_LEFT_OUT = 20  # runs a family's chart note names as left out; a fleet's hundreds would be a page
 
 # Section order and titles of the families we know; others follow alphabetically, foreign rows last.
 FAMILIES: dict[str, str] = {
@@ -67,7 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="name a machine in the report (repeatable)",
     )
     parser.add_argument(
-        "--baseline", metavar="NAME", help="machine label to compare against (default: the first)"
+        "--baseline", metavar="NAME",
+        help="machine label to compare against (default: the first complete single-process run of ours)",
     )
     parser.add_argument("--csv", metavar="PATH", help="also write the tidy table as CSV")
     parser.add_argument(
@@ -90,13 +100,41 @@ def _metric_header(rows) -> str:
     return " / ".join(names.get(u, u) for u in units) or "rate"
 
 
+def default_baseline(machines: dict[str, Machine]) -> str:
+    """The first run (in file order) that measured every family it set out to, on its own: ours, not partial,
+    one process, with results. A killed run's missing families read "—" for every machine, a torchrun job
+    measured the collectives alone, another tool's results are one family. The first run where none is."""
+    for label, m in machines.items():
+        if m.tool == OUR_TOOL and not m.foreign and not m.partial and not m.launch and m.n_benchmarks:
+            return label
+    return next(iter(machines))
+
+
+def _chart_note(present: list[str], shown: list[str], runs: dict[str, Machine]) -> str:
+    """What a family's charts leave out, and that the table does not: one sentence and the runs by name."""
+    charted = set(shown)
+    left_out = [label for label in present if label not in charted]
+    if not left_out:
+        return ""
+    models = {runs[label].gpu_model for label in present if label in runs}
+    covered = {runs[label].gpu_model for label in shown if label in runs}
+    cover = "every GPU model among them"
+    if not covered >= models:
+        cover = f"{len(covered)} of their {len(models)} GPU models"
+    named = ", ".join(left_out[:MAX_NAMED_LEFT_OUT])
+    more = f" and {len(left_out) - MAX_NAMED_LEFT_OUT} more" if len(left_out) > MAX_NAMED_LEFT_OUT else ""
+    return (f"Charts show {len(shown)} of {len(present)} runs, {cover} (baseline first); the table lists "
+            f"them all. Left out: {named}{more}.")
+
+
 def render_report(
     loaded: LoadedResults, baseline: str | None = None, title: str = "GPU benchmark report",
     expect: list[str] | None = None,
 ) -> str:
-    """The report's HTML for already-loaded results; `baseline` is a machine label (default: the first)."""
+    """The report's HTML for already-loaded results; `baseline` is a machine label (default:
+    default_baseline's)."""
     labels = list(loaded.machines)
-    baseline = baseline or labels[0]
+    baseline = baseline or default_baseline(loaded.machines)
     if baseline not in loaded.machines:
         raise UserError(
             f"--baseline {baseline!r} is not a machine in these results; use one of: {', '.join(labels)}"
@@ -107,11 +145,14 @@ def render_report(
     families = []
     for case in _family_order(list(dict.fromkeys(table["case"]))):
         rows = table[table["case"] == case]
+        measured = set(rows["label"].unique())
+        present = [m for m in chart_order if m in measured]
+        shown = chart_machines(present, loaded.machines)
         fam = {
             "case": case,
             "title": FAMILIES.get(case, case if case != FOREIGN_CASE else "Other (not ours)"),
             "note": NOTES.get(case, ""),
-            "charts": charts_for(case, rows, chart_order),
+            "charts": charts_for(case, rows, shown),
             "rows": result_rows(rows, partial),
             "metric_header": _metric_header(rows),
             "habits": [],
@@ -120,11 +161,8 @@ def render_report(
         }
         if case == "habits":
             fam["habits"] = habit_rows(habit_pairs(rows))
-        if rows["label"].nunique() > MAX_CHART_MACHINES and fam["charts"]:
-            fam["chart_note"] = (
-                f"Charts show the first {MAX_CHART_MACHINES} of {rows['label'].nunique()} "
-                "machines (baseline first); the table lists them all."
-            )
+        if fam["charts"]:
+            fam["chart_note"] = _chart_note(present, shown, loaded.machines)
         families.append(fam)
     speed_cases, speed_rows = speed_table(table, chart_order, baseline)
     health = judge(loaded, load_expectations(expect))

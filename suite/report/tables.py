@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from suite.results import STOP_KEYS, Machine, relative_speed
+from suite.results import OUR_TOOL, STOP_KEYS, Machine, relative_speed
 from suite.units import format_size
 
 # Keys already shown in their own column, so the params column does not repeat them; how precision stopping
@@ -33,10 +33,32 @@ def format_rate(value: float, unit: str | None) -> str:
     return f"{value:.4g} {unit}"
 
 
-def format_bytes_decimal(n: object) -> str:
+def format_memory(n: object) -> str:
+    """A device's memory in GiB, as `python -m suite devices` and the evidence write it: `79.6 GiB`."""
     if not isinstance(n, (int, float)) or isinstance(n, bool) or math.isnan(n):
         return "—"
-    return f"{n / 1e9:.1f} GB"
+    return f"{n / 2**30:.1f} GiB"
+
+
+def _whole(value: object) -> int | None:
+    """A recorded count (an int, or a float in a column with gaps) as an int; None where absent."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        return None
+    return int(value)
+
+
+def ranks_and_nodes(world_size: object, nnodes: object, ranks_per_node: object = None) -> str:
+    """`16 ranks · 2 nodes`: what a torchrun job's collective ran on, nodes too where recorded (or implied by
+    ranks per node); "" for a result that records no world size."""
+    world = _whole(world_size)
+    if world is None:
+        return ""
+    nodes = _whole(nnodes)
+    per_node = _whole(ranks_per_node)
+    if nodes is None and per_node and world % per_node == 0:
+        nodes = world // per_node
+    text = f"{world} rank{'s' if world != 1 else ''}"
+    return text + (f" · {nodes} node{'s' if nodes != 1 else ''}" if nodes is not None else "")
 
 
 @dataclass
@@ -58,6 +80,9 @@ class MachineView:
     driver: str = ""
     links: str = ""  # what joins the GPU pairs, counted: `NV18 × 28 pairs`, `NV4 × 2 pairs, SYS × 4 pairs`
     launch: str = ""  # a torchrun job: ranks, hosts, backend, NCCL version
+    # How the run was launched, in a word or three for the compact table: `one process`, `torchrun 16 ranks on
+    # 2 nodes` (Machine.launch); "—" for another tool's results, which do not say.
+    launched: str = ""
     environment: str = ""  # its NCCL_*/GLOO_*/... variables, which change what a collective measures
 
 
@@ -99,7 +124,7 @@ def machine_views(machines: dict[str, Machine]) -> list[MachineView]:
             entry = {
                 "id": str(d.get("id", "")),
                 "name": str(d.get("name", "")),
-                "memory": format_bytes_decimal(d.get("memory_bytes")),
+                "memory": format_memory(d.get("memory_bytes")),
                 "capability": str(d.get("capability") or ""),
                 "count": 1,
             }
@@ -142,6 +167,7 @@ def machine_views(machines: dict[str, Machine]) -> list[MachineView]:
                 links=links_text(m.devices),
                 launch=launch,
                 environment=environment,
+                launched=m.launch or ("one process" if m.tool == OUR_TOOL and not m.foreign else "—"),
             )
         )
     return views
@@ -280,14 +306,11 @@ def scaling_table(rows: pd.DataFrame) -> ScalingTable | None:
         return None
 
     def setup(r) -> str:
-        parts = [str(r["label"])]
-        if pd.notna(r.get("world_size")):
-            parts.append(f"{int(r['world_size'])} ranks")
-        if pd.notna(r.get("nnodes")) and int(r["nnodes"]) > 1:
-            parts.append(f"{int(r['nnodes'])} nodes")
+        ranks = ranks_and_nodes(r.get("world_size"), r.get("nnodes"), r.get("ranks_per_node"))
+        parts = [str(r["label"]), ranks]
         if isinstance(r.get("backend"), str):
             parts.append(r["backend"])
-        return " · ".join(parts)
+        return " · ".join(p for p in parts if p)
 
     rows["setup_"] = [setup(r) for r in rows.to_dict("records")]
     columns = list(dict.fromkeys(rows["setup_"]))
