@@ -720,6 +720,8 @@ def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None =
         label, cpu_name = _machine_label(info, foreign, stem)
         if block.get("tool"):  # another tool's output: say which, so it never passes for a run of ours
             label = f"{label if info.get('node') else stem} ({block['tool']})"
+        elif isinstance(block.get("distributed"), dict):  # a node's torchrun job beside its own run
+            label = f"{label} ({_launch(block['distributed'])})"
         label = _label_override(path, labels, used_labels) or label
         if label in machines:  # two boxes of the same kind: tell them apart by file
             label = f"{label} [{stem}]"

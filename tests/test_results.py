@@ -173,6 +173,17 @@ def test_machine_labels(tmp_path):
     ]
 
 
+def test_a_torchrun_job_is_labelled_with_its_launch_not_taken_for_a_second_run(tmp_path):
+    # The node's collectives job used to take the clean label, and the node's own run became `… [stem]`.
+    f = fixtures()
+    job = f.synthetic_results("node", gpu="NVIDIA H100 80GB HBM3", n_gpus=8, limit=3)
+    job["suite"]["distributed"] = {"world_size": 16, "nnodes": 2}
+    own = f.synthetic_results("node", gpu="NVIDIA H100 80GB HBM3", n_gpus=8, limit=3)
+    loaded = load_results([write(tmp_path / "a-coll.json", job), write(tmp_path / "b-node.json", own)])
+    assert list(loaded.machines) == ["8xNVIDIA H100 80GB HBM3 @ node (torchrun 16 ranks on 2 nodes)",
+                                     "8xNVIDIA H100 80GB HBM3 @ node"]
+
+
 def test_label_overrides_and_duplicates(tmp_path):
     f = fixtures()
     a = write(tmp_path / "a.json", f.synthetic_results("same", n_gpus=1, limit=3))

@@ -508,7 +508,9 @@ def busbw_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     counts = [rows[c].fillna(-1) if c in rows else pd.Series(-1, index=rows.index)
               for c in ("world_size", "nnodes", "ranks_per_node")]
     setups = {key: ranks_and_nodes(*(None if v == -1 else v for v in key)) for key in set(zip(*counts))}
-    parts = [rows["label"] if len(machines) > 1 else pd.Series("", index=rows.index),
+    # A torchrun job's label names its launch (`(torchrun 16 ranks on 2 nodes)`): the setup text says it.
+    named = rows["label"].astype(str).str.replace(r" \(torchrun[^)]*\)", "", regex=True)
+    parts = [named if len(machines) > 1 else pd.Series("", index=rows.index),
              pd.Series([setups[key] for key in zip(*counts)], index=rows.index, dtype=object)]
     if "backend" in rows and (rows["backend"].nunique() > 1 or len(machines) == 1):
         parts.append(rows["backend"].map(lambda v: v if isinstance(v, str) else ""))
