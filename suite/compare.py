@@ -541,8 +541,8 @@ def summary_table(pairs: list[Pair], fmt: str, allow_missing: bool, only_base: l
                   only_cand: list[str] = ()) -> str:
     """One line per machine pair (and per machine of one side only): its counts and verdict, so the end of
     a long output says what each block's headline said. A candidate named like its baseline reads `same`."""
-    def name(label: str, launch: str) -> str:
-        return label + (f" ({launch})" if launch else "")
+    def name(label: str, launch: str) -> str:  # a torchrun job's label names its launch already
+        return label + (f" ({launch})" if launch and f"({launch})" not in label else "")
 
     cells = []
     for p in pairs:

@@ -539,3 +539,12 @@ def test_changed_only_lists_the_changed_rows_and_keeps_every_count(pair, fmt, ca
     assert "1 regression" in out and "18 unchanged" in out and "1 missing" in out  # the counts stay whole
     assert slow in out and gone in out
     assert not [line for line in out.splitlines() if "unchanged" in line and "test_" in line]
+
+
+def test_the_summary_names_a_torchrun_jobs_launch_once():
+    from suite.compare import Pair, summary_table
+
+    label = "8xNVIDIA H100 80GB HBM3 @ h100-01 (torchrun 16 ranks on 2 nodes)"
+    launch = "torchrun 16 ranks on 2 nodes"
+    text = summary_table([Pair(label, label, [], base_launch=launch, cand_launch=launch)], "text", False)
+    assert text.count("torchrun 16 ranks on 2 nodes") == 1 and "same" in text
