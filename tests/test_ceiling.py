@@ -224,3 +224,22 @@ def test_the_sweep_check_fails_on_a_wrong_matmul(monkeypatch):
     monkeypatch.setattr(torch, "matmul", off_by_a_percent)
     with pytest.raises(AssertionError, match=r"matmul cpu-float32-64x32x16: relative error 0.01 > 0.0001"):
         work.check()
+
+
+def test_the_all_gpus_case_checks_and_counts_every_device(monkeypatch):
+    # Found by mutation: a check of the first GPU only, and the FLOPs of one GPU, passed every test.
+    case = matmul.make_case("matmul", ("cpu", "cpu"), ["all-gpus", "float32", "32x32x32"], device=matmul.ALL_GPUS,
+                            gpus=("cpu", "cpu"), dtype="float32", precision="float32", m=32, n=32, k=32)
+    work = matmul.build(case, None)
+    assert work.flops == 2 * matmul.flops(32, 32, 32)
+    work.check()
+    real, calls = torch.matmul, []
+
+    def second_wrong(a, b, out=None):
+        calls.append(1)
+        result = real(a, b, out=out)
+        return result.mul_(1.01) if len(calls) == 2 else result
+
+    monkeypatch.setattr(torch, "matmul", second_wrong)
+    with pytest.raises(AssertionError, match="relative error"):
+        work.check()

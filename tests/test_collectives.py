@@ -492,3 +492,50 @@ def test_a_case_one_rank_never_started_does_not_pair_the_later_cases_wrongly():
     assert results[1][0] == ("a", "timeout"), results[1]
     both = {0: {"kind": "skip", "text": "0 skips"}, 1: {"kind": "skip", "text": "1 skips"}}
     assert results[0] == [("b", "ready", both)] and results[1][1] == ("b", "ready", both), results
+
+
+# --- found by mutating the check: each of these survived every test before ----------------------------------
+
+
+def test_a_wrong_result_on_a_rank_other_than_the_root_fails(monkeypatch):
+    state = FakeState()
+    state.env = LaunchEnv(1, 2, 1, 2, "127.0.0.1", 0, False, "test")
+    monkeypatch.setattr(distributed, "_STATE", state)
+    monkeypatch.setattr(dist, "all_reduce", lambda t, op=None, **_: None)  # this rank's sum never arrives
+    case, config = _case("all_reduce")
+    with pytest.raises(AssertionError, match="elements differ"):
+        coll.build(case, config).check()
+
+
+def test_one_wrong_element_fails_the_check(monkeypatch):
+    monkeypatch.setattr(distributed, "_STATE", FakeState())
+
+    def almost(t, op=None, **_):
+        _two_rank_sum(t)
+        t[7] += 1
+
+    monkeypatch.setattr(dist, "all_reduce", almost)
+    case, config = _case("all_reduce")
+    with pytest.raises(AssertionError, match="1 of 1024 elements differ"):
+        coll.build(case, config).check()
+
+
+def test_another_ranks_wrong_result_fails_this_rank(monkeypatch):
+    class OtherRankWrong(FakeState):
+        def agree(self, what, problem=None):
+            found = super().agree(what, problem)
+            return {**found, 1: "injected"} if what.endswith("check") else found
+
+    monkeypatch.setattr(distributed, "_STATE", OtherRankWrong())
+    monkeypatch.setattr(dist, "all_reduce", _two_rank_sum)
+    case, config = _case("all_reduce")
+    with pytest.raises(AssertionError, match="wrong result on rank 1: injected"):
+        coll.build(case, config).check()
+
+
+def test_the_approximate_check_still_has_a_tolerance():
+    from suite.cases.collectives.measure import _mismatch
+
+    expected = torch.full((8,), 100.0, dtype=torch.float64)
+    assert _mismatch(expected.to(torch.bfloat16), expected, False, 0.01) is None
+    assert _mismatch((expected * 1.05).to(torch.bfloat16), expected, False, 0.01) is not None

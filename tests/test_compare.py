@@ -548,3 +548,20 @@ def test_the_summary_names_a_torchrun_jobs_launch_once():
     launch = "torchrun 16 ranks on 2 nodes"
     text = summary_table([Pair(label, label, [], base_launch=launch, cand_launch=launch)], "text", False)
     assert text.count("torchrun 16 ranks on 2 nodes") == 1 and "same" in text
+
+
+def test_the_noise_boundary_both_ways():
+    # Found by mutation: a wider noise share, and improvements judged without the noise, passed every test.
+    assert classify(1.0, 1.2, 0.15, 0.15, 0.05) == "regression"  # 0.2 apart, noise 0.5 x 0.3 = 0.15
+    assert classify(1.0, 0.8, 0.3, 0.3, 0.05) == "unchanged"  # an improvement inside the noise
+
+
+def test_a_baseline_with_too_few_rounds_is_not_judged(tmp_path, capsys):
+    base = fixtures().synthetic_results("box", n_gpus=1, seed=3, limit=20)
+    base["benchmarks"][0]["stats"]["rounds"] = 3
+    (tmp_path / "b.json").write_text(json.dumps(base))
+    cand = scaled(base, 0, 2.0)
+    cand["benchmarks"][0]["stats"]["rounds"] = 20
+    (tmp_path / "c.json").write_text(json.dumps(cand))
+    assert main(["compare", str(tmp_path / "b.json"), str(tmp_path / "c.json"), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["counts"]["not judged"] == 1

@@ -167,3 +167,9 @@ def test_gpu_habits_build_and_check():
         work = habits.build(case, cfg)
         work.check()
         assert work.bytes is None or work.bytes > 0
+
+
+def test_a_host_copy_habit_reports_its_memory_traffic():
+    case = next(c for c in cases_of(["cpu"]) if c.info.get("habit") == "small_vs_batched")
+    work = habits.build(case, config())
+    assert work.traffic_bytes == 2 * work.bytes  # read and written

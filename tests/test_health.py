@@ -681,3 +681,22 @@ def test_a_straggler_held_by_the_hardware_power_brake_says_so(tmp_path, capsys):
     (f,) = [f for f in node(result, "box")["findings"] if f["kind"] == "straggler"]
     assert code == 1 and f["device"] == "cuda:1"
     assert "clocks held back 55% of the time by the hardware power brake (clocks halved or more)" in f["text"]
+
+
+def test_a_noisy_device_is_not_a_straggler(tmp_path, capsys):
+    # Found by mutation: the straggler's noise guard could be removed without a test failing.
+    data = fleet.machine("box", slow=0.85, slow_device=2)
+    for b in data["benchmarks"]:
+        b["stats"]["iqr"] = 0.5 * b["stats"]["median"]
+    fleet.write(tmp_path, "box", data)
+    _, result = health_json(capsys, str(tmp_path))
+    assert not [f for f in node(result, "box")["findings"] if f["kind"] == "straggler"]
+
+
+def test_a_device_is_judged_on_its_best_qualifying_result(tmp_path, capsys):
+    weak = matmul("cuda:0", 300)
+    weak["name"] = weak["fullname"] = "test_matmul[cuda:0-bfloat16-again]"
+    path = fleet.write(tmp_path, "box", ours("box", 1, [matmul("cuda:0", 780), weak]))
+    _, result = health_json(capsys, str(path))
+    table = {(e["device"], e["measure"]): e for e in node(result, "box")["expectations"]}
+    assert table[("cuda:0", "matmul_bf16")]["verdict"] == "ok"

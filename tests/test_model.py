@@ -109,3 +109,24 @@ def test_everything_lives_on_the_gpu(name, precision):
         work = model.build(case, None)
         work.check()
         assert work.fn().device == torch.device("cuda:0")
+
+
+def test_a_stray_dtype_or_a_lost_gradient_fails_the_check():
+    # Found by mutation: dropping either assert passed every test.
+    net = model.make_net("mlp")
+    net[1].register_buffer("stray", torch.zeros(1, dtype=torch.float64))
+    with pytest.raises(AssertionError, match="stray is torch.float64, not torch.float32"):
+        model.verify("m", net, torch.ones(2, 1, 28, 28), "cpu", torch.float32, "float32")
+    net = model.make_net("mlp")
+    opt = torch.optim.SGD(net.parameters(), lr=1e-3)
+    x = torch.ones(2, 1, 28, 28)
+
+    def step():
+        loss = net(x).square().mean()
+        loss.backward()
+        opt.step()
+        net.zero_grad(set_to_none=True)  # the gradients are gone when the check looks
+        return loss
+
+    with pytest.raises(AssertionError, match="the gradient of"):
+        model.verify("m", net, x, "cpu", torch.float32, "float32", step)

@@ -633,3 +633,36 @@ def test_charts_cover_every_gpu_model_and_name_the_runs_left_out(tmp_path, figur
     note = section[:section.index("<figure>")]
     assert f"{MAX_CHART_MACHINES} of {MAX_CHART_MACHINES + 2} runs" in note
     assert "every GPU model" in note and "Left out: Synthetic GPU (scaled CPU run) @ same-7, " in note
+
+
+# --- found by mutating the report: each of these survived every test before --------------------------------
+
+
+def test_the_speed_table_has_a_row_per_machine(tmp_path):
+    from suite.report.tables import speed_table
+    from tests.test_compare import fixtures
+
+    for name, speed in (("a", 0.5), ("b", 1.0)):
+        data = fixtures().synthetic_results(name, n_gpus=1, speed=speed, limit=12)
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    loaded = load_results([tmp_path])
+    labels = list(loaded.machines)
+    _, rows = speed_table(loaded.table, labels, labels[0])
+    assert [r["label"] for r in rows] == labels
+
+
+def test_the_charts_draw_every_machine(tmp_path, figures):
+    from suite.report import charts
+    from tests.test_compare import fixtures
+
+    for name in ("a", "b", "c"):
+        data = fixtures().synthetic_results(name, n_gpus=2, limit=400)
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    loaded = load_results([tmp_path])
+    machines = list(loaded.machines)
+    table = loaded.table
+    charts.tflops_bars(table[table["case"] == "matmul"], machines)
+    assert len(figures[-1].axes[0].containers) == 3
+    charts.copy_curves(table[table["case"] == "copy"], machines)
+    labels = {t.get_text() for legend in figures[-1].legends for t in legend.get_texts()}
+    assert set(machines) <= labels, labels

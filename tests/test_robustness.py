@@ -430,3 +430,25 @@ def test_a_full_disk_loses_nothing_it_could_keep_and_says_so_in_one_line(fake_su
     result = subprocess.run(fake_suite(FAST, out, "-k", "quick", "--suite-resume"), capture_output=True,
                             text=True, timeout=180, cwd=tmp_path, env=env)
     assert result.returncode == 0 and len(json.loads(out.read_text())["benchmarks"]) == 40
+
+
+def test_resume_refuses_another_device_list():
+    run = PartialRun(header=HEADER, benchmarks={"b/t.py::t[a]": {}})
+    with pytest.raises(UserError, match="another config or device list"):
+        check_same_run(Path("x.partial.jsonl"), run, {"config": {"a": 1}, "devices": ["cpu"], "now": lambda: {}})
+
+
+def test_an_older_complete_json_does_not_drop_the_partial_file(tmp_path):
+    from types import SimpleNamespace
+
+    from suite.partial import PartialState, PartialWriter
+
+    out = tmp_path / "run.json"
+    out.write_text(json.dumps({"benchmarks": []}))
+    os.utime(out, (time.time() - 3600, time.time() - 3600))  # a finished run of an hour ago
+    partial = partial_path(out)
+    writer = PartialWriter(partial)
+    writer.write({"started": "t"})
+    state = PartialState(SimpleNamespace(getoption=lambda name: str(out)), writer, None)
+    state.finish()  # this run was interrupted: it wrote no JSON of its own
+    assert partial.exists()

@@ -131,3 +131,35 @@ def test_side_stream_tensors_are_tied_to_their_own_devices_stream():
     a, b, host = FakeTensor("cuda:0"), FakeTensor("cuda:1"), FakeTensor("cpu")
     tie_to_streams((a, b, host), [s0, s1])
     assert (a.recorded, b.recorded, host.recorded) == ([s0], [s1], [])
+
+
+# --- found by mutating run_case: each of these survived every test before ---------------------------------
+
+
+def test_a_wrong_result_is_never_timed(family, monkeypatch):
+    module = sys.modules["tests._fakegpu_family"]
+    real = module.build
+
+    def build(case, config):
+        work = real(case, config)
+        work.check = lambda: (_ for _ in ()).throw(AssertionError("wrong result"))
+        return work
+
+    monkeypatch.setattr(module, "build", build)
+    with pytest.raises(AssertionError, match="wrong result"):
+        run_case(family.case, FakeBenchmark(family.events), CONFIG)
+    assert "timed" not in family.events and "launch" not in family.events
+
+
+def test_the_case_is_warmed_up_before_it_is_timed(family):
+    from suite.timing import MIN_WARMUP_CALLS
+
+    run_case(family.case, FakeBenchmark(family.events), CONFIG)
+    assert family.events[: family.events.index("timed")].count("launch") == MIN_WARMUP_CALLS + 3
+
+
+@pytest.mark.parametrize("oom", [MemoryError(), RuntimeError(
+    "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried to allocate 1 bytes")])
+def test_the_cpu_allocator_running_out_is_a_skip_too(family, oom):
+    with pytest.raises(pytest.skip.Exception, match="out of memory for cuda:0-x"):
+        run_case(family.case, FakeBenchmark(family.events, fail=oom), CONFIG)

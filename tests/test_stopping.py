@@ -255,3 +255,11 @@ def test_with_precision_off_the_fixed_rounds_stop_at_max_time_too(pytester):
     out = json.loads((pytester.path / "out.json").read_text())
     assert 3 <= out["rounds"] <= 12, "about 1 s of 0.1 s rounds, not the ~1000 calibrated ones"
     assert out["precision"] is None and out["stopped_on"] == "time"
+
+
+def test_precision_never_stops_before_min_rounds():
+    fixture = _FakeFixture(max_time=100.0, min_rounds=5, precision=0.01)
+    assert cap_rounds_by_time(fixture, clock=lambda: 0.0)
+    rounds = _Rounds()
+    fixture._run_until_precise(lambda _: 1.0, None, rounds, 50)  # identical rounds: precise from round 2
+    assert len(rounds) == 5

@@ -183,3 +183,13 @@ def test_the_plugin_gives_each_benchmark_its_shortest_round(pytester, tmp_path):
     seen.clear()
     pytester.runpytest_inprocess(*args, "--benchmark-min-time=0.001", plugins=[Markers()])
     assert seen == {}, "the user's --benchmark-min-time: the suite sets none (pytest-benchmark applies it)"
+
+
+def test_a_timer_over_the_cpu_and_a_gpu_synchronises_the_gpu():
+    # Found by mutation: a timer that synchronised only when every device needed it passed every test.
+    clock = FakeClock()
+    gpu = FakeAsyncDevice(clock, launch_s=0.0, work_s=5e-3)
+    timer = SyncTimer(["cpu", "cuda:0"], clock=clock, synchronize=lambda *d: gpu.synchronize())
+    start = timer()
+    gpu.launch()
+    assert timer() - start == pytest.approx(5e-3)
