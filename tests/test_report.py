@@ -666,3 +666,17 @@ def test_the_charts_draw_every_machine(tmp_path, figures):
     charts.copy_curves(table[table["case"] == "copy"], machines)
     labels = {t.get_text() for legend in figures[-1].legends for t in legend.get_texts()}
     assert set(machines) <= labels, labels
+
+
+def test_the_copy_matrix_is_drawn_for_every_machine(tmp_path, figures):
+    from suite.report import charts
+    from tests.test_compare import fixtures
+
+    for name in ("a", "b", "c"):
+        data = fixtures().synthetic_results(name, n_gpus=2, limit=400)
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    loaded = load_results([tmp_path])
+    table = loaded.table
+    charts.copy_heatmaps(table[table["case"] == "copy"], list(loaded.machines))
+    titles = " ".join(ax.get_title(loc="left") + ax.get_title() for ax in figures[-1].axes)
+    assert all(f"@ {name}" in titles for name in ("a", "b", "c")), titles
