@@ -680,3 +680,19 @@ def test_the_copy_matrix_is_drawn_for_every_machine(tmp_path, figures):
     charts.copy_heatmaps(table[table["case"] == "copy"], list(loaded.machines))
     titles = " ".join(ax.get_title(loc="left") + ax.get_title() for ax in figures[-1].axes)
     assert all(f"@ {name}" in titles for name in ("a", "b", "c")), titles
+
+
+def test_history_of_a_fleet_draws_the_machines_that_changed(tmp_path, figures):
+    # Nine machines measured twice: only 8 lines fit, and the one that got 30% slower was the last by name.
+    from suite.report.charts import history_charts
+    from tests import fleet
+
+    for i in range(9):
+        host = f"node-{i}"
+        fleet.write(tmp_path, f"{host}-a", fleet.machine(host, seed=i, when="2026-11-01T00:00:00+00:00"))
+        later = fleet.machine(host, seed=i, slow=0.7 if i == 8 else 1.0, when="2026-11-29T00:00:00+00:00")
+        fleet.write(tmp_path, f"{host}-b", later)
+    (chart,) = history_charts(load_results([tmp_path]))
+    legend = {t.get_text() for legend in figures[-1].legends for t in legend.get_texts()}
+    assert any(name.startswith("node-8") for name in legend), legend
+    assert "The 8 of 9 machines with history whose latest run moved furthest" in chart.caption

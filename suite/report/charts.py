@@ -692,7 +692,16 @@ def history_charts(loaded) -> list[Chart]:
         series.append((name, ms, speed))
     if not series:
         return []
-    shown = series[:MAX_HISTORY_MACHINES]
+    # The machines whose latest run moved furthest from their first (in any family) first: a fleet's
+    # history is about the ones that changed, not the first eight by name.
+    def moved(entry) -> float:
+        _, ms, speed = entry
+        latest = speed[speed["label"] == ms[-1].label]["speed"]
+        logs = [abs(math.log(v)) for v in latest if isinstance(v, float) and v > 0]
+        return max(logs, default=0.0)
+
+    ranked = sorted(series, key=moved, reverse=True) if len(series) > MAX_HISTORY_MACHINES else series
+    shown = sorted(ranked[:MAX_HISTORY_MACHINES], key=series.index)
     families = sorted({c for _, _, speed in shown for c in speed["case"]})
     if not families:
         return []
@@ -719,5 +728,6 @@ def history_charts(loaded) -> list[Chart]:
     _figure_legend(fig, colors, [])
     caption = "Geometric mean over the benchmarks each run shares with the machine's first run; above 1: faster."
     if len(series) > len(shown):
-        caption += f" First {len(shown)} of {len(series)} machines with history."
+        caption += (f" The {len(shown)} of {len(series)} machines with history whose latest run moved furthest "
+                    "from their first.")
     return [Chart("History: speed per family against each machine's first run", _png(fig), caption)]
