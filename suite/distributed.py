@@ -614,6 +614,7 @@ class SlowestRankTimer:
     def __init__(self, clock=time.perf_counter) -> None:
         self.clock = clock
         self._start: float | None = None
+        self.last_elapsed: float | None = None  # the last round's slowest time, identical on every rank
         self.__name__ = repr(self)
 
     def _device(self):
@@ -639,7 +640,10 @@ class SlowestRankTimer:
         self._start = None
         elapsed = torch.tensor([end - start], dtype=torch.float64, device=device)
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-        return start + float(elapsed.item())
+        # The same bits on every rank; start + elapsed is not (each node's clock rounds it its own way), so
+        # what every rank must agree on (suite.cases.collectives' calibration) is computed from this.
+        self.last_elapsed = float(elapsed.item())
+        return start + self.last_elapsed
 
     def __repr__(self) -> str:
         state = current()

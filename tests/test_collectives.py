@@ -539,3 +539,29 @@ def test_the_approximate_check_still_has_a_tolerance():
     expected = torch.full((8,), 100.0, dtype=torch.float64)
     assert _mismatch(expected.to(torch.bfloat16), expected, False, 0.01) is None
     assert _mismatch((expected * 1.05).to(torch.bfloat16), expected, False, 0.01) is not None
+
+
+def test_calibration_counts_the_same_calls_on_every_rank_whatever_its_clock(monkeypatch):
+    # Every rank gets the same slowest time (MAX-reduced), but each added it to its own clock and took it
+    # away again: on nodes up 3 hours and 27 days the count came out 100 on one and 101 on the other, and
+    # NCCL paired one rank's extra collective with the other's timer reduction.
+    from types import SimpleNamespace
+
+    elapsed = 5.00000065e-05  # 5 calls of a ~10 us collective, the slowest rank's, as the MAX gave it
+
+    def counts_with_clock_at(start):
+        class Timer:
+            def __init__(self):
+                self.calls, self.last_elapsed = 0, None
+
+            def __call__(self):
+                self.calls += 1
+                if self.calls % 2:
+                    return start
+                self.last_elapsed = elapsed
+                return start + elapsed
+
+        monkeypatch.setattr(distributed, "SlowestRankTimer", Timer)
+        return coll.calibrated_iterations(lambda: None, SimpleNamespace(iterations=5, min_round_s=0.001))
+
+    assert counts_with_clock_at(12345.678) == counts_with_clock_at(2332800.123456) == 100

@@ -51,7 +51,7 @@ class CollectivesConfig(CaseSection):
     in_place: InPlace = Field("both", description="both, true or false: which mode to run for the ops that "
                               "have both (all_gather, reduce_scatter); the others run their only mode")
     backend: Backend = Field("auto", description="auto (NCCL for CUDA, Gloo for the CPU), nccl or gloo")
-    rounds: int = Field(20, ge=1, description="timed rounds, identical on every rank (no calibration)")
+    rounds: int = Field(20, ge=1, description="timed rounds, identical on every rank (no time-based stopping)")
     iterations: int = Field(5, ge=1, description="collectives per timed round, at least (see min_round_s)")
     min_round_s: float = Field(0.001, ge=0, description="more collectives per round where `iterations` of them "
                                "take less than this (measured once, after the check, on the slowest rank), so "

@@ -262,10 +262,14 @@ def calibrated_iterations(fn: Callable[[], object], sec) -> int:
     from suite.distributed import SlowestRankTimer
 
     timer = SlowestRankTimer()
-    start = timer()
+    timer()
     for _ in range(sec.iterations):
         fn()
-    per_call = (timer() - start) / sec.iterations
+    timer()
+    # From the reduced time itself, the same bits on every rank: `end - start` would be rounded on each
+    # node's own clock, and a count near a whole number could then differ between nodes (NCCL would pair
+    # one rank's extra collective with another's timer reduction, and hang).
+    per_call = timer.last_elapsed / sec.iterations
     if per_call <= 0:
         return sec.iterations
     return max(sec.iterations, min(MAX_ITERATIONS, math.ceil(sec.min_round_s / per_call)))
