@@ -229,33 +229,43 @@ class Machine:
 
 
 def gpu_uuids(machine: Machine) -> frozenset[str]:
-    """The machine's GPUs by UUID (NVML's, recorded per device): what makes two nodes two."""
-    return frozenset(str(d["uuid"]) for d in machine.devices if d.get("kind") != "cpu" and d.get("uuid"))
+    """The machine's GPUs by UUID (NVML's, recorded per device; a MIG instance by its parent GPU's, as MIG
+    instances are made anew): what makes two nodes two."""
+    return frozenset(str(d.get("mig_parent_uuid") or d["uuid"]) for d in machine.devices
+                     if d.get("kind") != "cpu" and d.get("uuid"))
 
 
 def _tell_shared_hostnames_apart(machines: dict[str, Machine], parts: list, warnings: list[str]) -> None:
     """Two nodes that report one hostname (a cloud image's `ubuntu`, a container's) with different GPUs are two
     machines: without this, health and compare took the newer run for the other's and judged only one.
-    Each gets its hostname and its first GPU's UUID (`ubuntu [3f2a9c1e]`). Runs without UUIDs (CPU-only,
-    older files) keep the plain name."""
-    by_host: dict[str, dict[frozenset, list[str]]] = {}
+
+    Runs of one host are one machine while their GPUs overlap: a GPU replaced under warranty, or a run on
+    some of the node's GPUs (CUDA_VISIBLE_DEVICES), keeps the others. Only runs whose GPUs share none are
+    told apart, each named with its hostname and the first UUID of its GPUs (`ubuntu [3f2a9c1e]`). Runs
+    without UUIDs (CPU-only, older files) keep the plain name."""
+    by_host: dict[str, list[tuple[str, frozenset]]] = {}
     for label, m in machines.items():
         if uuids := gpu_uuids(m):
-            by_host.setdefault(m.host, {}).setdefault(uuids, []).append(label)
+            by_host.setdefault(m.host, []).append((label, uuids))
     rows = {label: columns for (_, columns), label in zip(parts, machines)}
-    for host, sets in by_host.items():
-        if len(sets) < 2:
+    for host, runs in by_host.items():
+        groups: list[tuple[set[str], list[str]]] = []  # (GPUs, labels): joined while their GPUs overlap
+        for label, uuids in runs:
+            joined = [g for g in groups if g[0] & uuids]
+            merged = (set(uuids).union(*(g[0] for g in joined)), [label, *(x for g in joined for x in g[1])])
+            groups = [g for g in groups if not any(g is j for j in joined)] + [merged]
+        if len(groups) < 2:
             continue
         names = []
-        for uuids, labels in sets.items():
+        for uuids, labels in groups:
             tag = min(uuids).removeprefix("GPU-").removeprefix("MIG-")[:8]
             names.append(f"{host} [{tag}]")
             for label in labels:
                 machines[label].host = names[-1]
                 rows[label]["host"] = [names[-1]] * len(rows[label]["host"])
         warnings.append(
-            f"hostname {host!r} is reported by {len(sets)} machines with different GPUs (by UUID): told apart "
-            f"as {', '.join(names)}; give the nodes distinct hostnames"
+            f"hostname {host!r} is reported by {len(groups)} machines with different GPUs (by UUID): told "
+            f"apart as {', '.join(sorted(names))}; give the nodes distinct hostnames"
         )
 
 

@@ -70,6 +70,24 @@ def test_two_nodes_sharing_a_hostname_are_judged_apart(tmp_path, capsys):
     assert code == 0 and len(result["nodes"]) == 2
 
 
+def test_a_node_whose_gpu_was_replaced_is_still_one_node(tmp_path, capsys):
+    # Its slow GPU (the one with the smallest UUID) replaced: the node is healthy again, not split in two
+    # with the old run flagged for ever. A run on some of its GPUs is the same node too.
+    fleet.write(tmp_path, "before", fleet.machine("node-7", uuid="30000000", slow=0.7, slow_device=0,
+                                                  when="2026-11-28T00:00:00+00:00"))
+    after = fleet.machine("node-7", uuid="30000000", when="2026-11-29T00:00:00+00:00")
+    after["machine_info"]["devices"][1]["uuid"] = "GPU-10000000-0000-4000-8000-000000000000"  # the new cuda:0
+    fleet.write(tmp_path, "after", after)
+    code, result = health_json(capsys, str(tmp_path))
+    assert code == 0 and [n["status"] for n in result["nodes"]] == ["healthy"]
+    # (health counts a node by host and GPU count: the subset run is judged as a node of 1 GPU, unsplit.)
+    some = fleet.machine("node-7", uuid="30000000", n_gpus=1, when="2026-11-27T00:00:00+00:00")
+    some["machine_info"]["devices"][1]["uuid"] = "GPU-30000000-0000-4000-8000-000000000002"  # cuda:2 alone
+    fleet.write(tmp_path, "some", some)
+    loaded = load_results([tmp_path])
+    assert not any("hostname" in w for w in loaded.warnings) and set(loaded.table["host"]) == {"node-7"}
+
+
 @pytest.mark.parametrize("slow", [0.5, 0.8])
 def test_the_smallest_fleet_of_three_flags_its_slow_machine(tmp_path, capsys, slow):
     # With the machine itself in the quartiles, three machines could never flag one, even at half speed.
