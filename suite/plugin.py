@@ -680,6 +680,7 @@ def pytest_sessionfinish_save(session: pytest.Session):
 def _save_json_atomically(session: pytest.Session, path: Path, output_json: dict) -> None:
     from pytest_benchmark.utils import safe_dumps
 
+    path = path.resolve()  # a symlinked --benchmark-json: its target is written, the link kept
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_bytes(safe_dumps(output_json, ensure_ascii=True, indent=4).encode())

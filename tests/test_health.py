@@ -534,6 +534,7 @@ def test_a_gpu_with_nvlinks_down_is_a_straggler(counts, switched, flagged, tmp_p
     ([(16, 5)] * 5 + [(4, 5)] + [(16, 5)] * 2, {"cuda:5": "pcie_width_max x4, peers x16"}),
     ([(16, 5), (16, 4), (16, 5), (16, 5)], {"cuda:1": "pcie_gen_max gen 4, peers gen 5"}),
     ([(16, 5), (4, 5)], {"cuda:1": "pcie_width_max x4, peers x16"}),
+    ([(16, 5), (0xFFFFFFFF, 0xFFFFFFFF), (16, 5)], {}),  # NVML's "not available": no figure, not a wide link
 ])
 def test_a_gpu_on_a_narrower_pcie_link_than_its_peers_is_a_straggler(links, flagged, tmp_path, capsys):
     # A GPU on a x4 riser: NVML recorded it, but health only guessed at NUMA beside its slow host copies.

@@ -452,3 +452,13 @@ def test_an_older_complete_json_does_not_drop_the_partial_file(tmp_path):
     state = PartialState(SimpleNamespace(getoption=lambda name: str(out)), writer, None)
     state.finish()  # this run was interrupted: it wrote no JSON of its own
     assert partial.exists()
+
+
+def test_a_symlinked_results_file_is_written_through_the_link(fake_suite, tmp_path):
+    (tmp_path / "store").mkdir()
+    link = tmp_path / "run.json"
+    link.symlink_to(tmp_path / "store" / "real.json")  # dangling until the run writes it
+    result = subprocess.run(fake_suite(FAST, link, "-k", "quick"), env=_env(), capture_output=True, text=True,
+                            timeout=180, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert link.is_symlink() and len(json.loads((tmp_path / "store" / "real.json").read_text())["benchmarks"]) == 40

@@ -554,15 +554,22 @@ def _nvlinks_down(loaded: LoadedResults, labels: list[str], findings: list[Findi
     return checked
 
 
+# What a PCIe link can be: anything else (NVML's 0xFFFFFFFF for "not available") is no figure to judge.
+PCIE_WIDTHS = frozenset({1, 2, 4, 8, 12, 16, 32})
+PCIE_GENERATIONS = frozenset(range(1, 8))
+
+
 def _pcie_narrow(loaded: LoadedResults, labels: list[str], findings: list[Finding]) -> set[str]:
     """A GPU whose PCIe link is narrower, or of an older generation, than the other GPUs of its model in the
     run (machine_info's `pcie_width_max` / `pcie_gen_max`: what the GPU and its slot can reach, from NVML): a
-    riser or slot at x4, a link trained down. Every host copy through it is capped (x4 is a quarter of x16).
-    The idle `*_current` values are not judged: a GPU at rest lowers its link's generation to save power."""
+    riser or slot at x4. Every host copy through it is capped (x4 is a quarter of x16). The idle
+    `*_current` values are not judged: a GPU at rest lowers its link's generation to save power (so a link
+    that trained down in an x16 slot is not caught here; its host copies are, as a straggler)."""
 
-    def whole(d: dict, key: str) -> int | None:
+    def whole(d: dict, key: str) -> int | None:  # a link's width or generation; else NVML had none to give
         value = d.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+        valid = PCIE_WIDTHS if key == "pcie_width_max" else PCIE_GENERATIONS
+        return value if isinstance(value, int) and not isinstance(value, bool) and value in valid else None
 
     checked: set[str] = set()
     for label in labels:
@@ -587,7 +594,7 @@ def _pcie_narrow(loaded: LoadedResults, labels: list[str], findings: list[Findin
                     findings.append(Finding(
                         "straggler", machine.node, str(d.get("id")), "pcie",
                         f"{key} {unit}{mine}, peers {peers} (NVML): its host copies are capped below theirs "
-                        "(a slot, riser or link trained down)",
+                        "(its slot or riser)",
                         float(mine), expected, 100 * mine / expected))
     return checked
 
