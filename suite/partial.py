@@ -163,6 +163,11 @@ def check_writable(json_path: Path) -> None:
         target.unlink(missing_ok=True)
 
 
+# How long a run waits for the results lock: a local disk answers at once; a network mount whose lock service
+# is down would otherwise block the run, uninterruptibly, before it measured anything.
+LOCK_WAIT_S = 10.0
+
+
 class RunLock:
     """One run at a time per results file: `<json>.partial.jsonl.lock`, held (flock) from the start of a run to
     its end. Two runs given one --benchmark-json both wrote the partial file, and the first to finish deleted
@@ -172,6 +177,7 @@ class RunLock:
     def __init__(self, partial: Path) -> None:
         self.path = partial.with_name(partial.name + ".lock")
         self._fh = None
+        self._stuck = None  # a lock file whose lock the file system never answered
 
     def acquire(self, json_path: Path) -> None:
         try:
@@ -182,17 +188,25 @@ class RunLock:
             fh = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held for the run
         except OSError:
             return
-        try:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        outcome = self._flock(fh, fcntl)
+        if outcome == "waiting":
+            # A network mount whose lock service does not answer (NFS's lockd, a server in its grace period):
+            # the lock is given up on, not waited for in silence; the file stays open for the thread that
+            # still waits on it.
+            self._stuck = fh
+            print(f"warning: {self.path}: the file system did not grant a lock in {LOCK_WAIT_S:g} s (a network "
+                  "mount?): this run goes on, but a second run on the same --benchmark-json would not be "
+                  "refused", file=sys.stderr)
+            return
+        if outcome == "held":
             fh.seek(0)
             holder = fh.read().strip() or "another process"
             fh.close()
             raise UserError(
                 f"--benchmark-json {json_path}: another run ({holder}) is writing it now; wait for it to end, "
                 "or give this run another --benchmark-json"
-            ) from None
-        except OSError:  # no locks on this file system
+            )
+        if outcome == "none":  # no locks on this file system
             fh.close()
             return
         fh.seek(0)
@@ -200,6 +214,28 @@ class RunLock:
         fh.write(f"pid {os.getpid()} on {platform.node()}, started {time.strftime('%H:%M:%S')}\n")
         fh.flush()
         self._fh = fh
+
+    @staticmethod
+    def _flock(fh, fcntl) -> str:
+        """Try the lock in a thread, for at most LOCK_WAIT_S: "locked", "held" (by another run), "none" (the
+        file system has no locks) or "waiting" (it has not answered)."""
+        import threading
+
+        outcome = ["waiting"]
+
+        def attempt() -> None:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                outcome[0] = "locked"
+            except BlockingIOError:
+                outcome[0] = "held"
+            except OSError:
+                outcome[0] = "none"
+
+        thread = threading.Thread(target=attempt, name="results-lock", daemon=True)
+        thread.start()
+        thread.join(LOCK_WAIT_S)
+        return outcome[0]
 
     def release(self) -> None:
         if self._fh is not None:

@@ -462,3 +462,18 @@ def test_a_symlinked_results_file_is_written_through_the_link(fake_suite, tmp_pa
                             timeout=180, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-2000:]
     assert link.is_symlink() and len(json.loads((tmp_path / "store" / "real.json").read_text())["benchmarks"]) == 40
+
+
+def test_a_lock_the_file_system_never_grants_is_given_up_on_with_a_warning(tmp_path, monkeypatch, capsys):
+    # An NFS mount whose lock service is down: flock waits in the kernel, and the run would hang before it
+    # measured anything.
+    import fcntl
+
+    import suite.partial as partial
+
+    monkeypatch.setattr(partial, "LOCK_WAIT_S", 0.2)
+    monkeypatch.setattr(fcntl, "flock", lambda fd, op: time.sleep(5))
+    start = time.monotonic()
+    RunLock(partial_path(tmp_path / "run.json")).acquire(tmp_path / "run.json")
+    assert time.monotonic() - start < 2
+    assert "did not grant a lock in 0.2 s (a network mount?): this run goes on" in capsys.readouterr().err
