@@ -314,7 +314,7 @@ def relative_margin(data: list[float], confidence: float) -> float | None:
     """The MEAN's relative margin of error at `confidence`: the Student-t interval of the rounds (the rate the
     suite reports is their median; a margin within the target says the rounds agree, not where the median
     lies). None with fewer than two rounds or a zero mean. pytest-benchmark's own loop uses the normal
-    quantile, which with 5 rounds claims 99% for an interval that holds ~88% of the time; the suite's loop
+    quantile, which with 5 rounds claims 99% for an interval that holds ~94% of the time; the suite's loop
     (cap_rounds_by_time) stops on this one."""
     if len(data) < 2:
         return None
