@@ -723,8 +723,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         header["suite"] = _suite_block(session.config)
         _save_json_atomically(session, Path(session.config.getoption("benchmark_json")), header)
         if _UNSAVED in session.config.stash:
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-            return
+            return  # the exit status is set by pytest_sessionfinish_save, around this hook
         if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
             # pytest's "no tests" once --suite-resume deselected every test: they were measured, and the JSON
             # holds them all.

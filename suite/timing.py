@@ -191,7 +191,8 @@ def _next_batch(batch: int, done: int, calls: int | None) -> int:
 # Stop once the mean's relative margin of error is within +-1% at 99% confidence (pytest-benchmark's
 # --benchmark-precision / --benchmark-confidence; a Student-t margin): a GPU kernel with ~0.5% round-to-round
 # jitter gets there in min_rounds or one more (a fake device with that jitter: within 0.2 s, median within 1%
-# of a 5 s run; bench_timing.py), while the noisy cases of a shared CPU still run to max_time and record how precise they got.
+# of a 5 s run; bench_timing.py), while the noisy cases of a shared CPU still run to max_time and record how
+# precise they got.
 DEFAULT_PRECISION = 0.01
 # pytest-benchmark's own default confidence for --benchmark-precision.
 DEFAULT_CONFIDENCE = 0.99
@@ -321,7 +322,13 @@ def relative_margin(data: list[float], confidence: float) -> float | None:
     mean = statistics.fmean(data)
     if mean <= 0:
         return None
-    return student_t(confidence, len(data) - 1) * statistics.stdev(data) / math.sqrt(len(data)) / mean
+    return _t_margin(confidence, len(data), statistics.stdev(data), mean)
+
+
+def _t_margin(confidence: float, n: int, stdev: float, mean: float) -> float:
+    """The mean's relative margin of error of n rounds, Student-t: what relative_margin reports and the
+    precision loop stops on."""
+    return student_t(confidence, n - 1) * stdev / math.sqrt(n) / mean
 
 
 def stopping_info(stats, pedantic: bool = False) -> dict:
@@ -390,8 +397,7 @@ def cap_rounds_by_time(benchmark, clock: Callable[[], float] = time.perf_counter
             mean += delta / n
             m2 += delta * (duration - mean)
             if n >= min_rounds and n >= 2 and mean > 0:
-                margin = student_t(confidence, n - 1) * math.sqrt(m2 / (n - 1)) / math.sqrt(n) / mean
-                if margin <= precision:
+                if _t_margin(confidence, n, math.sqrt(m2 / (n - 1)), mean) <= precision:
                     return
 
     def run_until_precise(runner, *args, **kwargs):  # pytest-benchmark's private (runner, loops_range, ...)
