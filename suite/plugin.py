@@ -8,7 +8,9 @@ import functools
 import json
 import os
 import shlex
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -55,6 +57,8 @@ _FAILED = pytest.StashKey[set]()  # nodeids of tests that did not pass: their be
 _NOTHING = pytest.StashKey[str]()  # the line saying a run with --benchmark-json measured nothing
 _INTERRUPTED = pytest.StashKey[str]()  # the line saying what an interrupted run (Ctrl-C) kept, and how to go on
 _UNSAVED = pytest.StashKey[str]()  # the line saying the results JSON could not be written, and what was kept
+_TERMINATED = pytest.StashKey[bool]()  # SIGTERM arrived: the run ends as Ctrl-C ends it, with exit status 143
+_SIGTERM_HANDLER = pytest.StashKey[object]()  # this run's SIGTERM handler, to restore the default after it
 
 # Our timing settings (config `timing`) map onto these pytest-benchmark marker keywords; a user who passes
 # the matching --benchmark-* option on the command line keeps theirs.
@@ -162,6 +166,41 @@ def pytest_configure(config: pytest.Config) -> None:
         config.stash[_PARTIAL] = PartialState.start(config, identity, lambda: _suite_block(config))
     except UserError as exc:
         raise pytest.UsageError(str(exc)) from None
+    _stop_on_sigterm(config)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: a batch scheduler's time limit or preemption (Slurm sends it, then SIGKILL after KillWait),
+    `scancel`, `kill`, torchrun stopping its ranks. The run ends as Ctrl-C ends it: the finished benchmarks
+    stay in the partial file for --suite-resume, and one line says so."""
+
+
+# The exit status of a run that SIGTERM stopped: what a shell reports for a process SIGTERM killed, so a job
+# script that tells a time limit from a failure by it sees what it saw before the run handled the signal.
+TERMINATED_EXIT = 128 + signal.SIGTERM
+
+
+def _stop_on_sigterm(config: pytest.Config) -> None:
+    """Turn SIGTERM into `Terminated` for this run, unless something else (a harness) already handles it."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        config.stash[_TERMINATED] = True
+        raise Terminated("SIGTERM: stopping the run (a second SIGTERM kills it at once)")
+
+    signal.signal(signal.SIGTERM, stop)
+    config.stash[_SIGTERM_HANDLER] = stop
+    config.add_cleanup(functools.partial(_default_sigterm, config))
+
+
+def _default_sigterm(config: pytest.Config) -> None:
+    """SIGTERM back to its default (the process ends at once), where this run had set it."""
+    if _SIGTERM_HANDLER in config.stash and signal.getsignal(signal.SIGTERM) is config.stash[_SIGTERM_HANDLER]:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _family_of(function_name: str) -> str | None:
@@ -657,6 +696,11 @@ def pytest_sessionfinish_save(session: pytest.Session):
     one line says how to go on."""
     state = session.config.stash.get(_PARTIAL, None)
     bs = getattr(session.config, "_benchmarksession", None)
+    terminated = _TERMINATED in session.config.stash
+    # The tests are over: a SIGTERM from here on ends the process at once, as it did before the run handled it.
+    # An exception raised inside pytest-benchmark's save would be a traceback, and killing loses nothing: the
+    # JSON is renamed into place whole or not at all, and the partial file holds every result until then.
+    _default_sigterm(session.config)
     if bs is not None and getattr(bs, "json", None) and hasattr(bs, "save_json"):
         bs.save_json = functools.partial(_save_json_atomically, session, Path(bs.json))
     if session.exitstatus == pytest.ExitCode.INTERRUPTED and state is not None and state.writer is not None:
@@ -666,14 +710,17 @@ def pytest_sessionfinish_save(session: pytest.Session):
             bs.benchmarks[:] = [b for b in bs.benchmarks if b.stats is not None and b.stats.data]
         kept = state.finished_count()
         where = f"kept in {state.writer.path}; rerun the same command with --suite-resume to run the rest"
+        how = "stopped by SIGTERM" if terminated else "interrupted"
         session.config.stash[_INTERRUPTED] = (
-            f"[suite] interrupted: {kept} finished benchmark(s) {where}" if kept else
-            f"[suite] interrupted before any benchmark finished: no results written to "
+            f"[suite] {how}: {kept} finished benchmark(s) {where}" if kept else
+            f"[suite] {how} before any benchmark finished: no results written to "
             f"{session.config.getoption('benchmark_json')}"
         )
     result = yield
     if _UNSAVED in session.config.stash:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    if terminated:
+        session.exitstatus = TERMINATED_EXIT
     return result
 
 

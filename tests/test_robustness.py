@@ -372,6 +372,41 @@ def test_ctrl_c_keeps_the_partial_file_and_writes_no_complete_looking_json(fake_
     assert len(json.loads(out.read_text())["benchmarks"]) == 40 and not partial.exists()
 
 
+def test_sigterm_ends_the_run_as_ctrl_c_does_and_exits_143(fake_suite, tmp_path):
+    # Slurm's time limit, preemption or scancel send SIGTERM (then SIGKILL): before, the run died at once with
+    # no word; the partial file survived, but nothing said so or how to go on.
+    out = tmp_path / "run.json"
+    partial = partial_path(out)
+    log = tmp_path / "run.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(fake_suite(FAST, out, "-k", "quick or stall"), env=_env(), stdout=fh,
+                                stderr=subprocess.STDOUT, cwd=tmp_path)
+    _wait_for(proc, partial, '"started": "test_fake.py::test_stall', 1, log)
+    time.sleep(0.5)  # inside the stall case's timed rounds
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM  # what a shell reports for a process SIGTERM killed
+    text = log.read_text()
+    assert not out.exists(), text[-2000:]
+    assert len(read_partial(partial).benchmarks) == 40
+    assert (f"[suite] stopped by SIGTERM: 40 finished benchmark(s) kept in {partial}; rerun the same command "
+            "with --suite-resume to run the rest") in text
+    assert "Traceback" not in text
+
+
+def test_a_sigterm_handler_set_by_someone_else_is_left_alone(pytestconfig):
+    from suite.plugin import _stop_on_sigterm
+
+    def theirs(signum, frame):
+        pass
+
+    before = signal.signal(signal.SIGTERM, theirs)
+    try:
+        _stop_on_sigterm(pytestconfig)
+        assert signal.getsignal(signal.SIGTERM) is theirs
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def test_python_O_is_refused_in_one_line_since_it_strips_every_result_check():
     result = subprocess.run([sys.executable, "-O", "-m", "pytest", "benchmarks", "--suite-config",
                              "configs/quick.yaml", "-k", "matmul", "--co", "-q", "-p", "no:cacheprovider"],
