@@ -16,6 +16,7 @@ are not benchmarks (they have no "stats") and an unparsable last line (the write
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -242,6 +243,10 @@ class RunLock:
             self.path.unlink(missing_ok=True)  # while still held: a run starting now makes a new one
             self._fh.close()
             self._fh = None
+        if self._stuck is not None:  # the run is over: the thread still waiting on it keeps its own reference
+            with contextlib.suppress(OSError):
+                self._stuck.close()
+            self._stuck = None
 
 
 # --- the partial file of a pytest run (suite.plugin drives it) -------------------------------------------
