@@ -62,6 +62,10 @@ class BudgetSchedule:
         self.overhead = dict(overhead or OVERHEAD_S)
         self.observed: dict[str, list[float]] = {}  # family -> overheads seen
         self.rounds_s: dict[str, list[float]] = {}  # family -> round lengths seen (median of each benchmark)
+        # Their medians, kept up to date by finish(): start() reads them for every pending benchmark, and
+        # taking a median there made a run of thousands of benchmarks spend seconds (quadratic) on it.
+        self._overhead_median: dict[str, float] = {}
+        self._round_median: dict[str, float] = {}
 
     @classmethod
     def for_cases(
@@ -106,19 +110,19 @@ class BudgetSchedule:
         )
 
     def _fixed(self, item: BudgetItem) -> float:
-        seen = self.observed.get(item.family)
-        if not seen or not item.shareable:
+        seen = self._overhead_median.get(item.family)
+        if seen is None or not item.shareable:
             return item.fixed_s
         # The family's measured overhead so far replaces the prior for the benchmarks still to come.
         prior = self.overhead.get(item.family, DEFAULT_OVERHEAD_S)
-        return item.fixed_s - prior + statistics.median(seen)
+        return item.fixed_s - prior + seen
 
     def _least_timed(self, item: BudgetItem) -> float:
-        seen = self.rounds_s.get(item.family)
+        seen = self._round_median.get(item.family)
         least = item.min_timed_s
-        if seen:
+        if seen is not None:
             # pytest-benchmark runs min_rounds whatever max_time says, each at least one call long.
-            least = max(least, item.min_rounds * statistics.median(seen))
+            least = max(least, item.min_rounds * seen)
         return least
 
     def start(self, key: str) -> float | None:
@@ -146,9 +150,13 @@ class BudgetSchedule:
         """Record what benchmark `key` cost beyond its timed rounds and warm-up, and its median round."""
         item = self.items.get(key)
         if item is not None and item.shareable:
-            self.observed.setdefault(item.family, []).append(max(0.0, overhead_s))
+            seen = self.observed.setdefault(item.family, [])
+            seen.append(max(0.0, overhead_s))
+            self._overhead_median[item.family] = statistics.median(seen)
             if round_s:
-                self.rounds_s.setdefault(item.family, []).append(round_s)
+                rounds = self.rounds_s.setdefault(item.family, [])
+                rounds.append(round_s)
+                self._round_median[item.family] = statistics.median(rounds)
 
 
 class RunState:
