@@ -489,6 +489,31 @@ def test_an_older_complete_json_does_not_drop_the_partial_file(tmp_path):
     assert partial.exists()
 
 
+def test_a_benchmark_costs_two_fsyncs_and_every_line_is_flushed_before_the_next_test(tmp_path, monkeypatch):
+    # An fsync per line (started, result, finished) cost milliseconds each on a network file system. The
+    # result line needs none of its own: the "finished" line right after it is fsynced, which writes both.
+    from types import SimpleNamespace
+
+    import suite.partial as partial_module
+    from suite.partial import PartialState, PartialWriter
+
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(partial_module.os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    out = tmp_path / "run.json"
+    writer = PartialWriter(partial_path(out))
+    writer.has_header = True
+    state = PartialState(SimpleNamespace(getoption=lambda name: str(out)), writer, None)
+    state.measure_starts("t.py::t[a]")
+    assert len(synced) == 1
+    state.report("t.py::t[a]", "call", "passed", {"fullname": "t.py::t[a]", "stats": {"median": 1.0}})
+    state.report("t.py::t[a]", "teardown", "passed", None)
+    assert len(synced) == 2
+    run = read_partial(partial_path(out))  # read from another file object: flushed, not only buffered
+    assert list(run.benchmarks) == ["t.py::t[a]"] and run.finished["t.py::t[a]"] == 1
+    writer.close()
+
+
 def test_a_symlinked_results_file_is_written_through_the_link(fake_suite, tmp_path):
     (tmp_path / "store").mkdir()
     link = tmp_path / "run.json"
