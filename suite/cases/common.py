@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import NoReturn
 
 import torch
 
@@ -18,9 +19,13 @@ TORCH_DTYPES = {
 # Seed for every input tensor: results are reproducible and never all-zero.
 SEED = 1234
 
-# Messages torch uses when an op or dtype is not implemented on a backend.
+# Messages torch uses when an op or dtype is not implemented on a backend, MPS's and XPU's included: "Cannot
+# convert a MPS Tensor to float64 dtype" (MPS has no float64), "MPS BFloat16 is only supported on MacOS 14 or
+# newer", "Required aspect fp64 is not supported on the device" (an Intel GPU without float64).
 _UNSUPPORTED = re.compile(
-    r"not implemented for|not supported|doesn't support|does not support|unsupported|no kernel", re.IGNORECASE
+    r"not implemented for|not supported|doesn't support|does not support|unsupported|no kernel"
+    r"|only supported on|cannot convert a \w+ tensor to \w+ dtype",
+    re.IGNORECASE,
 )
 
 
@@ -60,7 +65,7 @@ def randn(*shape: int, dtype: torch.dtype, device: str, seed: int = SEED) -> tor
     return base.to(dtype=dtype, device=device, copy=True)
 
 
-def skip_if_unsupported(exc: BaseException, what: str, device: str) -> None:
+def skip_if_unsupported(exc: BaseException, what: str, device: str) -> NoReturn:
     """Turn torch's 'not implemented for this dtype/backend' into a SkipCase; re-raise anything else."""
     first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if isinstance(exc, (RuntimeError, TypeError, NotImplementedError)) and _UNSUPPORTED.search(first):
@@ -68,7 +73,22 @@ def skip_if_unsupported(exc: BaseException, what: str, device: str) -> None:
     raise exc
 
 
+def to_host64(t: torch.Tensor) -> torch.Tensor:
+    """`t` as a float64 tensor on the CPU: moved first, then cast there. A single `.to("cpu", torch.float64)`
+    may cast on the device side, which MPS refuses ("Cannot convert a MPS Tensor to float64 dtype") or, on
+    some versions, answers with zeros."""
+    return t.detach().to("cpu").to(torch.float64)
+
+
+def float64_reference(t: torch.Tensor) -> torch.Tensor:
+    """`t` in float64 where float64 runs: on its own device for CUDA (ROCm's device type is "cuda" too), on
+    the CPU for every other kind. MPS has no float64, and Intel's consumer and integrated GPUs lack it."""
+    if t.device.type == "cuda":
+        return t.detach().to(torch.float64)
+    return to_host64(t)
+
+
 def relative_error(result: torch.Tensor, reference: torch.Tensor) -> float:
-    """||result - reference|| / ||reference|| in float64 (Frobenius norm)."""
-    diff = (result.detach().to("cpu", torch.float64) - reference).norm()
+    """||result - reference|| / ||reference|| in float64 (Frobenius norm); `reference` is on the CPU."""
+    diff = (to_host64(result) - reference).norm()
     return float(diff / reference.norm().clamp_min(1e-300))

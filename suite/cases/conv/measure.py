@@ -15,7 +15,14 @@ import torch
 import torch.nn.functional as F
 
 from suite.cases import Case, SkipCase, Work, make_case
-from suite.cases.common import randn, relative_error, skip_if_unsupported, torch_dtype
+from suite.cases.common import (
+    float64_reference,
+    randn,
+    relative_error,
+    skip_if_unsupported,
+    to_host64,
+    torch_dtype,
+)
 from suite.cases.matmul.measure import tolerance
 from suite.cases.precision import mode_record, storage_dtype, unsupported_reason
 
@@ -110,7 +117,12 @@ def build(case: Case, config) -> Work:
     reason = unsupported_reason(precision, device)
     if reason:
         raise SkipCase(reason)
-    x, weight, grad = make_operands(p, device)
+    what = f"{precision} {p['layout']} conv2d {p['step']}"
+    try:
+        # On MPS moving a float64 tensor to the device is itself what fails: a skip, like the call below.
+        x, weight, grad = make_operands(p, device)
+    except Exception as exc:  # noqa: BLE001 - only 'unsupported' becomes a skip; the rest re-raises
+        skip_if_unsupported(exc, what, device)
     stride, padding, groups = tuple(p["stride"]), tuple(p["padding"]), p["groups"]
 
     def conv(inp: torch.Tensor, wt: torch.Tensor) -> torch.Tensor:
@@ -130,7 +142,7 @@ def build(case: Case, config) -> Work:
     try:
         run()
     except Exception as exc:  # noqa: BLE001 - only 'unsupported' becomes a skip; the rest re-raises
-        skip_if_unsupported(exc, f"{precision} {p['layout']} conv2d {p['step']}", device)
+        skip_if_unsupported(exc, what, device)
 
     def check() -> None:
         verify(case.id, p, conv, x, weight, grad)
@@ -143,9 +155,9 @@ def verify(label: str, p: dict, conv, x: torch.Tensor, weight: torch.Tensor, gra
     """Output (and for fwd+bwd both gradients) against float64 convolutions on the CPU; AssertionError if off."""
     tol = tolerance(p["precision"])
     s = min(p["batch"], CHECK_SAMPLES)
-    x64 = x[:s].detach().to("cpu", torch.float64).requires_grad_(True)
-    w64 = weight.detach().to("cpu", torch.float64).requires_grad_(True)
-    g64 = grad[:s].to("cpu", torch.float64)
+    x64 = to_host64(x[:s]).requires_grad_(True)
+    w64 = to_host64(weight).requires_grad_(True)
+    g64 = to_host64(grad[:s])
     y64 = F.conv2d(x64, w64, None, tuple(p["stride"]), tuple(p["padding"]), 1, p["groups"])
     y = conv(x, weight)
 
@@ -161,12 +173,12 @@ def verify(label: str, p: dict, conv, x: torch.Tensor, weight: torch.Tensor, gra
     close("input gradient", gx[:s], gx64)
     # The weight gradient sums over the whole batch, so it is checked on the timed call's full batch (with
     # cudnn.benchmark cuDNN picks its algorithm per shape: a smaller batch could test another one), against a
-    # float64 reference on the device itself, where float64 is fast enough for a full batch (MPS has none).
-    ref_device = x.device if x.device.type != "mps" else torch.device("cpu")
-    w_ref = weight.detach().to(ref_device, torch.float64).requires_grad_(True)
-    y_ref = F.conv2d(x.detach().to(ref_device, torch.float64), w_ref, None, tuple(p["stride"]),
-                     tuple(p["padding"]), 1, p["groups"])
-    (gw_ref,) = torch.autograd.grad(y_ref, (w_ref,), grad.to(ref_device, torch.float64))
+    # float64 reference on a CUDA device itself, where float64 is fast enough for a full batch; elsewhere on
+    # the CPU (MPS has no float64, nor have Intel's consumer and integrated GPUs).
+    w_ref = float64_reference(weight).requires_grad_(True)
+    y_ref = F.conv2d(float64_reference(x), w_ref, None, tuple(p["stride"]), tuple(p["padding"]), 1,
+                     p["groups"])
+    (gw_ref,) = torch.autograd.grad(y_ref, (w_ref,), float64_reference(grad))
     close("weight gradient", gw, gw_ref.cpu())
 
 

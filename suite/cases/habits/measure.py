@@ -9,7 +9,7 @@ import math
 import torch
 
 from suite.cases import Case, SkipCase, Work, make_case
-from suite.cases.common import randn
+from suite.cases.common import float64_reference, randn
 from suite.cases.buffers import buffer, on_streams, tie_to_streams, verify_copy
 from suite.devices import current_platform, synchronize
 from suite.units import format_size
@@ -220,7 +220,8 @@ def _sync_per_step(case: Case) -> Work:
         total.fill_(0)  # poisoned: a loop that computed nothing reads zero
         work.fn()
         got = float(total)
-        expected = steps * float((a.double() @ w.double()).square().mean())
+        # float64 on the device only on CUDA: MPS and many XPUs have none, so elsewhere on the CPU.
+        expected = steps * float((float64_reference(a) @ float64_reference(w)).square().mean())
         err = abs(got - expected) / expected
         assert err <= TOLERANCE, (
             f"habits {case.id}: loss sum {got:.6g} vs float64 {expected:.6g} (error {err:.2g})"

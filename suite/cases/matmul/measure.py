@@ -7,7 +7,7 @@ import statistics
 import torch
 
 from suite.cases import Case, SkipCase, Work, make_case
-from suite.cases.common import randn, relative_error, skip_if_unsupported, torch_dtype
+from suite.cases.common import randn, relative_error, skip_if_unsupported, to_host64, torch_dtype
 from suite.cases.precision import mode_record, storage_dtype, unsupported_reason
 
 NAME = "matmul"
@@ -94,10 +94,11 @@ def _inputs(device: str, precision: str, m: int, n: int, k: int, what: str):
     if reason:
         raise SkipCase(reason)
     dtype = torch_dtype(storage_dtype(precision))
-    a = randn(m, k, dtype=dtype, device=device, seed=1)
-    b = randn(k, n, dtype=dtype, device=device, seed=2)
-    out = torch.empty(m, n, dtype=dtype, device=device)
     try:
+        # Making the operands is inside too: on MPS moving a float64 tensor to the device is what fails.
+        a = randn(m, k, dtype=dtype, device=device, seed=1)
+        b = randn(k, n, dtype=dtype, device=device, seed=2)
+        out = torch.empty(m, n, dtype=dtype, device=device)
         torch.matmul(a, b, out=out)
     except Exception as exc:  # noqa: BLE001 - only 'unsupported' becomes a skip; the rest re-raises
         skip_if_unsupported(exc, f"{precision} {what}", device)
@@ -108,7 +109,7 @@ def _check(a, b, out, precision: str, label: str) -> None:
     k, n = b.shape
     rows = min(a.shape[0], max(MIN_CHECK_ROWS, min(CHECK_ROWS, CHECK_FLOP_BUDGET // (2 * n * k))))
     torch.matmul(a, b, out=out)
-    reference = a[:rows].to("cpu", torch.float64) @ b.to("cpu", torch.float64)
+    reference = to_host64(a[:rows]) @ to_host64(b)
     err = relative_error(out[:rows], reference)
     tol = tolerance(precision)
     assert err <= tol, f"matmul {label}: relative error {err:.3g} > {tol:g} against a float64 reference"

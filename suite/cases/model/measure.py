@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from suite.cases import Case, SkipCase, Work, make_case
-from suite.cases.common import SEED, randn, relative_error, skip_if_unsupported, torch_dtype
+from suite.cases.common import SEED, randn, relative_error, skip_if_unsupported, to_host64, torch_dtype
 from suite.cases.conv.measure import forward_flops
 from suite.cases.matmul.measure import tolerance
 from suite.cases.precision import mode_record, storage_dtype, unsupported_reason
@@ -114,9 +114,13 @@ def build(case: Case, config) -> Work:
         raise SkipCase(reason)
     dtype = torch_dtype(storage_dtype(precision))
     cpu_net = make_net(model)
-    # The classic: build the network anywhere, then move it (parameters and buffers) with net.to(device).
-    net = copy.deepcopy(cpu_net).to(device=device, dtype=dtype)
-    x = randn(batch, *input_shape(model), dtype=dtype, device=device, seed=SEED + 1)
+    try:
+        # The classic: build the network anywhere, then move it (parameters and buffers) with net.to(device).
+        # Inside the skip: on MPS moving float64 parameters or inputs to the device is what fails.
+        net = copy.deepcopy(cpu_net).to(device=device, dtype=dtype)
+        x = randn(batch, *input_shape(model), dtype=dtype, device=device, seed=SEED + 1)
+    except Exception as exc:  # noqa: BLE001 - only 'unsupported' becomes a skip; the rest re-raises
+        skip_if_unsupported(exc, f"{precision} {model}", device)
     labels = torch.randint(0, CLASSES, (batch,), generator=torch.Generator().manual_seed(SEED + 2)).to(device)
 
     if p["step"] == "fwd":
@@ -155,7 +159,12 @@ def verify(label: str, net: nn.Module, x: torch.Tensor, device: str, dtype: torc
         assert tensor.dtype == dtype, f"model {label}: {name} is {tensor.dtype}, not {dtype}"
     with torch.no_grad():
         out = net(x)
-        reference = copy.deepcopy(net).to("cpu", torch.float64)(x.to("cpu", torch.float64))
+        # The network run with float64 CPU copies of its current weights, each moved first and cast on the CPU
+        # (to_host64): converting the device network with .to("cpu", torch.float64) may cast on the device,
+        # which MPS refuses. Integer buffers (batch norm's counter) keep their dtype, as Module.to does.
+        host = {name: to_host64(t) if t.is_floating_point() else t.detach().to("cpu")
+                for name, t in [*net.named_parameters(), *net.named_buffers()]}
+        reference = torch.func.functional_call(net, host, (to_host64(x),))
     assert device_id(out.device) == want, f"model {label}: the output is on {out.device}, not {want}"
     err = relative_error(out, reference)
     tol = tolerance(precision)

@@ -8,7 +8,7 @@ import torch
 
 from suite.cases import Case, SkipCase, Work, make_case
 from suite.cases.buffers import buffer, verify_copy
-from suite.devices import synchronize
+from suite.devices import device_id, synchronize
 from suite.units import format_size
 
 NAME = "placement"
@@ -25,6 +25,13 @@ OPS = {
 # Ops that allocate their result: the check first frees a zeroed block of the same size so the allocator hands
 # that block back, and an op that returned memory without copying into it shows as a wrong result.
 ALLOCATING = ("to_other", "clone", "empty_like_copy", "to_copy")
+
+
+def same_device(a: torch.device | str, b: torch.device | str) -> bool:
+    """Whether `a` and `b` name one device. torch.device objects compare their index as given, so a tensor on
+    `mps:0` is not on torch.device("mps") for `==`; the suite's device ids (index 0 where none is given, no
+    index for the CPU and MPS) compare the devices themselves."""
+    return device_id(a) == device_id(b)
 
 
 def other_device(device: str, devices: list[str]) -> str | None:
@@ -95,22 +102,22 @@ def build(case: Case, config) -> Work:
         out = work.fn()
         synchronize(*case.devices)
         assert isinstance(out, torch.Tensor), f"{what}: returned {type(out).__name__}, not a tensor"
-        assert out.device == target, f"{what}: result is on {out.device}, expected {target}"
-        if target == x.device:
+        assert same_device(out.device, target), f"{what}: result is on {out.device}, expected {target}"
+        if same_device(target, x.device):
             assert out.data_ptr() != x.data_ptr(), (
                 f"{what}: result shares the source's memory; nothing was copied"
             )
         verify_copy(out, x, what)
 
     copies = op != "to_same"
-    same_device = target == x.device
+    within = same_device(target, x.device)
     work = Work(
         fn=fn,
         check=check,
         bytes=n if copies else None,  # to_same moves nothing: no bandwidth to report
-        traffic_bytes=2 * n if copies and same_device else None,
+        traffic_bytes=2 * n if copies and within else None,
     )
     return work
 
 
-__all__ = ["NAME", "OPS", "build", "enumerate_cases", "other_device", "skip_reason"]
+__all__ = ["NAME", "OPS", "build", "enumerate_cases", "other_device", "same_device", "skip_reason"]
