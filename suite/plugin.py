@@ -167,6 +167,17 @@ def pytest_configure(config: pytest.Config) -> None:
     except UserError as exc:
         raise pytest.UsageError(str(exc)) from None
     _stop_on_sigterm(config)
+    _keep_inputs_for_run(config)
+
+
+def _keep_inputs_for_run(config: pytest.Config) -> None:
+    """Draw each input once per run (suite.cases.common.randn): every device and precision of a shape uses the
+    same operands. Left as it is where a caller (the GPU check) keeps them already."""
+    from suite.cases.common import keep_inputs, keeping_inputs
+
+    if not keeping_inputs():
+        keep_inputs(True)
+        config.add_cleanup(functools.partial(keep_inputs, False))
 
 
 class Terminated(KeyboardInterrupt):

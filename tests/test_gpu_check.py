@@ -368,6 +368,38 @@ def test_gpu_tests_show_torch_warnings_instead_of_failing(pytester):
     result.stdout.fnmatch_lines(["*FAILED*test_on_cpu*"])
 
 
+def test_a_run_keeps_its_inputs_until_it_ends_and_leaves_a_callers_cache_alone():
+    from types import SimpleNamespace
+
+    from suite.cases import common
+    from suite.plugin import _keep_inputs_for_run
+
+    cleanups = []
+    config = SimpleNamespace(add_cleanup=cleanups.append)
+    assert not common.keeping_inputs()
+    try:
+        _keep_inputs_for_run(config)
+        assert common.keeping_inputs() and len(cleanups) == 1
+        cleanups.pop()()
+        assert not common.keeping_inputs(), "dropped when the run ends"
+        common.keep_inputs(True)  # the GPU check keeps them across several runs in its process
+        _keep_inputs_for_run(config)
+        assert cleanups == [], "not the run's to drop"
+    finally:
+        common.keep_inputs(False)
+
+
+def test_the_input_cache_takes_at_most_an_eighth_of_the_host_memory(monkeypatch):
+    import os
+
+    from suite.cases import common
+
+    monkeypatch.setattr(os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 2**20}[name])  # 4 GiB
+    assert common.kept_inputs_cap() == 2**29
+    monkeypatch.setattr(os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 2**30}[name])
+    assert common.kept_inputs_cap() == common.KEPT_INPUTS_MAX_BYTES
+
+
 def test_kept_inputs_are_drawn_once_and_every_caller_gets_its_own_copy(monkeypatch):
     import torch
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import NoReturn
 
@@ -33,18 +34,33 @@ def torch_dtype(name: str) -> torch.dtype:
     return TORCH_DTYPES[name]
 
 
-# Inputs kept by (shape, seed) while `keep_inputs` is on: a process that builds the same large cases again and
-# again (the GPU check: each case three times for the suite, three times for its reference) would otherwise
-# spend most of a second drawing each 8192x8192 operand (the CPU generator is serial). Off in a normal run,
-# where each case is built once and a cache would only hold memory.
+# Inputs kept by (shape, seed) while `keep_inputs` is on. A run draws the same operands for every device and
+# precision of a shape (a matmul shape on 8 GPUs in 4 precisions: 32 draws of each operand), and the CPU
+# generator is serial: about a second per 16384x16384 operand, minutes per full run on an 8-GPU node. The
+# plugin keeps them for the run; the GPU check (each case built six times) too.
 _KEPT_INPUTS: dict[tuple, torch.Tensor] | None = None
 KEPT_INPUTS_MAX_BYTES = 8 * 2**30
+# At most this share of the host's memory: a laptop's run must not hold 8 GiB of operands it will not reuse.
+KEPT_INPUTS_MEMORY_SHARE = 1 / 8
+
+
+def kept_inputs_cap() -> int:
+    """How many bytes of drawn inputs to keep: KEPT_INPUTS_MAX_BYTES, or less on a host with little memory."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not POSIX: the fixed cap
+        return KEPT_INPUTS_MAX_BYTES
+    return int(min(KEPT_INPUTS_MAX_BYTES, memory * KEPT_INPUTS_MEMORY_SHARE))
 
 
 def keep_inputs(on: bool = True) -> None:
     """Keep randn's draws for reuse (on) or drop them (off)."""
     global _KEPT_INPUTS
     _KEPT_INPUTS = {} if on else None
+
+
+def keeping_inputs() -> bool:
+    return _KEPT_INPUTS is not None
 
 
 def randn(*shape: int, dtype: torch.dtype, device: str, seed: int = SEED) -> torch.Tensor:
@@ -55,10 +71,11 @@ def randn(*shape: int, dtype: torch.dtype, device: str, seed: int = SEED) -> tor
     if base is None:
         gen = torch.Generator().manual_seed(seed)
         base = torch.randn(*shape, generator=gen, dtype=torch.float32)
-        if _KEPT_INPUTS is None or base.numel() * 4 > KEPT_INPUTS_MAX_BYTES:
+        cap = kept_inputs_cap() if _KEPT_INPUTS is not None else 0
+        if _KEPT_INPUTS is None or base.numel() * 4 > cap:
             return base.to(dtype=dtype).to(device)
         held = sum(t.numel() * t.element_size() for t in _KEPT_INPUTS.values())
-        while _KEPT_INPUTS and held + base.numel() * 4 > KEPT_INPUTS_MAX_BYTES:
+        while _KEPT_INPUTS and held + base.numel() * 4 > cap:
             dropped = _KEPT_INPUTS.pop(next(iter(_KEPT_INPUTS)))  # the oldest first
             held -= dropped.numel() * dropped.element_size()
         _KEPT_INPUTS[key] = base
