@@ -90,6 +90,11 @@ NCCL_START_S, GLOO_CASES_S = 3.0, 3.0
 GPU_TESTS_S = 35.0
 
 
+# pytest plugins the benchmark runs do without: no cache folder in the checkout, and no hypothesis plugin,
+# whose end-of-run hook imports hypothesis (about a second of the GPU's time per run).
+PLUGINS_OFF = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
+
+
 def _bench_s(family: str, compute: bool, timing: dict = CHECK_TIMING, overhead: bool = True) -> float:
     """At most one benchmark (or its reference, overhead=False): warm-up, timed rounds to max_time (precision
     stopping usually ends them far sooner), and suite.plan's measured per-benchmark overhead."""
@@ -386,9 +391,8 @@ def quick_rows(ctx: CheckContext, out: Path, timeout: float) -> list[CheckRow]:
         config = ROOT / "configs" / "quick.yaml"
         select = ["-k", "cuda"]
     result = out / "quick.json"
-    code, text = run_command([sys.executable, "-m", "pytest", "benchmarks", "-q", "-rs", "-p",
-                              "no:cacheprovider", f"--suite-config={config}", f"--benchmark-json={result}",
-                              *select], timeout)
+    code, text = run_command([sys.executable, "-m", "pytest", "benchmarks", "-q", "-rs", *PLUGINS_OFF,
+                              f"--suite-config={config}", f"--benchmark-json={result}", *select], timeout)
     count = len(_benchmarks(result) or [])
     note = "timed out" if code is None else f"{count} results in quick.json; {_last_line(text)}"
     ok = code == 0 and count > 0
@@ -428,7 +432,7 @@ def oom_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
             "matmul": {"dtypes": ["bfloat16"], "shapes": [f"{n}x{n}x64", "1024x1024x1024"]}}})
         cmd = [sys.executable, "-m", "pytest", str(ROOT / "benchmarks" / "test_matmul.py"),
                f"--rootdir={ROOT}"]
-    cmd += ["-q", "-rs", "-p", "no:cacheprovider", f"--suite-config={cfg}", f"--benchmark-json={out}"]
+    cmd += ["-q", "-rs", *PLUGINS_OFF, f"--suite-config={cfg}", f"--benchmark-json={out}"]
     code, text = run_command(cmd, timeout)
     skips = [line for line in text.splitlines() if line.startswith("SKIPPED") and "out of memory" in line]
     passed = [b["param"] for b in json.loads(out.read_text())["benchmarks"]] if out.exists() else []
@@ -455,7 +459,7 @@ def sigkill_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
                             "cases": {"matmul": {"dtypes": [dtype], "shapes": shapes}}})
     # Not -q: its header and progress in the log show how far it got before the kill.
     cmd = [sys.executable, "-m", "pytest", str(ROOT / "benchmarks" / "test_matmul.py"), f"--rootdir={ROOT}",
-           "-p", "no:cacheprovider", f"--suite-config={cfg}", f"--benchmark-json={out}"]
+           *PLUGINS_OFF, f"--suite-config={cfg}", f"--benchmark-json={out}"]
     print(f"+ {shlex.join(cmd)}  (SIGKILL after its first finished case)", flush=True)
     partial = partial_path(out)
     # Its output goes where ours goes (the console and the log): what it printed before the kill stays there.
