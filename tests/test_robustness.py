@@ -425,11 +425,11 @@ def pytest_configure(config):
 
     real, count = partial.PartialWriter.write, [0]
 
-    def write(self, obj):
+    def write(self, obj, **kwargs):
         count[0] += 1
         if count[0] > int(os.environ.get("FULL_AFTER", "1000000")):
             raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, obj)
+        return real(self, obj, **kwargs)
 
     partial.PartialWriter.write = write
     real_bytes = Path.write_bytes
