@@ -11,6 +11,7 @@ import itertools
 import os
 import platform as _pyplatform
 import re
+import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +60,11 @@ class Platform:
                 "capability": f"{p.major}.{p.minor}",
                 "multiprocessors": int(p.multi_processor_count),
             }
+            # On ROCm the capability is the gfx version's digits (9.4 for gfx942 and gfx940 alike); the arch
+            # name tells the chip and its features (xf32 on gfx94x/gfx95x).
+            arch = getattr(p, "gcnArchName", None) if getattr(torch.version, "hip", None) else None
+            if arch:
+                info["gcn_arch"] = str(arch)
             uuid = getattr(p, "uuid", None)
             if uuid is not None:
                 info["uuid"] = nvml_uuid(str(uuid), p.name)
@@ -69,13 +75,44 @@ class Platform:
         if device.type == "mps":
             # MPS shares the host's unified memory; torch reports the recommended working set.
             limit = getattr(torch.mps, "recommended_max_memory", lambda: 0)()
-            return {"name": "Apple MPS", "memory_bytes": int(limit)}
+            return {"name": self._mps_name(), "memory_bytes": int(limit)}
         raise ValueError(f"not an accelerator: {device}")
+
+    def _mps_name(self) -> str:
+        """'Apple M3 Max (MPS)': torch names no Apple GPU, and the fleet check groups devices by name, so an
+        M1 and an M3 Max must not share one. The chip is the CPU's brand string (one die); 'Apple MPS' where
+        macOS does not say. Asked once per platform: sysctl is a subprocess."""
+        if "_mps_chip" not in self.__dict__:
+            chip = ""
+            if _pyplatform.system() == "Darwin":
+                with contextlib.suppress(OSError, subprocess.SubprocessError, ValueError):
+                    done = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
+                                          text=True, timeout=2, check=True)
+                    chip = done.stdout.strip()
+            # Only an Apple chip's name: a stray answer (an Intel Mac's CPU, an error text) keeps the old one.
+            self.__dict__["_mps_chip"] = chip if chip.startswith("Apple ") and len(chip) <= 60 else ""
+        chip = self.__dict__["_mps_chip"]
+        return f"{chip} (MPS)" if chip else "Apple MPS"
 
     def can_access_peer(self, a: torch.device, b: torch.device) -> bool:
         if a.type == b.type == "cuda" and a != b:
             return bool(torch.cuda.can_device_access_peer(a.index, b.index))
+        if a.type == b.type == "xpu" and a != b:
+            # Newer torch asks Level Zero; an older one cannot tell, and the copy is taken to be staged.
+            ask = getattr(getattr(torch, "xpu", None), "can_device_access_peer", None)
+            with contextlib.suppress(RuntimeError):  # a driver that cannot answer: as if torch could not tell
+                return bool(ask(a.index or 0, b.index or 0)) if ask is not None else False
         return False
+
+    def tf32_supported(self, device: torch.device) -> bool | None:
+        """Whether torch says this CUDA or ROCm GPU has TF32 math (ROCm: xf32, gfx94x/gfx95x); None where
+        this torch cannot tell (no torch.cuda.is_tf32_supported)."""
+        ask = getattr(torch.cuda, "is_tf32_supported", None)
+        if ask is None:
+            return None
+        # It asks the current device: make that the one in question, and put the old one back.
+        with torch.cuda.device(device.index or 0):
+            return bool(ask())
 
     def link(self, a: torch.device, b: torch.device) -> str | None:
         """What connects two GPUs, named as `nvidia-smi topo -m` names it ('NV18', 'PIX', 'SYS'); None where
@@ -162,17 +199,23 @@ class Platform:
 
     def software(self) -> dict:
         cuda = torch.version.cuda
-        cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-        nccl = None
-        if cuda and torch.distributed.is_available() and torch.distributed.is_nccl_available():
+        hip = getattr(torch.version, "hip", None)
+        dnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        collectives = None
+        if (cuda or hip) and torch.distributed.is_available() and torch.distributed.is_nccl_available():
             with contextlib.suppress(Exception):
-                nccl = ".".join(str(v) for v in torch.cuda.nccl.version())
+                collectives = ".".join(str(v) for v in torch.cuda.nccl.version())
+        # On ROCm torch's cudnn and nccl modules answer with MIOpen's and RCCL's versions: recorded under
+        # those names, so that no one compares an MIOpen number with a cuDNN one. RCCL numbers its releases
+        # after the NCCL API it implements (2.22.3), which is what torch.cuda.nccl.version() gives.
         return {
             "torch": torch.__version__,
             "cuda": cuda,
-            "hip": getattr(torch.version, "hip", None),
-            "cudnn": str(cudnn) if cudnn else None,
-            "nccl": nccl,
+            "hip": hip,
+            "cudnn": str(dnn) if dnn and not hip else None,
+            "miopen": str(dnn) if dnn and hip else None,
+            "nccl": collectives if not hip else None,
+            "rccl": collectives if hip else None,
             "python": _pyplatform.python_version(),
         }
 
@@ -660,10 +703,12 @@ def link_matrix(devices: list[torch.device] | None = None) -> dict[str, dict[str
 
 
 def peer_matrix(devices: list[torch.device] | None = None) -> dict[str, dict[str, bool]]:
-    """can_device_access_peer for every ordered pair of distinct CUDA devices."""
+    """can_device_access_peer for every ordered pair of distinct CUDA devices, and of distinct XPUs (peer
+    access joins devices of one kind only)."""
     plat = current_platform()
-    gpus = [d for d in (devices if devices is not None else accelerators()) if d.type == "cuda"]
-    return {device_id(a): {device_id(b): plat.can_access_peer(a, b) for b in gpus if b != a} for a in gpus}
+    gpus = [d for d in (devices if devices is not None else accelerators()) if d.type in ("cuda", "xpu")]
+    return {device_id(a): {device_id(b): plat.can_access_peer(a, b) for b in gpus
+                           if b != a and b.type == a.type} for a in gpus}
 
 
 @dataclass(frozen=True)
@@ -688,6 +733,8 @@ def inventory() -> Inventory:
     for dev in accelerators():
         entry = {"id": device_id(dev), "kind": dev.type}
         entry.update(plat.properties(dev))
+        if dev.type == "xpu":
+            entry["peer_access"] = peers.get(device_id(dev), {})
         if dev.type == "cuda":
             entry["runtime_version"] = runtime
             entry["peer_access"] = peers.get(device_id(dev), {})

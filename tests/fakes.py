@@ -8,29 +8,50 @@ import torch
 from suite.devices import Platform
 
 
+# What a device of each fake kind says about itself, as Platform.properties gives it ("rocm": torch's "cuda"
+# devices on a ROCm build).
+KIND_PROPERTIES = {
+    "cuda": {"name": "NVIDIA H100 80GB HBM3", "capability": "9.0", "multiprocessors": 132},
+    "rocm": {"name": "AMD Instinct MI300X", "capability": "9.4", "multiprocessors": 304,
+             "gcn_arch": "gfx942:sramecc+:xnack-"},
+    "xpu": {"name": "Intel(R) Data Center GPU Max 1550"},
+    "mps": {"name": "Apple M3 Max (MPS)"},
+}
+# torch's device type of each fake kind.
+KIND_DEVICE_TYPE = {"cuda": "cuda", "rocm": "cuda", "xpu": "xpu", "mps": "mps"}
+
+
 class FakePlatform(Platform):
     """`gpus` CUDA devices named like H100s; peer access from `peer` (a set of (i, j) pairs) or all/none; the
-    link of a pair from `links` ((i, j) -> 'NV18', 'SYS'; a pair not in it: NVML tells nothing)."""
+    link of a pair from `links` ((i, j) -> 'NV18', 'SYS'; a pair not in it: NVML tells nothing).
+
+    `kind` makes them other accelerators: "rocm" (MI300X as a ROCm build's "cuda" devices, with ROCm's
+    software versions), "xpu" (Intel GPUs) or "mps" (one Apple GPU, whatever `gpus` says beyond 1)."""
 
     def __init__(self, gpus: int = 0, peer: bool | set[tuple[int, int]] = True, memory: int = 80 * 2**30,
-                 links: dict[tuple[int, int], str] | None = None):
+                 links: dict[tuple[int, int], str] | None = None, kind: str = "cuda"):
+        if kind not in KIND_PROPERTIES:
+            raise ValueError(f"kind {kind!r}: one of {', '.join(KIND_PROPERTIES)}")
         self.gpus = gpus
         self.peer = peer
         self.memory = memory
         self.links = links or {}
+        self.kind = kind
         # GPU index -> NVML's clock-limit counters in seconds; tests advance them
         self.held: dict[int, dict[str, float]] = {}
         self.synchronized: list[str] = []
 
     def count(self, kind: str) -> int:
-        return self.gpus if kind == "cuda" else 0
+        if kind != KIND_DEVICE_TYPE[self.kind]:
+            return 0
+        return min(self.gpus, 1) if kind == "mps" else self.gpus
 
     def synchronize(self, device: torch.device) -> None:
         self.synchronized.append(str(device))
 
     def properties(self, device: torch.device) -> dict:
-        return {"name": "NVIDIA H100 80GB HBM3", "memory_bytes": self.memory, "capability": "9.0",
-                "multiprocessors": 132}
+        props = KIND_PROPERTIES[self.kind]
+        return {"name": props["name"], "memory_bytes": self.memory, **props}
 
     def can_access_peer(self, a: torch.device, b: torch.device) -> bool:
         if a == b:
@@ -56,6 +77,11 @@ class FakePlatform(Platform):
         return False
 
     def software(self) -> dict:
+        if self.kind == "rocm":
+            return {"torch": torch.__version__, "cuda": None, "hip": "6.4.43482", "miopen": "30400",
+                    "rccl": "2.22.3", "python": "3.11"}
+        if self.kind in ("xpu", "mps"):
+            return {"torch": torch.__version__, "python": "3.11"}
         return {"torch": torch.__version__, "cuda": "12.8", "cudnn": "91000", "nccl": "2.27.3", "python": "3.11"}
 
 

@@ -4,7 +4,9 @@ A case's `precision` is its dtype, except `tf32`: float32 storage with TensorFlo
 in cuBLAS and cuDNN. Plain `float32` means IEEE float32 everywhere: TF32 is switched off explicitly (cuDNN
 convolutions allow TF32 by default, cuBLAS matmuls do not), so a float32 number never silently means TF32.
 The switches are process-global, so `mode_for(case)` sets them around one whole case (build, check, warm-up,
-timing) and restores them on the way out, whether the case passed, failed or skipped.
+timing) and restores them on the way out, whether the case passed, failed or skipped. oneDNN (mkldnn: the
+CPU's and Intel XPU's matmuls and convolutions) has switches of its own (TF32 on XPU, bf16 on the CPU):
+float32 sets them to IEEE as well.
 """
 
 from __future__ import annotations
@@ -32,13 +34,31 @@ def unsupported_reason(precision: str, device: str) -> str | None:
     if precision != "tf32":
         return None
     kind = device.split(":")[0]
+    if kind == "xpu":
+        # XPU has TF32 through oneDNN, but no XPU has checked that the suite's switches reach it: a figure
+        # labelled tf32 that was IEEE float32 would be worse than none. Its float32 case forces IEEE.
+        return (f"tf32 on {device} is not measured by this suite yet (oneDNN's TF32 on XPU is untested "
+                "here); see the float32 case, which runs IEEE float32")
     if kind != "cuda":
         return (f"tf32 is a CUDA tensor-core mode (Ampere or newer); on {device} float32 matmuls and convolutions "
                 "always run in IEEE float32: see the float32 case")
-    # ROCm reports gfx versions, not CUDA capabilities: there torch itself decides (a skip if it refuses).
-    if dev.missing_reason(device) is not None or getattr(torch.version, "hip", None):
+    if dev.missing_reason(device) is not None:
         return None
-    props = dev.current_platform().properties(torch.device(device))
+    plat = dev.current_platform()
+    props = plat.properties(torch.device(device))
+    if getattr(torch.version, "hip", None):
+        # ROCm reports gfx versions, not CUDA capabilities. Only gfx94x/gfx95x (MI300 on) have xf32:
+        # elsewhere hipBLASLt fails the case, or (older ROCm) ignores the switch and IEEE float32 would be
+        # labelled tf32.
+        supported = plat.tf32_supported(torch.device(device))
+        if supported:
+            return None
+        arch = props.get("gcn_arch") or props.get("name", "?")
+        if supported is None:
+            return (f"tf32 on ROCm: torch {torch.__version__} cannot tell whether {device} ({arch}) has xf32 "
+                    "(no torch.cuda.is_tf32_supported); see the float32 case")
+        return (f"tf32 on ROCm needs xf32 math (gfx94x/gfx95x: MI300 or later); torch says {device} ({arch}) "
+                "has none: see the float32 case")
     capability = str(props.get("capability") or "")
     if capability.count(".") == 1 and capability.replace(".", "").isdigit():
         major, minor = (int(part) for part in capability.split("."))
@@ -74,16 +94,30 @@ def effective_precision(op: str, backend_all: str, generic: str) -> str:
     return "ieee"
 
 
+_ONEDNN_OPS = ("matmul", "conv")
+
+
+def _onednn_ops() -> tuple | None:
+    """oneDNN's matmul and conv switches, where torch has the fp32_precision API for them (torch >= 2.9);
+    None before, where the suite leaves oneDNN as it found it."""
+    mkldnn = getattr(torch.backends, "mkldnn", None)
+    ops = tuple(getattr(mkldnn, name, None) for name in _ONEDNN_OPS)
+    if not _new_api() or any(op is None or not hasattr(op, "fp32_precision") for op in ops):
+        return None
+    return ops
+
+
 def _save() -> tuple:
+    onednn = tuple(op.fp32_precision for op in _onednn_ops() or ())
     if _new_api():
         return ("new", torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision,
-                torch.backends.cudnn.benchmark)
+                torch.backends.cudnn.benchmark, onednn)
     return ("legacy", torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32,
-            torch.backends.cudnn.benchmark)
+            torch.backends.cudnn.benchmark, onednn)
 
 
 def _restore(saved: tuple) -> None:
-    api, matmul, conv, benchmark = saved
+    api, matmul, conv, benchmark, onednn = saved
     if api == "new":
         torch.backends.cuda.matmul.fp32_precision = matmul
         torch.backends.cudnn.conv.fp32_precision = conv
@@ -91,6 +125,8 @@ def _restore(saved: tuple) -> None:
         torch.set_float32_matmul_precision(matmul)
         torch.backends.cudnn.allow_tf32 = conv
     torch.backends.cudnn.benchmark = benchmark
+    for op, value in zip(_onednn_ops() or (), onednn):
+        op.fp32_precision = value
 
 
 def _set_tf32(allowed: bool) -> None:
@@ -101,6 +137,10 @@ def _set_tf32(allowed: bool) -> None:
     else:
         torch.set_float32_matmul_precision("high" if allowed else "highest")
         torch.backends.cudnn.allow_tf32 = allowed
+    # oneDNN IEEE in both modes: a process's TF32 (XPU) or bf16 (CPU) must not reach a float32 figure, and the
+    # suite does not measure tf32 through oneDNN (unsupported_reason skips it), so nothing needs it on.
+    for op in _onednn_ops() or ():
+        op.fp32_precision = "ieee"
 
 
 def tf32_state() -> dict:
@@ -113,6 +153,17 @@ def tf32_state() -> dict:
         return {"matmul_tf32": matmul == "tf32", "conv_tf32": conv == "tf32"}
     return {"matmul_tf32": torch.get_float32_matmul_precision() != "highest",
             "conv_tf32": bool(torch.backends.cudnn.allow_tf32)}
+
+
+def onednn_state() -> dict | None:
+    """The precision oneDNN's float32 matmuls and convolutions run with now ('ieee', 'tf32', 'bf16'); None
+    where torch has no fp32_precision API for them."""
+    ops = _onednn_ops()
+    if ops is None:
+        return None
+    # torch.backends.mkldnn.fp32_precision reads the ("mkldnn", "all") level, parent of both operators.
+    parents = (torch.backends.mkldnn.fp32_precision, torch.backends.fp32_precision)
+    return {name: effective_precision(op.fp32_precision, *parents) for name, op in zip(_ONEDNN_OPS, ops)}
 
 
 @contextlib.contextmanager
@@ -139,14 +190,22 @@ def mode_for(case: Case | None):
 
 def mode_record(precision: str, device: str, uses: tuple[str, ...] = ("matmul", "conv")) -> dict:
     """extra_info keys that say how the case ran: the precision and, for float32 data, whether TF32 was in
-    effect: the switch of the library the case `uses` (cuBLAS matmul, cuDNN conv) on a CUDA device."""
+    effect: the switch of the library the case `uses` (matmul, conv) on that device: cuBLAS and cuDNN on a
+    CUDA device, oneDNN on an XPU."""
     record: dict = {"precision": precision}
     if storage_dtype(precision) == "float32":
-        state = tf32_state()
-        switched = any(state[f"{lib}_tf32"] for lib in uses)
-        record["allow_tf32"] = switched and device.split(":")[0] == "cuda"
+        kind = device.split(":")[0]
+        if kind == "cuda":
+            state = tf32_state()
+            switched = any(state[f"{lib}_tf32"] for lib in uses)
+        elif kind == "xpu":
+            onednn = onednn_state() or {}
+            switched = any(onednn.get(lib) == "tf32" for lib in uses)
+        else:
+            switched = False  # the CPU and MPS have no TF32 math, whatever a switch says
+        record["allow_tf32"] = switched
     return record
 
 
-__all__ = ["PRECISIONS", "mode_for", "mode_record", "precision_mode", "storage_dtype", "tf32_state",
-           "unsupported_reason"]
+__all__ = ["PRECISIONS", "mode_for", "mode_record", "onednn_state", "precision_mode", "storage_dtype",
+           "tf32_state", "unsupported_reason"]

@@ -116,6 +116,10 @@ def links_text(devices: list[dict]) -> str:
     return ", ".join(f"{k} × {counts[k]} pair{'s' if counts[k] != 1 else ''}" for k in order)
 
 
+# The software versions a machine card shows, in this order (each where the results file has it).
+SOFTWARE_SHOWN = ("torch", "cuda", "hip", "cudnn", "miopen", "nccl", "rccl", "python")
+
+
 def machine_views(machines: dict[str, Machine]) -> list[MachineView]:
     views = []
     for m in machines.values():
@@ -143,9 +147,9 @@ def machine_views(machines: dict[str, Machine]) -> list[MachineView]:
                 entry["id"] = f"{entry['id']} … {entry['last_id']} ({entry['count']}×)"
         if not devices and m.cpu_name:
             devices = [{"id": "cpu", "name": m.cpu_name, "memory": "—", "capability": "", "count": 1}]
-        software = [
-            (k, str(m.software[k])) for k in ("torch", "cuda", "cudnn", "nccl", "python") if m.software.get(k)
-        ]
+        # A ROCm run records hip, miopen and rccl where a CUDA one has cuda, cudnn and nccl (older ROCm files
+        # have MIOpen's and RCCL's versions under cudnn and nccl: shown as they were written).
+        software = [(k, str(m.software[k])) for k in SOFTWARE_SHOWN if m.software.get(k)]
         commit = str(m.commit.get("id") or "")[:12] + (" (dirty)" if m.commit.get("dirty") else "")
         drivers = sorted({str(d["driver_version"]) for d in m.devices if d.get("driver_version")})
         launch, environment = launch_texts(m)
