@@ -370,6 +370,35 @@ def test_check_catches_a_partial_copy(monkeypatch):
         work.check()
 
 
+def test_a_bidirectional_copy_checks_both_directions(monkeypatch):
+    # Bidirectional copies run only on CUDA, so the CPU tests never built one: a check of the first direction
+    # alone passed every test. Here the GPU is the CPU in disguise (its buffers, streams and synchronisation
+    # stand-ins), and the second direction's copy does nothing.
+    import contextlib
+
+    real_buffer = copy_case.buffer
+    monkeypatch.setattr(copy_case, "buffer", lambda device, n, pinned=False, data=False: real_buffer(
+        "cpu", n, False, data))
+    monkeypatch.setattr(copy_case, "copy_engine_count", lambda device: 2)
+    monkeypatch.setattr(copy_case, "synchronize", lambda *devices: None)
+    monkeypatch.setattr(copy_case, "on_streams", lambda streams: contextlib.nullcontext())
+    monkeypatch.setattr(copy_case.torch.cuda, "Stream", lambda device: object(), raising=False)
+    with use_platform(FakePlatform(gpus=1)):
+        case = copy_case._case("cpu", "cuda:0", 4096, "pageable", False, "bi")
+        work = copy_case.build(case, config())
+    work.check()  # both directions copied
+    real_copy = torch.Tensor.copy_
+    calls = []
+
+    def only_the_first_direction(self, src, non_blocking=False):
+        calls.append(1)
+        return self if len(calls) % 2 == 0 else real_copy(self, src, non_blocking=non_blocking)
+
+    monkeypatch.setattr(torch.Tensor, "copy_", only_the_first_direction)
+    with pytest.raises(AssertionError, match=r"4096 of 4096 bytes differ from the source"):
+        work.check()
+
+
 def test_verify_copy_compares_shapes_and_every_byte():
     src = buffers.pattern_bytes(1001)
     buffers.verify_copy(src.clone(), src, "ok")

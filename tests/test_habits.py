@@ -173,3 +173,31 @@ def test_a_host_copy_habit_reports_its_memory_traffic():
     case = next(c for c in cases_of(["cpu"]) if c.info.get("habit") == "small_vs_batched")
     work = habits.build(case, config())
     assert work.traffic_bytes == 2 * work.bytes  # read and written
+
+
+@pytest.mark.parametrize("variant", ["overlapped", "serialised"])
+def test_the_overlap_check_catches_a_wrong_copy_and_a_wrong_matmul(monkeypatch, variant):
+    # overlap runs only on CUDA, so the CPU tests never built it: a check that skipped the copy or the matmul
+    # passed every test. Here the CPU stands in for the GPU (streams and pinned memory are stand-ins).
+    import contextlib
+    from types import SimpleNamespace
+
+    real_buffer = habits.buffer
+    monkeypatch.setattr(habits, "buffer", lambda device, n, pinned=False, data=False: real_buffer(
+        device, n, False, data))
+    monkeypatch.setattr(habits, "on_streams", lambda streams: contextlib.nullcontext())
+    monkeypatch.setattr(habits.torch.cuda, "Stream", lambda device: object(), raising=False)
+    monkeypatch.setattr(habits.torch.cuda, "current_stream",
+                        lambda device: SimpleNamespace(wait_stream=lambda stream: None), raising=False)
+    case = next(c for c in cases_of(["cpu"], overlap_bytes="4KiB", overlap_matmul=32)
+                if c.info["habit"] == "overlap" and c.info["variant"] == variant)
+    work = habits._overlap(case)
+    work.check()
+    real_copy, real_mm = torch.Tensor.copy_, torch.mm
+    monkeypatch.setattr(torch.Tensor, "copy_", lambda self, src, non_blocking=False: self)
+    with pytest.raises(AssertionError, match="bytes differ from the source"):
+        work.check()
+    monkeypatch.setattr(torch.Tensor, "copy_", real_copy)
+    monkeypatch.setattr(habits.torch, "mm", lambda a, b, out: out.copy_(real_mm(a, b) * 1.5))
+    with pytest.raises(AssertionError, match="matmul relative error"):
+        work.check()
