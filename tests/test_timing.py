@@ -185,6 +185,36 @@ def test_the_plugin_gives_each_benchmark_its_shortest_round(pytester, tmp_path):
     assert seen == {}, "the user's --benchmark-min-time: the suite sets none (pytest-benchmark applies it)"
 
 
+def test_each_benchmark_s_timer_waits_for_every_device_of_its_case(pytester, tmp_path):
+    # Found by mutation: timers built for a case's first device only passed every test (no test collected a
+    # case of two GPUs). A peer copy's timer must wait for both GPUs, a cuda:1 case's for cuda:1.
+    import yaml
+
+    from suite.devices import use_platform
+    from tests.conftest import ROOT
+    from tests.fakes import FakePlatform
+
+    seen = {}
+
+    class Timers:
+        def pytest_collection_finish(self, session):
+            for item in session.items:
+                seen[item.callspec.params["case"]] = repr(item.get_closest_marker("benchmark").kwargs["timer"])
+
+    cfg = tmp_path / "suite.yaml"
+    cfg.write_text(yaml.safe_dump({"devices": ["cuda:0", "cuda:1"], "cases": {
+        "matmul": {"dtypes": ["float32"], "shapes": ["32x32x32"]},
+        "copy": {"sizes": ["4KiB"], "pairs": ["cuda:0->cuda:1"], "memory": ["pageable"]}}}))
+    args = [str(ROOT / "benchmarks" / "test_matmul.py"), str(ROOT / "benchmarks" / "test_copy.py"),
+            f"--rootdir={ROOT}", f"--suite-config={cfg}", "--collect-only", "-q", "-p", "no:cacheprovider",
+            "-W", "ignore::pytest.PytestAssertRewriteWarning"]
+    with use_platform(FakePlatform(gpus=2)):
+        pytester.runpytest_inprocess(*args, plugins=[Timers()])
+    peer = [case for case in seen if case.startswith("cuda:0->cuda:1")]
+    assert peer and {seen[case] for case in peer} == {"SyncTimer(cuda:0,cuda:1)"}
+    assert seen["cuda:1-float32-32x32x32"] == "SyncTimer(cuda:1)"
+
+
 def test_a_timer_over_the_cpu_and_a_gpu_synchronises_the_gpu():
     # Found by mutation: a timer that synchronised only when every device needed it passed every test.
     clock = FakeClock()
