@@ -37,6 +37,9 @@ NO_RESULTS = "no results"  # status of a node whose latest run measured nothing:
 # it healthy would be a verdict nothing supports.
 NOT_JUDGED = "not judged"
 
+# Joins a machine label and a device id (or more) into one key; not NUL (see its use).
+KEY_SEP = "\x1f"
+
 
 @dataclass
 class Finding:
@@ -193,12 +196,14 @@ def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
     # per distinct (label, device), mapped back onto the rows.
     # A peer route's subject is `src->dst`: its first device is the source.
     first = rows["subject"].where(rows["route_"] != "peer", rows["src"].astype(object)).astype(str)
-    pair = rows["label"] + "\x00" + first
+    # The unit separator, not NUL: pandas < 3 (object dtype) silently drops a NUL in string concatenation, so
+    # no key matched and no device had a model: health judged nothing.
+    pair = rows["label"] + KEY_SEP + first
     names, gens, numa = {}, {}, {}
     for label in labels:
         cpu = next((d for d in machines[label].devices if d.get("kind") == "cpu"), {})
         for d in machines[label].devices:
-            key = f"{label}\x00{d.get('id')}"
+            key = f"{label}{KEY_SEP}{d.get('id')}"
             names[key] = str(d.get("name") or "")
             gens[key] = d.get("pcie_gen_max")
             numa[key] = _numa_note(str(d.get("id")), d.get("numa_node"), cpu)
@@ -476,7 +481,7 @@ def _stragglers(rows: pd.DataFrame, findings: list[Finding]) -> set[str]:
     peers = peers.drop_duplicates(["label", "peer_key", "subject"])
     if peers.empty:
         return set()
-    group = pd.factorize(peers["label"] + "\x00" + peers["model"] + "\x00" + peers["peer_key"])[0]
+    group = pd.factorize(peers["label"] + KEY_SEP + peers["model"] + KEY_SEP + peers["peer_key"])[0]
     checked = set(peers["node"][np.bincount(group)[group] >= 2])
     speed = peers["speed"].to_numpy(dtype=float)
     others = _median_of_others(speed, group)
