@@ -7,6 +7,7 @@ import copy
 import functools
 import json
 import os
+import re
 import shlex
 import signal
 import sys
@@ -653,7 +654,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def pytest_runtest_makereport(item: pytest.Item, call):
     outcome = yield
     report = outcome.get_result()
-    if report.failed and call.excinfo is not None and str(call.excinfo.value).startswith("Timeout (>"):
+    # pytest-timeout 2.4 says "Timeout (>1.0s) from pytest-timeout.", 2.3 "Timeout >1.0s".
+    if report.failed and call.excinfo is not None and re.match(r"Timeout \(?>", str(call.excinfo.value)):
         # pytest-timeout's stop at time_limit_s: the stacks it dumped show where it was; the failure itself
         # is one line naming the limit and the fix, not the benchmark loop's traceback.
         report.longrepr = (f"{str(call.excinfo.value).rstrip('.')}: the case ran past timing.time_limit_s; "

@@ -39,6 +39,33 @@ def test_the_pytest_benchmark_floor_is_pyprojects_and_prepare_devices():
     assert requirements.DIST == _pyproject()["name"]
 
 
+def test_ci_tests_at_pyprojects_floors():
+    # .ci/floor.txt pins the lowest versions pyproject allows, for CI's floor stage: each floor's leading
+    # parts (2.9 of pydantic>=2.9; the major of pandas>=2), so a floor raised or lowered in one file alone fails.
+    from packaging.requirements import Requirement
+    from packaging.version import Version
+
+    pins = {}
+    for line in (ROOT / ".ci" / "floor.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, version = line.split("==")
+            pins[requirements.normalise(name)] = Version(version)
+    project = _pyproject()
+    for text in [*project["dependencies"], *project["optional-dependencies"]["test"]]:
+        req = Requirement(text)
+        name = requirements.normalise(req.name)
+        if name == "torch":  # CI's CPU wheel is 2.13: the floor stage cannot reach 2.1
+            continue
+        (spec,) = [s for s in req.specifier if s.operator == ">="]
+        floor = Version(spec.version)
+        parts = floor.release[:2] if len(floor.release) > 1 else floor.release[:1]
+        assert name in pins, f"{name}: in pyproject, not pinned in .ci/floor.txt"
+        assert pins[name] >= floor and pins[name].release[:len(parts)] == parts, (
+            f"{name}: .ci/floor.txt pins {pins[name]}, pyproject's floor is {floor}")
+    assert "floor.txt" in (ROOT / ".ci" / "run").read_text()
+
+
 def test_this_python_meets_the_requirements_and_the_test_extra():
     assert requirements.requirements() == _pyproject()["dependencies"]
     assert requirements.unmet(requirements.requirements()) == []

@@ -165,7 +165,7 @@ def test_time_limit_fails_the_case_with_the_limit_and_the_run_goes_on(fake_suite
                             timeout=120, cwd=tmp_path)
     assert time.monotonic() - start < 25, "the 30 s case was stopped at its 1 s limit"
     assert result.returncode == 1
-    assert "Timeout (>1.0s)" in result.stdout
+    assert re.search(r"Timeout \(?>1\.0s", result.stdout)  # pytest-timeout 2.4's words, or 2.3's
     assert "1 failed, 1 passed" in result.stdout
     assert [b["name"] for b in json.loads(out.read_text())["benchmarks"]] == ["test_sleepy[cpu-fast]"]
 
@@ -287,9 +287,9 @@ def test_a_benchmark_stopped_by_the_time_limit_while_timed_is_not_saved(fake_sui
     config = {**FAST, "timing": {**FAST["timing"], "time_limit_s": 1}}
     result = subprocess.run(fake_suite(config, out, "-k", "stall or quick"), env=_env(), capture_output=True,
                             text=True, timeout=120, cwd=tmp_path)
-    assert result.returncode == 1 and "Timeout (>1.0s)" in result.stdout
-    assert "Timeout (>1.0s) from pytest-timeout: the case ran past timing.time_limit_s; " \
-           "raise it in the config" in result.stdout
+    assert result.returncode == 1
+    assert re.search(r"Timeout \(?>1\.0s\)?( from pytest-timeout)?: the case ran past timing\.time_limit_s; "
+                     r"raise it in the config", result.stdout)
     names = [b["name"] for b in json.loads(out.read_text())["benchmarks"]]
     assert "test_stall[cpu-midway]" not in names, "interrupted rounds are no measurement"
     assert len(names) == 40
