@@ -725,6 +725,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{torch.__version__}, CUDA {torch.version.cuda}", flush=True)
     from suite.cases.common import keep_inputs
 
+    # gpu-check.sh's hard stop is a SIGTERM: it must end the check at once, as it always did, and not become an
+    # in-process suite run's Ctrl-C (suite.plugin leaves a handler set before it alone), whose step would then
+    # be a false FAIL row while the check went on.
+    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(128 + signum))
     # Each timing row builds its case six times in this process (three suite runs, three references): draw
     # each large operand once.
     keep_inputs(True)

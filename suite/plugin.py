@@ -193,8 +193,13 @@ TERMINATED_EXIT = 128 + signal.SIGTERM
 
 
 def _stop_on_sigterm(config: pytest.Config) -> None:
-    """Turn SIGTERM into `Terminated` for this run, unless something else (a harness) already handles it."""
+    """Turn SIGTERM into `Terminated` for this run, unless something else (a harness) already handles it, or
+    the run is one rank of several under torchrun: its agent SIGTERMs the ranks when one fails, and a rank that
+    stopped on its own would wait timeout_s at the run's last agreement for ranks that wait in a collective for
+    it (5 minutes, where dying at once takes a second). Rank 0's partial file keeps what finished either way."""
     if threading.current_thread() is not threading.main_thread():
+        return
+    if os.environ.get("TORCHELASTIC_RUN_ID") and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
         return
     if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
         return

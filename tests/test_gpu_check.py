@@ -512,3 +512,34 @@ def test_the_ceiling_judges_like_with_like(tmp_path, monkeypatch, mamf, sustaine
     assert rows[0].suite == pytest.approx(mamf)
     assert rows[1].suite == sustained and rows[1].reference == pytest.approx(mamf)
     assert [r.ok for r in rows] == verdicts
+
+
+def test_the_hard_stops_sigterm_ends_the_check_at_once_not_as_a_failed_step(monkeypatch, tmp_path):
+    # gpu-check.sh stops the check with SIGTERM. Landing in an in-process suite run, it became that run's
+    # Ctrl-C (suite.plugin's handler): the step was a false "check crashed" FAIL row and the check went on.
+    import os
+    import signal
+    from types import SimpleNamespace
+
+    from suite import gpu_check
+    from suite.plugin import _stop_on_sigterm
+
+    seen = {}
+
+    def run_check(ctx, out, budget_s, only, started):
+        seen["check"] = signal.getsignal(signal.SIGTERM)
+        _stop_on_sigterm(SimpleNamespace(stash={}, add_cleanup=lambda f: None))  # an in-process run starts
+        seen["run"] = signal.getsignal(signal.SIGTERM)
+        return 0
+
+    monkeypatch.setattr(gpu_check, "run_check", run_check)
+    before = signal.getsignal(signal.SIGTERM)
+    try:
+        assert gpu_check.main(["--dry-run", "--out", str(tmp_path / "out"), "--no-table"]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert seen["check"] not in (signal.SIG_DFL, None) and seen["run"] is seen["check"], "the run left it alone"
+    exits = []
+    monkeypatch.setattr(os, "_exit", exits.append)
+    seen["check"](signal.SIGTERM, None)  # the check's handler ends the process at once, as SIGTERM did
+    assert exits == [128 + signal.SIGTERM]

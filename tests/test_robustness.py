@@ -393,6 +393,30 @@ def test_sigterm_ends_the_run_as_ctrl_c_does_and_exits_143(fake_suite, tmp_path)
     assert "Traceback" not in text
 
 
+def test_a_rank_of_several_under_torchrun_keeps_sigterms_default(monkeypatch):
+    # torchrun's agent SIGTERMs the ranks when one fails; a rank that stopped on its own waited timeout_s at the
+    # run's last agreement for ranks waiting in a collective for it (5 minutes instead of a second).
+    from types import SimpleNamespace
+
+    from suite.plugin import _stop_on_sigterm
+
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "job")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    config = SimpleNamespace(stash={}, add_cleanup=lambda f: None)
+    try:
+        _stop_on_sigterm(config)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    monkeypatch.setenv("WORLD_SIZE", "1")  # one rank: nobody waits for it
+    try:
+        _stop_on_sigterm(config)
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def test_a_sigterm_handler_set_by_someone_else_is_left_alone(pytestconfig):
     from suite.plugin import _stop_on_sigterm
 
