@@ -37,6 +37,13 @@ NOISE_IQR_SHARE = 0.5
 # Fewer rounds than this on either side and the quartiles are no estimate of the noise (pytest-benchmark's own
 # default min_rounds is 5): such a benchmark is "not judged" rather than called a regression.
 MIN_ROUNDS_TO_JUDGE = 5
+# The IQR sees the spread within one run, not between runs (clocks, placement in memory, a neighbour's load in
+# phases): where the baseline folder holds HISTORY_MIN_RUNS or more runs of a machine, a change that stays
+# inside the range its latest HISTORY_RUNS runs showed for that benchmark is no regression (or improvement).
+# Five runs: enough to see a machine's usual spread, few enough that one odd run long ago does not hide a
+# real slowdown for ever.
+HISTORY_RUNS = 5
+HISTORY_MIN_RUNS = 3
 METRICS = ("median", "min", "mean")
 FORMATS = ("text", "markdown", "csv", "json")
 # "missing": measured by the baseline, absent from the candidate (a crash, a skip, a narrower config). It
@@ -129,6 +136,9 @@ class Row:
     ratio: float  # candidate time / baseline time: above 1 is slower
     change_pct: float
     noise: float  # half the summed IQRs, in seconds: the smallest difference taken as real
+    # Beyond threshold and noise, but inside the range of the baseline machine's own latest runs: "unchanged",
+    # and this says so ("within 5 baseline runs' range").
+    note: str = ""
 
 
 def classify(base_time: float, cand_time: float, base_iqr: float, cand_iqr: float, threshold: float) -> str:
@@ -160,6 +170,9 @@ class Side:
     partial: dict[str, str] = field(default_factory=dict)  # label -> its partial file, for a run that stopped
     launches: dict[str, str] = field(default_factory=dict)  # label -> "torchrun 16 ranks on 2 nodes", or ""
     configs: dict[str, str] = field(default_factory=dict)  # label -> the config file its run recorded
+    # key -> rows of that machine's latest HISTORY_RUNS runs (its latest included), where a folder holds
+    # HISTORY_MIN_RUNS or more of them
+    history: dict[tuple[str, str, str], pd.DataFrame] = field(default_factory=dict)
 
 
 def _side(path: str, labels: dict[str, str], what: str) -> Side:
@@ -193,7 +206,17 @@ def _side(path: str, labels: dict[str, str], what: str) -> Side:
         for column in ("device", "src", "dst"):
             devices |= {v for v in table[column] if isinstance(v, str)}
     families = set(loaded.table["case"].unique())
-    return Side(runs, nodes, families, devices, hardware, partial, launches, configs)
+    history = {}
+    by_machine: dict[tuple[str, str, str], list] = {}
+    for m in loaded.machines.values():
+        by_machine.setdefault((m.identity, m.tool, m.launch), []).append(m)
+    for key, ms in by_machine.items():
+        if key in runs and len(ms) >= HISTORY_MIN_RUNS:
+            # Ordered as latest_runs orders them: the newest HISTORY_RUNS, the one compared among them.
+            labels = [m.label for m in sorted(ms, key=lambda m: (m.datetime, Path(m.file).name, m.file))]
+            kept = labels[-HISTORY_RUNS:]
+            history[key] = loaded.table[loaded.table["label"].isin(kept)].drop_duplicates(["label", "match_key"])
+    return Side(runs, nodes, families, devices, hardware, partial, launches, configs, history)
 
 
 def resume_command(partial_file: str, config_path: str) -> str:
@@ -311,6 +334,18 @@ def unlinked_peers_missing(base: pd.DataFrame, cand: pd.DataFrame, rows: list[Ro
             and not cand_peers.empty and not _links(cand_peers))
 
 
+def history_ranges(history: pd.DataFrame, metric: str, device_map: dict[str, str] | None = None
+                   ) -> dict[str, tuple[float, float, int]]:
+    """benchmark key -> (lowest, highest `metric`, how many runs measured it) over the baseline's runs."""
+    if history.empty:
+        return {}
+    keyed = history.assign(_key=benchmark_keys(history, device_map))
+    keyed = keyed[keyed[metric] > 0]
+    grouped = keyed.groupby("_key").agg(low=(metric, "min"), high=(metric, "max"), runs=("label", "nunique"))
+    return {key: (float(r.low), float(r.high), int(r.runs)) for key, r in zip(grouped.index,
+                                                                               grouped.itertuples())}
+
+
 def compare_tables(
     base: pd.DataFrame,
     cand: pd.DataFrame,
@@ -318,13 +353,16 @@ def compare_tables(
     threshold: float = 0.05,
     device_map: dict[str, str] | None = None,
     thresholds: dict[str, float] | None = None,
+    history: pd.DataFrame | None = None,
 ) -> list[Row]:
     """Match benchmarks by (case, parameters with devices mapped), or fullname for foreign files, and judge.
 
     `thresholds` overrides `threshold` per family; a benchmark with fewer than MIN_ROUNDS_TO_JUDGE rounds on
-    either side is "not judged".
+    either side is "not judged". `history`: rows of the baseline machine's latest runs (Side.history), whose
+    range bounds what counts as a change.
     """
     thresholds = thresholds or {}
+    ranges = history_ranges(history, metric, device_map) if history is not None else {}
     # Plain dicts of the five columns read: iterrows over the whole table (dozens of columns) and a .loc per
     # row took most of a folder compare's time (about 0.5-1 s per machine pair at a full run's size).
     columns = list(dict.fromkeys(["case", "name", metric, "iqr", "rounds"]))
@@ -347,7 +385,12 @@ def compare_tables(
             status = "not judged"
         else:
             status = classify(b[metric], c[metric], b["iqr"], c["iqr"], thresholds.get(b["case"], threshold))
-        rows.append(Row(status, b["case"], c["name"], b[metric], c[metric], ratio, (ratio - 1) * 100, noise))
+        note = ""
+        low, high, runs = ranges.get(key, (math.nan, math.nan, 0))
+        if status in ("regression", "improvement") and runs >= HISTORY_MIN_RUNS and low <= c[metric] <= high:
+            status, note = "unchanged", f"within {runs} baseline runs' range"
+        rows.append(Row(status, b["case"], c["name"], b[metric], c[metric], ratio, (ratio - 1) * 100, noise,
+                        note))
     for key, c in cand_rows.items():
         if key not in base_rows:
             rows.append(Row("only in candidate", c["case"], c["name"], math.nan, c[metric], math.nan, math.nan,
@@ -362,7 +405,7 @@ def _cells(r: Row) -> list[str]:
     ratio = "—" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
     change = "—" if math.isnan(r.change_pct) else f"{r.change_pct:+.1f}%"
     return [
-        r.status,
+        f"{r.status} (in range)" if r.note else r.status,  # the summary line says which range
         r.case,
         r.benchmark,
         format_time(r.baseline),
@@ -443,13 +486,13 @@ def _csv(pairs: list[Pair], metric: str, changed_only: bool) -> str:
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["baseline_machine", "candidate_machine", "status", "case", "benchmark",
                      f"baseline_{metric}_s", f"candidate_{metric}_s", "ratio", "change_pct", "noise_s",
-                     "baseline_partial", "candidate_partial"])
+                     "baseline_partial", "candidate_partial", "note"])
     for pair in pairs:
         flags = [str(bool(pair.base_partial)).lower(), str(bool(pair.cand_partial)).lower()]
         for r in pair.shown(changed_only):
             values = (r.baseline, r.candidate, r.ratio, r.change_pct, r.noise)
             writer.writerow([pair.base_label, pair.cand_label, r.status, r.case, r.benchmark,
-                             *("" if math.isnan(v) else f"{v:.6g}" for v in values), *flags])
+                             *("" if math.isnan(v) else f"{v:.6g}" for v in values), *flags, r.note])
     return buf.getvalue().rstrip("\n")
 
 
@@ -478,6 +521,10 @@ def render(pair: Pair, fmt: str, metric: str, threshold: float, thresholds: dict
         f"{NOISE_IQR_SHARE:g} x (IQR baseline + IQR candidate): "
         + ", ".join(f"{n} {s}" for s, n in pair.counts.items())
     )
+    steady = sum(bool(r.note) for r in pair.rows)
+    if steady:
+        summary += (f" ({steady} beyond threshold and noise but within the range of the baseline machine's "
+                    f"latest runs: unchanged)")
     hidden = len(pair.rows) - len(rows)
     if hidden:
         summary += f" ({hidden} unchanged not listed: --changed-only)"
@@ -623,9 +670,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"warning: different hardware ({before} against {after}): differences are the hardware's, "
                   "not a regression of one machine", file=sys.stderr)
     pairs, unlinked = [], False
+    base_keys = {label: key for key, (label, _) in base.runs.items()}
     for (base_label, base_table), (cand_label, cand_table) in matched:
         rows = compare_tables(base_table, cand_table, metric=args.metric, threshold=threshold,
-                              device_map=device_map, thresholds=thresholds)
+                              device_map=device_map, thresholds=thresholds,
+                              history=base.history.get(base_keys[base_label]))
         pairs.append(Pair(base_label, cand_label, rows, base.partial.get(base_label, ""),
                           cand.partial.get(cand_label, ""), base.launches.get(base_label, ""),
                           cand.launches.get(cand_label, "")))

@@ -565,3 +565,49 @@ def test_a_baseline_with_too_few_rounds_is_not_judged(tmp_path, capsys):
     (tmp_path / "c.json").write_text(json.dumps(cand))
     assert main(["compare", str(tmp_path / "b.json"), str(tmp_path / "c.json"), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["counts"]["not judged"] == 1
+
+
+def _history(tmp_path, factors: list[float]) -> Path:
+    """A baseline folder of one machine's runs, benchmark 0 taking each factor times as long, oldest first."""
+    data = fixtures().synthetic_results("box", n_gpus=1, seed=3, limit=20)
+    folder = tmp_path / "history"
+    folder.mkdir()
+    for day, factor in enumerate(factors, 1):
+        run = {**scaled(data, 0, factor), "datetime": f"2026-11-{day:02d}T00:00:00"}
+        (folder / f"box-{day:02d}.json").write_text(json.dumps(run), encoding="utf-8")
+    return folder
+
+
+def test_a_change_within_the_baseline_machines_own_range_is_no_regression(tmp_path, capsys):
+    # One run's IQR does not see run-to-run drift: the latest baseline run happened to be fast, and a
+    # candidate 8% slower is as slow as a run of four days ago.
+    data = fixtures().synthetic_results("box", n_gpus=1, seed=3, limit=20)
+    cand = tmp_path / "candidate.json"
+    cand.write_text(json.dumps({**scaled(data, 0, 1.08), "datetime": "2026-12-01T00:00:00"}), encoding="utf-8")
+    name = data["benchmarks"][0]["name"]
+
+    assert main(["compare", str(_history(tmp_path, [1.0, 1.09, 1.02, 1.0])), str(cand), "--format", "json"]) == 0
+    (row,) = [r for r in json.loads(capsys.readouterr().out)["results"] if r["benchmark"] == name]
+    assert row["status"] == "unchanged" and row["note"] == "within 4 baseline runs' range"
+    assert row["change_pct"] == pytest.approx(8.0)
+
+    # Slower than every run the machine has shown: a regression.
+    cand.write_text(json.dumps({**scaled(data, 0, 1.2), "datetime": "2026-12-01T00:00:00"}), encoding="utf-8")
+    assert main(["compare", str(tmp_path / "history"), str(cand)]) == 1
+    assert "1 regression" in capsys.readouterr().out
+
+
+def test_the_range_needs_three_runs_and_covers_only_the_latest_five(tmp_path, capsys):
+    data = fixtures().synthetic_results("box", n_gpus=1, seed=3, limit=20)
+    cand = tmp_path / "candidate.json"
+    cand.write_text(json.dumps({**scaled(data, 0, 1.08), "datetime": "2026-12-01T00:00:00"}), encoding="utf-8")
+    # Two runs are no range: the plain rule.
+    assert main(["compare", str(_history(tmp_path, [1.09, 1.0])), str(cand)]) == 1
+    capsys.readouterr()
+    # The slow run is the sixth newest: out of the range.
+    folder = tmp_path / "six"
+    (tmp_path / "history").rename(tmp_path / "two")
+    _history(tmp_path, [1.09, 1.0, 1.0, 1.01, 1.0, 1.0]).rename(folder)
+    assert main(["compare", str(folder), str(cand), "--format", "csv"]) == 1
+    text = capsys.readouterr().out
+    assert text.splitlines()[0].endswith(",note") and "baseline runs' range" not in text
