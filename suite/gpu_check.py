@@ -728,7 +728,7 @@ def main(argv: list[str] | None = None) -> int:
     # gpu-check.sh's hard stop is a SIGTERM: it must end the check at once, as it always did, and not become an
     # in-process suite run's Ctrl-C (suite.plugin leaves a handler set before it alone), whose step would then
     # be a false FAIL row while the check went on.
-    signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(128 + signum))
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(128 + signum))
     # Each timing row builds its case six times in this process (three suite runs, three references): draw
     # each large operand once.
     keep_inputs(True)
@@ -740,6 +740,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gpu-check: {exc}", flush=True)
         return 64
     finally:
+        signal.signal(signal.SIGTERM, previous)  # main() called in-process (the tests) leaves it as it was
         keep_inputs(False)
         if args.keep_work:
             print(f"gpu-check: working folder kept: {work}", flush=True)

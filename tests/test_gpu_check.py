@@ -536,6 +536,7 @@ def test_the_hard_stops_sigterm_ends_the_check_at_once_not_as_a_failed_step(monk
     before = signal.getsignal(signal.SIGTERM)
     try:
         assert gpu_check.main(["--dry-run", "--out", str(tmp_path / "out"), "--no-table"]) == 0
+        assert signal.getsignal(signal.SIGTERM) is before, "main() puts the handler it found back"
     finally:
         signal.signal(signal.SIGTERM, before)
     assert seen["check"] not in (signal.SIG_DFL, None) and seen["run"] is seen["check"], "the run left it alone"
