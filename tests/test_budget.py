@@ -49,6 +49,16 @@ def test_the_schedule_learns_that_a_round_is_longer_than_min_time():
     assert share == pytest.approx(2.5 + (20.0 - 2.5 - END_RESERVE_S - 3 * 2.5) / 3)
 
 
+def test_the_schedule_plans_with_the_median_overhead_and_round_not_the_last():
+    # One slow benchmark among fast ones (a first call that compiled, say) must not set the plan.
+    schedule = _schedule(100, fixed=0.04, n=6, min_rounds=5)  # 0.04: copy's prior overhead
+    for i, (overhead, round_s) in enumerate([(0.1, 0.2), (0.3, 0.4), (5.0, 9.0)]):
+        schedule.start(f"t{i}")
+        schedule.finish(f"t{i}", overhead, round_s=round_s)
+    # Three left, each 0.3 s of overhead (the median, not 5.0) and 5 rounds of 0.4 s (not 9.0).
+    assert schedule.minimum_s() == pytest.approx(END_RESERVE_S + 3 * (0.3 + 5 * 0.4))
+
+
 def test_budget_schedule_minimum_counts_every_fixed_cost():
     schedule = _schedule(100, fixed=2.0, n=10)
     assert schedule.minimum_s() == pytest.approx(END_RESERVE_S + 10 * (2.0 + 0.0005))

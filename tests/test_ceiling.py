@@ -161,6 +161,14 @@ def test_ceiling_cases_share_the_matmul_check():
 
 
 
+def test_a_tall_matmul_is_checked_on_its_first_rows_against_the_same_rows_of_the_reference():
+    # A matrix taller than the rows the check computes in float64 (found by mutation: every tested shape was
+    # short enough to be checked whole, so the reference could be taken from other rows than the result).
+    work = matmul.build_matmul("tall", "cpu", "float32", 1024, 16, 16)
+    assert matmul.CHECK_ROWS < 1024
+    work.check()
+
+
 def test_a_sweep_shape_on_a_gpu_gets_only_the_general_compute_warm_up(monkeypatch):
     from suite.cases import Work
     from suite.timing import warmup_seconds

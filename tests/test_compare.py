@@ -347,6 +347,19 @@ def test_benchmarks_missing_from_the_candidate_fail_unless_allowed(pair, capsys)
     assert "18 missing" in capsys.readouterr().out  # still listed, no longer failing
     # A regression still fails when the subset is allowed.
     assert main(["compare", base_path, candidate(scaled(subset, 0, 2.0)), "--allow-missing"]) == 1
+    capsys.readouterr()
+    # A missing row shows the baseline's time; a row only in the candidate, the candidate's.
+    cand = candidate(subset)
+    assert main(["compare", cand, base_path, "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    extra = next(r for r in rows if r["status"] == "only in candidate")
+    bench = next(b for b in base["benchmarks"] if b["name"] == extra["benchmark"])
+    assert extra["candidate"] == bench["stats"]["median"] and extra["baseline"] is None
+    assert main(["compare", base_path, cand, "--format", "json", "--allow-missing"]) == 0
+    rows = json.loads(capsys.readouterr().out)["results"]
+    gone = next(r for r in rows if r["status"] == "missing")
+    bench = next(b for b in base["benchmarks"] if b["name"] == gone["benchmark"])
+    assert gone["baseline"] == bench["stats"]["median"] and gone["candidate"] is None
 
 
 def test_a_machine_missing_from_the_candidate_folder_fails_unless_allowed(tmp_path, capsys):

@@ -389,6 +389,25 @@ def test_a_run_keeps_its_inputs_until_it_ends_and_leaves_a_callers_cache_alone()
         common.keep_inputs(False)
 
 
+def test_a_run_draws_each_operand_once_for_every_precision_of_a_shape(pytester, monkeypatch, tmp_path):
+    import torch
+    import yaml
+
+    from tests.conftest import ROOT
+
+    draws = []
+    real = torch.randn
+    monkeypatch.setattr(torch, "randn", lambda *a, **k: draws.append(a) or real(*a, **k))
+    cfg = tmp_path / "suite.yaml"
+    cfg.write_text(yaml.safe_dump({"devices": ["cpu"], "timing": {"max_time": 0.01, "warmup_s": 0.0}, "cases": {
+        "matmul": {"dtypes": ["float32", "bfloat16"], "shapes": ["48x40x32"]}}}))
+    result = pytester.runpytest_inprocess(str(ROOT / "benchmarks" / "test_matmul.py"), f"--rootdir={ROOT}",
+                                          f"--suite-config={cfg}", "-q", "-p", "no:cacheprovider",
+                                          "-W", "ignore::pytest.PytestAssertRewriteWarning")
+    result.assert_outcomes(passed=2)
+    assert sorted(d for d in draws if d in ((48, 32), (32, 40))) == [(32, 40), (48, 32)], "once each, not twice"
+
+
 def test_the_input_cache_takes_at_most_an_eighth_of_the_host_memory(monkeypatch):
     import os
 
@@ -398,6 +417,20 @@ def test_the_input_cache_takes_at_most_an_eighth_of_the_host_memory(monkeypatch)
     assert common.kept_inputs_cap() == 2**29
     monkeypatch.setattr(os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 2**30}[name])
     assert common.kept_inputs_cap() == common.KEPT_INPUTS_MAX_BYTES
+    # A host of 64 KiB keeps at most 8 KiB: the 64x32 float32 draw, then the oldest goes for the next.
+    import torch
+
+    monkeypatch.setattr(os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 16}[name])
+    common.keep_inputs(True)
+    try:
+        common.randn(64, 32, dtype=torch.float32, device="cpu", seed=3)
+        assert list(common._KEPT_INPUTS) == [((64, 32), 3)]
+        common.randn(8, 8, dtype=torch.float32, device="cpu", seed=4)
+        assert list(common._KEPT_INPUTS) == [((8, 8), 4)]
+        common.randn(64, 33, dtype=torch.float32, device="cpu", seed=5)  # over the cap: not kept
+        assert list(common._KEPT_INPUTS) == [((8, 8), 4)]
+    finally:
+        common.keep_inputs(False)
 
 
 def test_kept_inputs_are_drawn_once_and_every_caller_gets_its_own_copy(monkeypatch):

@@ -419,6 +419,33 @@ def test_a_rank_of_several_under_torchrun_keeps_sigterms_default(monkeypatch):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def test_the_first_sigterm_stops_the_run_the_second_kills_and_the_run_s_end_restores_the_default():
+    from types import SimpleNamespace
+
+    from suite.plugin import Terminated, _stop_on_sigterm
+
+    cleanups = []
+    config = SimpleNamespace(stash={}, add_cleanup=cleanups.append)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    try:
+        _stop_on_sigterm(config)
+        stop = signal.getsignal(signal.SIGTERM)
+        assert stop is not signal.SIG_DFL and len(cleanups) == 1
+        cleanups[0]()  # the run ends: SIGTERM is the default again
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        signal.signal(signal.SIGTERM, stop)
+        with pytest.raises(Terminated, match="SIGTERM"):
+            stop(signal.SIGTERM, None)
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, "a second SIGTERM kills at once"
+        assert list(config.stash.values()).count(True) == 1, "the run knows it was SIGTERM"
+        theirs = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        cleanups[0]()  # a handler set since is not the run's to reset
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        del theirs
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def test_a_sigterm_handler_set_by_someone_else_is_left_alone(pytestconfig):
     from suite.plugin import _stop_on_sigterm
 
@@ -564,5 +591,6 @@ def test_a_lock_the_file_system_never_grants_is_given_up_on_with_a_warning(tmp_p
     lock.acquire(tmp_path / "run.json")
     assert time.monotonic() - start < 2
     assert "did not grant a lock in 0.2 s (a network mount?): this run goes on" in capsys.readouterr().err
+    stuck = lock._stuck
     lock.release()  # closes the lock file the waiting thread was given (left open, a later test's warning)
-    assert lock._stuck is None
+    assert stuck.closed and lock._stuck is None
