@@ -343,21 +343,27 @@ def _wait_for(proc, partial: Path, text: str, count: int, log: Path) -> None:
     raise AssertionError("the run ended before it could be interrupted: " + log.read_text()[-2000:])
 
 
+def _signal_mid_stall(fake_suite, tmp_path, out: Path, signum: int) -> tuple[int, str]:
+    """Run the 40 quick cases and the stall case, send `signum` inside the stall case's timed rounds
+    (100 x 0.2 s): (exit status, output)."""
+    log = tmp_path / "run.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(fake_suite(FAST, out, "-k", "quick or stall"), env=_env(), stdout=fh,
+                                stderr=subprocess.STDOUT, cwd=tmp_path)
+    _wait_for(proc, partial_path(out), '"started": "test_fake.py::test_stall', 1, log)
+    time.sleep(0.5)
+    proc.send_signal(signum)
+    return proc.wait(timeout=60), log.read_text()
+
+
 def test_ctrl_c_keeps_the_partial_file_and_writes_no_complete_looking_json(fake_suite, tmp_path):
     # Ctrl-C in the middle of a benchmark's rounds: pytest-benchmark used to write the finished benchmarks
     # (and the interrupted one, half-timed) as a complete-looking JSON, the partial file was then dropped, and
     # --suite-resume had nothing to resume.
     out = tmp_path / "results" / "run.json"
     partial = partial_path(out)
-    log = tmp_path / "run.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(fake_suite(FAST, out, "-k", "quick or stall"), env=_env(), stdout=fh,
-                                stderr=subprocess.STDOUT, cwd=tmp_path)
-    _wait_for(proc, partial, '"started": "test_fake.py::test_stall', 1, log)
-    time.sleep(0.5)  # inside the stall case's timed rounds (100 x 0.2 s)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=60) == pytest.ExitCode.INTERRUPTED
-    text = log.read_text()
+    status, text = _signal_mid_stall(fake_suite, tmp_path, out, signal.SIGINT)
+    assert status == pytest.ExitCode.INTERRUPTED
     assert not out.exists(), text[-2000:]
     run = read_partial(partial)
     assert len(run.benchmarks) == 40 and not any("stall" in name for name in run.benchmarks)
@@ -379,15 +385,8 @@ def test_sigterm_ends_the_run_as_ctrl_c_does_and_exits_143(fake_suite, tmp_path)
     # no word; the partial file survived, but nothing said so or how to go on.
     out = tmp_path / "run.json"
     partial = partial_path(out)
-    log = tmp_path / "run.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(fake_suite(FAST, out, "-k", "quick or stall"), env=_env(), stdout=fh,
-                                stderr=subprocess.STDOUT, cwd=tmp_path)
-    _wait_for(proc, partial, '"started": "test_fake.py::test_stall', 1, log)
-    time.sleep(0.5)  # inside the stall case's timed rounds
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=60) == 128 + signal.SIGTERM  # what a shell reports for a process SIGTERM killed
-    text = log.read_text()
+    status, text = _signal_mid_stall(fake_suite, tmp_path, out, signal.SIGTERM)
+    assert status == 128 + signal.SIGTERM  # what a shell reports for a process SIGTERM killed
     assert not out.exists(), text[-2000:]
     assert len(read_partial(partial).benchmarks) == 40
     assert (f"[suite] stopped by SIGTERM: 40 finished benchmark(s) kept in {partial}; rerun the same command "
