@@ -156,6 +156,12 @@ def test_rocm_software_is_recorded_as_miopen_and_rccl(rocm, monkeypatch):
     assert software["cudnn"] is None and software["nccl"] is None, "not mistaken for cuDNN's and NCCL's"
 
 
+def test_rocm_without_miopen_records_none_not_the_word(rocm, monkeypatch):
+    _dnn_and_collectives(monkeypatch, 30400, (2, 22, 3))
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: False)
+    assert Platform().software()["miopen"] is None
+
+
 def test_cuda_software_keeps_its_keys(monkeypatch):
     monkeypatch.setattr(torch.version, "hip", None)
     monkeypatch.setattr(torch.version, "cuda", "12.8")
@@ -257,6 +263,12 @@ def test_xpu_peer_access_asks_torch_where_it_can(monkeypatch):
     assert plat.can_access_peer(xpu0, xpu0) is False
     monkeypatch.delattr(torch.xpu, "can_device_access_peer", raising=False)
     assert plat.can_access_peer(xpu0, xpu1) is False, "a torch that cannot tell: staged, as before"
+
+    def driver_error(a, b):
+        raise RuntimeError("Level Zero: ZE_RESULT_ERROR_UNINITIALIZED")
+
+    monkeypatch.setattr(torch.xpu, "can_device_access_peer", driver_error, raising=False)
+    assert plat.can_access_peer(xpu0, xpu1) is False, "a driver that cannot answer: staged, no traceback"
 
 
 def test_xpu_peer_matrix_reaches_the_inventory():
