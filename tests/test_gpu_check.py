@@ -417,6 +417,12 @@ def test_the_input_cache_takes_at_most_an_eighth_of_the_host_memory(monkeypatch)
     assert common.kept_inputs_cap() == 2**29
     monkeypatch.setattr(os, "sysconf", lambda name: {"SC_PAGE_SIZE": 4096, "SC_PHYS_PAGES": 2**30}[name])
     assert common.kept_inputs_cap() == common.KEPT_INPUTS_MAX_BYTES
+
+    def unknown(name):
+        raise ValueError(f"unrecognized configuration name {name}")
+
+    monkeypatch.setattr(os, "sysconf", unknown)  # a platform that cannot say: the fixed cap, not none
+    assert common.kept_inputs_cap() == common.KEPT_INPUTS_MAX_BYTES
     # A host of 64 KiB keeps at most 8 KiB: the 64x32 float32 draw, then the oldest goes for the next.
     import torch
 

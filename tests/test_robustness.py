@@ -343,12 +343,13 @@ def _wait_for(proc, partial: Path, text: str, count: int, log: Path) -> None:
     raise AssertionError("the run ended before it could be interrupted: " + log.read_text()[-2000:])
 
 
-def _signal_mid_stall(fake_suite, tmp_path, out: Path, signum: int) -> tuple[int, str]:
-    """Run the 40 quick cases and the stall case, send `signum` inside the stall case's timed rounds
-    (100 x 0.2 s): (exit status, output)."""
+def _signal_mid_stall(fake_suite, tmp_path, out: Path, signum: int, select: str = "quick or stall"
+                      ) -> tuple[int, str]:
+    """Run the 40 quick cases (unless `select` leaves them out) and the stall case, send `signum` inside the
+    stall case's timed rounds (100 x 0.2 s): (exit status, output)."""
     log = tmp_path / "run.log"
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(fake_suite(FAST, out, "-k", "quick or stall"), env=_env(), stdout=fh,
+        proc = subprocess.Popen(fake_suite(FAST, out, "-k", select), env=_env(), stdout=fh,
                                 stderr=subprocess.STDOUT, cwd=tmp_path)
     _wait_for(proc, partial_path(out), '"started": "test_fake.py::test_stall', 1, log)
     time.sleep(0.5)
@@ -392,6 +393,13 @@ def test_sigterm_ends_the_run_as_ctrl_c_does_and_exits_143(fake_suite, tmp_path)
     assert (f"[suite] stopped by SIGTERM: 40 finished benchmark(s) kept in {partial}; rerun the same command "
             "with --suite-resume to run the rest") in text
     assert "Traceback" not in text
+
+
+def test_sigterm_before_any_benchmark_finished_says_so(fake_suite, tmp_path):
+    out = tmp_path / "run.json"
+    status, text = _signal_mid_stall(fake_suite, tmp_path, out, signal.SIGTERM, select="stall")
+    assert status == 128 + signal.SIGTERM
+    assert f"[suite] stopped by SIGTERM before any benchmark finished: no results written to {out}" in text
 
 
 def test_a_rank_of_several_under_torchrun_keeps_sigterms_default(monkeypatch):
