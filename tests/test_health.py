@@ -350,6 +350,27 @@ def test_expected_figures_judge_our_own_matmul_and_copies(tmp_path, capsys):
     assert low == {("cuda:1", "matmul_bf16"), ("cuda:1->cuda:0", "peer")} and code == 1
 
 
+# HBM peaks (GB/s, datasheets) of the slowest-memory part each model's `match` takes in: a same-device copy
+# reads and writes every byte, so bytes counted once can never pass half the peak.
+MEMORY_PEAK_GBPS = {"NVIDIA A100": 1555, "NVIDIA H100": 3350, "NVIDIA H200": 4800}
+
+
+def test_same_device_figures_count_bytes_once_so_stay_under_half_the_memory_peak():
+    figures = [f for f in load_expectations().figures.values() if f.measure == "same_device"]
+    assert {f.model for f in figures} <= set(MEMORY_PEAK_GBPS), "add the new model's memory peak"
+    for f in figures:  # bandwidthTest --dtod counts read + write: an unhalved figure of it fails here
+        assert f.value <= MEMORY_PEAK_GBPS[f.model] / 2, (f.model, f.value, f.source)
+
+
+def test_a_healthy_a100_40gb_same_device_copy_is_ok(tmp_path, capsys):
+    # 700 GB/s counted once is 90% of what an A100-SXM4-40GB's 1555 GB/s can copy (CONSTRUCTED figure).
+    benches = [copy("cuda:0", "cuda:0", 700)]
+    path = fleet.write(tmp_path, "a100", ours("a100", 1, benches, gpu="NVIDIA A100-SXM4-40GB"))
+    _, result = health_json(capsys, str(path))
+    (entry,) = [e for e in node(result, "a100")["expectations"] if e["measure"] == "same_device"]
+    assert entry["verdict"] == "ok" and entry["expected"] == 578
+
+
 def test_all_reduce_figure_judges_one_node_only(tmp_path, capsys):
     one = fleet.write(tmp_path, "one", ours("one", 8, [all_reduce(250, 8, 1)]))
     _, result = health_json(capsys, str(one))

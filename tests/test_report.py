@@ -356,6 +356,18 @@ def test_heatmap_caption_names_the_host_memory_it_shows(path, says, never):
     assert says in chart.caption and never not in chart.caption
 
 
+def test_heatmap_caption_says_the_diagonal_counts_bytes_once_only_when_there_is_one():
+    from suite.report.charts import copy_heatmaps
+
+    rows, machines = _family(DATA / "h200x2.json", "copy")
+    assert (rows["src"] == rows["dst"]).any()
+    (chart,) = copy_heatmaps(rows, machines)
+    assert "diagonal (a copy within one device) counts each byte once" in chart.caption
+    assert "bandwidthTest --dtod" in chart.caption
+    (chart,) = copy_heatmaps(rows[rows["src"] != rows["dst"]], machines)
+    assert "diagonal" not in chart.caption
+
+
 def _runs_of_one_machine(tmp_path: Path, n: int) -> list[Path]:
     data = json.loads(REAL.read_text(encoding="utf-8"))
     paths = []

@@ -392,6 +392,10 @@ def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         frozenset({"pageable"}): "; host copies from pageable memory (no pinned copies measured).",
         frozenset({"pinned", "pageable"}): "; host copies from pinned memory where measured, else pageable.",
     }.get(frozenset(host_memory), ".")
+    in_shown = rows[rows["label"].isin(shown)]
+    if (in_shown["src"] == in_shown["dst"]).any():
+        caption += (" The diagonal (a copy within one device) counts each byte once: bandwidthTest --dtod and"
+                    " p2pBandwidthLatencyTest count it twice (the results' traffic_gbps).")
     labelled = [m for m in shown if len(set(rows.loc[rows["label"] == m, "src"])
                                          | set(rows.loc[rows["label"] == m, "dst"])) <= MAX_LABELLED_DEVICES]
     if "link" in rows and (rows["link"].map(type) == str).any() and labelled:

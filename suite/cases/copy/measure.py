@@ -185,7 +185,8 @@ def skip_reason(case: Case) -> str | None:
 
 
 def moved_bytes(case: Case) -> int:
-    """Bytes one call moves, each counted once (bandwidthTest, nvbandwidth); 'bi' moves the size each way."""
+    """Bytes one call moves, each counted once (nvbandwidth; bandwidthTest's host<->device tests, though its
+    device-to-device test counts 2N, as traffic_bytes does); 'bi' moves the size each way."""
     return case.info["size"] * (2 if case.info["direction"] == "bi" else 1)
 
 
