@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from suite.cli import main
+from suite.errors import UserError
 from suite.results import load_results
 
 IMPORTED = Path(__file__).parent / "data" / "imported"
@@ -176,6 +177,32 @@ def test_nvbandwidth_local_copy(tmp_path):
         ("cuda:0", "cuda:0", 1400.0),
         ("cuda:1", "cuda:1", 1390.0),
     ]
+
+
+SMALL_BUFFER = ("NOTE: You have chosen a buffer size that is smaller than the default buffer size. It is "
+                "suggested to use the default buffer size (64MB) to achieve maximal peak bandwidth.")
+
+
+def test_nvbandwidth_run_with_a_small_buffer_is_not_imported_as_512_mib(tmp_path, capsys):
+    """nvbandwidth's JSON never records -b (json_output.cpp); its root warning says when it was below 512 MiB."""
+    h2d = matrix_case("host_to_device_memcpy_ce", [["20.1", "20.3"]], "memcpy CE CPU(row) -> GPU(column)")
+    d2h = matrix_case("device_to_host_memcpy_ce", [["21.1", "21.3"]], "memcpy CE CPU(row) <- GPU(column)")
+    path = nvbw(tmp_path, [h2d, d2h])
+    data = json.loads(path.read_text(encoding="utf-8"))
+    assert set(load_results([path]).table["bytes"]) == {512 * 2**20}  # no warning: the default size
+    data["nvbandwidth"]["warning"] = SMALL_BUFFER
+    path.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(UserError) as raised:  # nothing else to read: one line, naming the file and the fix
+        load_results([path])
+    message = str(raised.value)
+    assert "nvbw.json: nvbandwidth ran with a buffer below its default 512 MiB" in message
+    assert "2 test(s) are not imported" in message and "-b 512 or more" in message and "\n" not in message
+    # A size the file does record is taken as it is, warning or not.
+    data["nvbandwidth"]["testcases"] = [{**h2d, "bufferSize": 2**30}, d2h]
+    path.write_text(json.dumps(data), encoding="utf-8")
+    loaded = load_results([path])
+    assert set(loaded.table["bytes"]) == {2**30}
+    assert any("1 test(s) are not imported (device_to_host_memcpy_ce)" in w for w in loaded.warnings)
 
 
 # --- nccl-tests: variants of the real published log (tests/data/imported/nccl-tests) ---

@@ -17,7 +17,13 @@ from pathlib import Path
 from suite.importers import imported, stats_from_time
 
 TOOL = "nvbandwidth"
-DEFAULT_BUFFER_BYTES = 512 * 2**20  # nvbandwidth's default --bufferSize (512 MiB) when the JSON omits it
+# nvbandwidth's default --bufferSize (512 MiB, common.h). Its JSON does not record the size it ran with
+# (json_output.cpp names a bufferSize key and never sets it): the default is taken unless nvbandwidth's own
+# root "warning" says a smaller buffer was chosen; then the size is unknown and the results are not imported
+# (labelled 512 MiB, a 2 MiB run's rates would be drawn and judged as large-copy figures). A run with a
+# larger -b is labelled 512 MiB: by then the rate no longer grows with the size.
+DEFAULT_BUFFER_BYTES = 512 * 2**20
+SMALL_BUFFER_WARNING = "smaller than the default buffer size"
 DEFAULT_SAMPLES = 3  # nvbandwidth's default --testSamples: it reports the median of 3
 UNKNOWN_GPU = "GPU (model not in nvbandwidth output)"
 # The host bidirectional tests run the other direction at once but report only the first copy's rate
@@ -127,12 +133,17 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
         ),
         default=0,
     )
-    benchmarks, failed, problems = [], [], []
+    small_buffer = SMALL_BUFFER_WARNING in str(root.get("warning") or "").lower()
+    benchmarks, failed, problems, unsized = [], [], [], []
     for case in cases:
         name, status = str(case.get("name") or "?"), str(case.get("status") or "")
         if status != "Passed":
             if status not in ("Waived", "Not Found"):
                 failed.append(f"{name} ({status or 'no status'})")
+            continue
+        if not case.get("bufferSize") and small_buffer:
+            if _routes(name, case, gpus, []):
+                unsized.append(name)
             continue
         size = int(case.get("bufferSize") or DEFAULT_BUFFER_BYTES)
         samples = int(case.get("testSamples") or DEFAULT_SAMPLES)
@@ -167,6 +178,13 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
                     "stats": stats_from_time(moved / (gbps * 1e9), rounds=samples, iterations=1),
                 }
             )
+    unsized_text = (f"nvbandwidth ran with a buffer below its default 512 MiB (-b) and its JSON does not "
+                    f"record the size, so {len(unsized)} test(s) are not imported ({', '.join(unsized)}); "
+                    "rerun nvbandwidth without -b (or with -b 512 or more) to set its figures beside large copies")
+    if unsized and not benchmarks:
+        return None, unsized_text
+    if unsized:
+        warnings.append(f"{path}: {unsized_text}")
     if failed:
         warnings.append(f"{path}: nvbandwidth tests that did not pass: {', '.join(failed)}")
     if problems:
