@@ -214,6 +214,26 @@ def variant(tmp_path: Path, name: str, edit) -> Path:
     return path
 
 
+def test_nccl_tests_cputime_column_is_launch_time_so_the_time_comes_from_algbw(tmp_path):
+    """-C prints the loop's launch time (common.cu cputimeSec) where the time was; algbw still times completion."""
+    def launch(text: str) -> str:
+        lines = text.splitlines()
+        for i, line in enumerate(lines):
+            if line.lstrip().startswith("#") and " time " in line and "algbw" in line:
+                lines[i] = line.replace("    time", " cputime")
+            elif line.strip().startswith("8589934592"):
+                lines[i] = line.replace("47535", "  9.5", 1)  # the launch of the loop: far shorter
+        return "\n".join(lines)
+
+    loaded = load_results([variant(tmp_path, "all_reduce_perf_C.txt", launch)])
+    t = loaded.table
+    big = t[(t["bytes"] == 8589934592) & (t["in_place"] == False)].iloc[0]  # noqa: E712
+    assert big["median"] == pytest.approx(8589934592 / 180.71e9) and big["algbw"] == pytest.approx(180.71)
+    assert list(t["bytes"] / t["median"] / 1e9) == pytest.approx(list(t["algbw"]))
+    assert any("-C" in w and "algbw prints as 0.00" in w for w in loaded.warnings)
+    assert len(load_results([NCCL]).table) == 62  # the plain time column is read as it is
+
+
 def test_nccl_tests_iters_is_the_timed_count_not_the_warmup():
     t = load_results([NCCL]).table
     assert set(t["iterations"]) == {20}  # "warmup iters: 5 iters: 20 agg iters: 1"

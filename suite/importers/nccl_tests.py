@@ -128,9 +128,13 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
         return None, "nccl-tests header without a time column (unknown format)"
     first_time, width, wrong_at = _groups(columns)
     prefix = columns[:first_time]
+    # With -C the time column is the host's time to launch the loop, read before the collectives complete
+    # (common.cu: cputimeSec), while algbw and busbw still come from the completed loop: the time is then
+    # derived from algbw (S / algbw, printed to 2 decimals, so a message too small to show an algbw is left out).
+    launch_time = columns[first_time] == "cputime"
     hosts = sorted({host for host, _, _ in ranks.values()})
     world = len(ranks) or None
-    benchmarks, bad, wrong = [], 0, []
+    benchmarks, bad, wrong, no_time = [], 0, [], 0
     for tokens in rows:
         head, body = tokens[: len(prefix)], tokens[len(prefix) :]
         fields = dict(zip(prefix, head))
@@ -145,6 +149,11 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
             groups = [("inplace", body[:width])]
         for mode, group in groups:
             time_us, algbw, busbw = (_number(t) for t in group[:3])
+            if launch_time:
+                if not algbw or algbw <= 0:
+                    no_time += 1
+                    continue
+                time_us = size / (algbw * 1e9) * 1e6
             if not time_us or time_us <= 0 or algbw is None or busbw is None:
                 bad += 1
                 continue
@@ -192,6 +201,9 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
         return None, "nccl-tests output without a readable result line"
     if bad:
         warnings.append(f"{path}: ignored {bad} unreadable nccl-tests result line(s)")
+    if no_time:
+        warnings.append(f"{path}: run with -C (its time column is launch time): {no_time} result(s) whose algbw "
+                        "prints as 0.00 give no time and are not imported")
     finished = any("Avg bus bandwidth" in line for line in lines)
     if not finished:
         warnings.append(
