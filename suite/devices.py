@@ -197,6 +197,22 @@ class Platform:
     def supports_pinned_memory(self) -> bool:
         return self.count("cuda") > 0 or self.count("xpu") > 0
 
+    def numa_node(self, device: torch.device) -> int | None:
+        """The NUMA node of a CUDA GPU's PCI slot (from /sys, for torch's PCI address of it, else NVML's);
+        None where the platform does not say, and for other devices. Asked once per device (cached)."""
+        if device.type != "cuda":
+            return None
+        cache = self.__dict__.setdefault("_numa_nodes", {})
+        if device.index not in cache:
+            props = torch.cuda.get_device_properties(device)
+            address = tuple(getattr(props, k, None) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id"))
+            if all(isinstance(v, int) for v in address):
+                cache[device.index] = numa_node_of_pci(address)  # type: ignore[arg-type]
+            else:
+                cache[device.index] = _nvml_info(device.index or 0, self.properties(device).get("uuid")).get(
+                    "numa_node")
+        return cache[device.index]
+
     def software(self) -> dict:
         cuda = torch.version.cuda
         hip = getattr(torch.version, "hip", None)
@@ -416,19 +432,95 @@ def _cpulist(text: str) -> set[int]:
     return cpus
 
 
+def numa_nodes(sys_root: Path | None = None) -> dict[int, set[int]]:
+    """NUMA node -> its CPUs, for the nodes with CPUs (/sys/devices/system/node); {} where /sys does not say."""
+    try:
+        nodes = {int(d.name[4:]): _cpulist((d / "cpulist").read_text())
+                 for d in ((sys_root or SYS) / "devices/system/node").glob("node[0-9]*")}
+    except (OSError, ValueError):
+        return {}
+    return {n: c for n, c in nodes.items() if c}
+
+
+# The host NUMA node the running case's host side is bound to (host_near), for the case to record.
+_bound_node: int | None = None
+
+
+def bound_host_node() -> int | None:
+    """The NUMA node `host_near` bound this thread to, while inside it; None otherwise."""
+    return _bound_node
+
+
+def _empty_host_cache() -> None:
+    """Release the pinned blocks torch's host allocator keeps for reuse: a freed buffer of another node's memory
+    would otherwise come back for this one (torch >= 2.8 names it _accelerator_emptyHostCache)."""
+    for name in ("_accelerator_emptyHostCache", "_host_emptyCache"):
+        empty = getattr(torch._C, name, None)
+        if empty is not None:
+            with contextlib.suppress(Exception):
+                empty()
+            return
+
+
+@contextlib.contextmanager
+def host_near(device: str, sys_root: Path | None = None, status: str | None = None) -> Iterator[int | None]:
+    """Run the host side of a host<->device case on the CPUs of `device`'s NUMA node, as nvbandwidth does by
+    default: the pages of pinned buffers are placed when they are allocated, those of pageable buffers when
+    first written, and pageable copies are staged by the calling thread, each by default on the node of the
+    CPU doing it. Unbound, a dual-socket node's host copies came from either socket's memory, as the scheduler
+    happened to place the thread: half its GPUs might cross the sockets' interconnect, and not the same half
+    every run.
+
+    Binds this thread (not the process) to the node's CPUs that the process may use, runs torch's CPU ops on
+    one thread (so that first writes come from this thread), empties torch's cache of pinned blocks, and
+    restores the affinity and thread count afterwards. Yields the node, or None where nothing is bound: one
+    node with CPUs, the GPU's node unknown, none of the process's CPUs on it, its memory not allowed there
+    (`numactl --membind`, a cpuset's mems), or the process already confined to one node (`numactl
+    --cpunodebind`, a Slurm binding): the user's choice of path stands."""
+    global _bound_node
+    node = None
+    if hasattr(os, "sched_setaffinity") and _bound_node is None:
+        with contextlib.suppress(Exception):
+            node = current_platform().numa_node(torch.device(device))
+    nodes = numa_nodes(sys_root) if node is not None else {}
+    try:
+        allowed = set(os.sched_getaffinity(0)) if nodes else set()
+    except OSError:
+        allowed = set()
+    cpus = nodes.get(node, set()) & allowed if node is not None else set()
+    spanned = sum(1 for c in nodes.values() if c & allowed)
+    mems = numa_of_process(sys_root, allowed, status).get("numa_mems_allowed") if cpus else None
+    if len(nodes) < 2 or spanned < 2 or not cpus or (mems is not None and node not in mems):
+        yield None
+        return
+    threads = torch.get_num_threads()
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError:
+        yield None
+        return
+    _bound_node = node
+    try:
+        torch.set_num_threads(1)
+        _empty_host_cache()
+        yield node
+    finally:
+        _bound_node = None
+        torch.set_num_threads(threads)
+        os.sched_setaffinity(0, allowed)
+
+
 def numa_of_process(sys_root: Path | None = None, cpus: set[int] | None = None,
                     status: str | None = None) -> dict:
     """The machine's NUMA nodes with CPUs (nodes of memory alone, as a Grace GPU's or CXL memory, are not
     counted), the nodes whose CPUs this process may run on (`numactl --cpunodebind` or a Slurm binding
     narrows them), and the nodes its memory may come from (`Mems_allowed_list` of /proc/self/status:
     `--membind`, cpusets); {} where /sys does not list NUMA nodes. Read at the end of the run."""
+    nodes = numa_nodes(sys_root)
     try:
-        nodes = {int(d.name[4:]): _cpulist((d / "cpulist").read_text())
-                 for d in ((sys_root or SYS) / "devices/system/node").glob("node[0-9]*")}
         cpus = set(os.sched_getaffinity(0)) if cpus is None else cpus
-    except (OSError, ValueError, AttributeError):
+    except (OSError, AttributeError):
         return {}
-    nodes = {n: c for n, c in nodes.items() if c}
     if not nodes:
         return {}
     info = {"numa_nodes": len(nodes), "numa_nodes_used": sorted(n for n, c in nodes.items() if c & cpus)}

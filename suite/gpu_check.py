@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -280,7 +281,9 @@ class CheckContext:
         device = next((d for d in case.devices if d != "cpu"), "cpu")
         # pytest-benchmark's stats are per call: its timed rounds lasted total x iterations (calls per round).
         seconds = bench["stats"]["total"] * bench["stats"].get("iterations", 1)
-        with mode_for(case):
+        # Where the family places the host side (copy: the GPU's NUMA node), the reference's buffers go too.
+        host_side = getattr(module, "host_side", lambda _case: contextlib.nullcontext())
+        with mode_for(case), host_side(case):
             work = module.build(case, config)
             warm_up(work.fn, SyncTimer([torch.device(d) for d in case.devices]),
                     warmup_seconds(case, config.timing_for(family)))

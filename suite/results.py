@@ -90,6 +90,7 @@ MEASURED_KEYS = frozenset(
         "clocks_held_rank",
         "clocks_window_s",
         "copy_engines",
+        "host_numa_node",
         "timeout_s",
         # Where an imported result came from and how often it ran: provenance, not a parameter.
         "iters",
@@ -109,8 +110,9 @@ STOP_KEYS = ("stopped_on", "margin", "precision_target", "confidence")
 # extra_info of the machine's state, carried as columns but never matched on: what joins a GPU pair (`NV18`,
 # `SYS`; devices.nvml_links), which health groups peer pairs by and the copy matrix shows; and how long a
 # power, thermal, board or reliability limit held the GPUs' clocks down while a benchmark was warmed up and
-# timed (devices.ClockWatch), which health names beside a slow result.
-STATE_KEYS = ("link", "clocks_held", "clocks_held_power", "clocks_held_thermal", "clocks_held_board_limit",
+# timed (devices.ClockWatch), which health names beside a slow result; and the NUMA node a host copy's host
+# side was bound to (devices.host_near).
+STATE_KEYS = ("link", "host_numa_node", "clocks_held", "clocks_held_power", "clocks_held_thermal", "clocks_held_board_limit",
               "clocks_held_reliability", "clocks_held_hw_thermal", "clocks_held_hw_power_brake",
               "clocks_held_rank")
 STAT_KEYS = ("median", "iqr", "q1", "q3", "min", "max", "mean", "stddev", "rounds", "iterations")

@@ -626,6 +626,23 @@ def test_a_slow_host_link_names_the_numa_nodes(used, mems, says, tmp_path, capsy
     assert text.endswith(says) if says else "NUMA" not in text, text
 
 
+def test_a_host_copy_the_run_bound_to_its_gpus_node_gets_no_numa_note(tmp_path, capsys):
+    # The run spans both nodes, but bound each host copy's host side to its GPU's node (host_numa_node):
+    # its memory was near, so NUMA is not why cuda:0 is slow.
+    rates = (14.2, 57.06, 56.68, 57.07)
+    benches = [copy("cpu", f"cuda:{i}", gbps, memory="pinned") for i, gbps in enumerate(rates)]
+    for i, b in enumerate(benches):
+        b["extra_info"]["host_numa_node"] = 1 if i == 0 else 0
+    data = ours("vm", 4, benches)
+    for d in data["machine_info"]["devices"]:
+        d["numa_node"] = 1 if d["id"] == "cuda:0" else 0
+    data["machine_info"]["devices"].insert(0, {"id": "cpu", "kind": "cpu", "name": "CPU", "numa_nodes": 2,
+                                               "numa_nodes_used": [0, 1], "numa_mems_allowed": [0, 1]})
+    _, result = health_json(capsys, str(fleet.write(tmp_path, "vm", data)))
+    (text,) = [f["text"] for f in node(result, "vm")["findings"] if f["kind"] == "straggler"]
+    assert "14.2" in text and "NUMA" not in text, text
+
+
 def test_numa_is_named_only_beside_host_links_and_on_low_results_too(tmp_path, capsys):
     # An H100 node, CPUs bound to node 0, cuda:1 on node 1. Its device->host copy is low against the expected
     # figure and a straggler; its peer and same-device copies are neither and carry no NUMA note.

@@ -209,8 +209,11 @@ def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
             numa[key] = _numa_note(str(d.get("id")), d.get("numa_node"), cpu)
     rows["model"] = pair.map(names).fillna("").astype(object)
     rows["pcie_gen"] = pair.map(gens).astype(object)
-    # A host copy's GPU on another NUMA node than the run's CPUs: the likely cause of a slow host link.
+    # A host copy's GPU on another NUMA node than the run's CPUs: the likely cause of a slow host link. Not
+    # for a copy whose host side the run bound to its GPU's node (host_numa_node): its memory was near.
     host = rows["route_"].isin(["h2d", "d2h"])
+    if "host_numa_node" in rows:
+        host &= rows["host_numa_node"].isna()
     rows["numa_note_"] = pair.map(numa).where(host, "").fillna("").astype(object)
     rate = rows["metric"]
     # Higher is better everywhere: the family's rate, or calls per second where a benchmark has no rate.

@@ -1,0 +1,139 @@
+"""devices.host_near: a host<->GPU copy's host side on the GPU's NUMA node, as nvbandwidth binds by default.
+
+No machine here has two NUMA nodes: /sys, the thread's CPU affinity and the GPU's node are all faked. What a
+real dual-socket node shows (the near path's GB/s against the far one's) is not verified.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import torch
+
+from suite import devices as dev
+from suite.cases.copy import measure as copy_measure
+from suite.config import load_config
+from suite.devices import use_platform
+from tests.fakes import FakePlatform
+from tests.test_devices import _sys_tree
+
+ALL = set(range(8))
+BOTH = "Mems_allowed_list:\t0-1\n"  # /proc/self/status of a process whose memory may come from either node
+
+
+class NumaPlatform(FakePlatform):
+    """Fake GPUs whose NUMA nodes are given (GPU index -> node; absent: the platform does not say)."""
+
+    def __init__(self, gpus: int, nodes: dict[int, int]):
+        super().__init__(gpus)
+        self.nodes = nodes
+
+    def numa_node(self, device: torch.device) -> int | None:
+        return self.nodes.get(device.index) if device.type == "cuda" else None
+
+
+@pytest.fixture
+def affinity(monkeypatch):
+    """The thread's CPU affinity, faked: `state["cpus"]` now, `state["calls"]` every set."""
+    state = {"cpus": set(ALL), "calls": [], "emptied": 0}
+
+    def set_affinity(pid, cpus):
+        assert pid == 0  # this thread, never another process
+        state["cpus"] = set(cpus)
+        state["calls"].append(set(cpus))
+
+    monkeypatch.setattr(dev.os, "sched_getaffinity", lambda pid: set(state["cpus"]))
+    monkeypatch.setattr(dev.os, "sched_setaffinity", set_affinity)
+    monkeypatch.setattr(dev, "_empty_host_cache", lambda: state.__setitem__("emptied", state["emptied"] + 1))
+    return state
+
+
+@pytest.fixture
+def two_sockets(tmp_path):
+    return _sys_tree(tmp_path, {0: "0-3", 1: "4-7", 2: ""}, {})
+
+
+def test_binds_this_thread_to_the_gpus_node_and_restores_it(affinity, two_sockets):
+    threads = torch.get_num_threads()
+    with use_platform(NumaPlatform(2, {0: 0, 1: 1})):
+        with dev.host_near("cuda:1", two_sockets, BOTH) as node:
+            assert node == 1 and dev.bound_host_node() == 1
+            assert affinity["cpus"] == {4, 5, 6, 7}
+            assert torch.get_num_threads() == 1  # first writes of pageable buffers come from this thread
+            assert affinity["emptied"] == 1  # no pinned block of another node's memory comes back
+        assert affinity["cpus"] == ALL and dev.bound_host_node() is None
+        assert torch.get_num_threads() == threads
+        with pytest.raises(RuntimeError), dev.host_near("cuda:0", two_sockets, BOTH):
+            assert affinity["cpus"] == {0, 1, 2, 3}
+            raise RuntimeError("a failed case")
+        assert affinity["cpus"] == ALL and dev.bound_host_node() is None
+        assert torch.get_num_threads() == threads
+
+
+def test_binds_only_to_the_cpus_the_process_may_use(affinity, two_sockets):
+    affinity["cpus"] = {0, 1, 6, 7}  # a cpuset spanning both sockets
+    with use_platform(NumaPlatform(1, {0: 1})), dev.host_near("cuda:0", two_sockets, BOTH) as node:
+        assert node == 1 and affinity["cpus"] == {6, 7}
+    assert affinity["cpus"] == {0, 1, 6, 7}
+
+
+@pytest.mark.parametrize(("nodes", "allowed", "gpu_nodes", "mems"), [
+    ({0: "0-7"}, ALL, {0: 0}, "0"),  # one node: nothing to choose
+    ({0: "0-3", 1: "4-7"}, {0, 1, 2, 3}, {0: 1}, "0-1"),  # numactl --cpunodebind=0: the user's far path stands
+    ({0: "0-3", 1: "4-7"}, {0, 1, 2, 3}, {0: 0}, "0-1"),  # ... and their near one: nothing to record either
+    ({0: "0-3", 1: "4-7"}, ALL, {0: 1}, "0"),  # numactl --membind=0: node 1's memory is not allowed
+    ({0: "0-3", 1: "4-7"}, ALL, {}, "0-1"),  # the GPU's node unknown
+    ({0: "0-3", 1: "4-7"}, ALL, {0: 3}, "0-1"),  # a node without CPUs (a Grace GPU's memory, CXL)
+])
+def test_binds_nothing_where_there_is_no_near_node_to_choose(affinity, tmp_path, nodes, allowed, gpu_nodes,
+                                                             mems):
+    affinity["cpus"] = set(allowed)
+    root = _sys_tree(tmp_path, nodes, {})
+    status = f"Mems_allowed_list:\t{mems}\n"
+    with use_platform(NumaPlatform(1, gpu_nodes)), dev.host_near("cuda:0", root, status) as node:
+        assert node is None and dev.bound_host_node() is None
+    assert affinity["calls"] == [] and affinity["emptied"] == 0
+
+
+def test_a_refused_affinity_binds_nothing(affinity, two_sockets, monkeypatch):
+    def refuse(pid, cpus):
+        raise OSError(22, "Invalid argument")
+
+    monkeypatch.setattr(dev.os, "sched_setaffinity", refuse)
+    with use_platform(NumaPlatform(1, {0: 1})), dev.host_near("cuda:0", two_sockets, BOTH) as node:
+        assert node is None and dev.bound_host_node() is None
+
+
+def test_a_gpus_node_comes_from_torchs_pci_address_else_nvml(tmp_path, monkeypatch):
+    monkeypatch.setattr(dev, "SYS", _sys_tree(tmp_path, {0: "0-3", 1: "4-7"}, {"0000:9a:00.0": 1}))
+    props = {0: types.SimpleNamespace(pci_domain_id=0, pci_bus_id=0x9A, pci_device_id=0),
+             1: types.SimpleNamespace()}  # an older torch: no PCI address
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: props[d.index])
+    monkeypatch.setattr(dev.Platform, "properties", lambda self, d: {"uuid": f"GPU-{d.index}"})
+    asked = []
+    monkeypatch.setattr(dev, "_nvml_info", lambda i, uuid: asked.append(uuid) or {"numa_node": 0})
+    plat = dev.Platform()
+    assert plat.numa_node(torch.device("cuda", 0)) == 1 and asked == []
+    assert plat.numa_node(torch.device("cuda", 1)) == 0 and asked == ["GPU-1"]
+    assert plat.numa_node(torch.device("cuda", 1)) == 0 and asked == ["GPU-1"]  # asked once per device
+    assert plat.numa_node(torch.device("cpu")) is None
+
+
+def test_a_copy_binds_the_host_side_of_host_copies_only(monkeypatch):
+    asked = []
+    monkeypatch.setattr(copy_measure, "host_near", lambda device: asked.append(device) or "bound")
+    for src, dst in (("cpu", "cuda:1"), ("cuda:2", "cpu"), ("cuda:0", "cuda:1"), ("cuda:0", "cuda:0"),
+                     ("cpu", "cpu")):
+        copy_measure.host_side(types.SimpleNamespace(info={"src": src, "dst": dst}))
+    assert asked == ["cuda:1", "cuda:2"]
+
+
+def test_a_bound_copy_records_its_host_node(tmp_path, monkeypatch):
+    path = tmp_path / "c.yaml"
+    path.write_text("devices: cpu\ncases:\n  copy:\n    sizes: [4KiB]\n    memory: [pageable]\n", encoding="utf-8")
+    config = load_config(path)
+    (case,) = [c for c in copy_measure.enumerate_cases(config, ["cpu"]) if c.info["direction"] == "uni"]
+    assert "host_numa_node" not in copy_measure.build(case, config).extra
+    monkeypatch.setattr(copy_measure, "bound_host_node", lambda: 1)
+    assert copy_measure.build(case, config).extra["host_numa_node"] == 1
