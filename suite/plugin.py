@@ -650,8 +650,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         return
     share = run.start(item.nodeid)
     marker = item.get_closest_marker("benchmark")
-    if share is not None and marker is not None and not _user_set(item.config, "--benchmark-max-time"):
-        # pytest-benchmark reads the closest `benchmark` marker when its fixture is set up, which is next.
+    if share is not None and marker is not None:
+        # pytest-benchmark reads the closest `benchmark` marker when its fixture is set up, which is next. A
+        # user's --benchmark-max-time is each share's ceiling (user_timing): the budget still holds under it.
         item.add_marker(pytest.mark.benchmark(**dict(marker.kwargs, max_time=share)), append=False)
 
 

@@ -127,6 +127,20 @@ def test_a_budget_only_shortens_and_is_recorded(run_benchmarks):
     assert data["suite"]["budget_s"] == 25
 
 
+def test_a_users_max_time_is_each_shares_ceiling_and_the_budget_still_holds(run_benchmarks):
+    # --benchmark-max-time used to turn the sharing off in silence: 300 s each, whatever the budget said.
+    result, data = run_benchmarks(SMALL, "-k", "matmul or placement", "--suite-budget", "25s",
+                                  "--benchmark-max-time=300")
+    result.assert_outcomes(passed=3)
+    assert data["suite"]["budget_s"] == 25
+    assert all(0 < b["extra_info"]["max_time"] < 25 for b in data["benchmarks"])
+    # An hour for a run of seconds: the user's max_time, not the config's 0.05 s, bounds each benchmark.
+    result, data = run_benchmarks(SMALL, "-k", "matmul or placement", "--suite-budget", "1h",
+                                  "--benchmark-max-time=0.02")
+    result.assert_outcomes(passed=3)
+    assert {b["extra_info"]["max_time"] for b in data["benchmarks"]} == {0.02}
+
+
 def test_a_budget_plans_with_the_timing_options_the_user_passed(run_benchmarks):
     # 1,000 rounds of at least 0.1 s each cannot fit a minute: refused before anything runs, as the config's
     # own timing would be (the config's 5 rounds of a few microseconds fit).
