@@ -45,7 +45,10 @@ FAMILIES: dict[str, str] = {
 }
 NOTES: dict[str, str] = {
     "ceiling": "A sweep of matmul shapes per device and precision: the best sustained rate among these and "
-    "the matmul results is the measured ceiling that % of ceiling (matmul, conv, model) divides by.",
+    "the matmul results is the measured ceiling that % of ceiling (matmul, conv, model) divides by. It is "
+    "the median of rounds of back-to-back calls after a sustained warm-up, not mamf-finder's MAMF (the mean "
+    "of single calls timed by events after an L2 flush, the best of a wide sweep), which reads higher: about "
+    "790 TFLOP/s on an H200 SXM whose sustained rate is 728-735 (ml-engineering).",
     "conv": "TFLOP/s counts the direct convolution's multiply-adds (fwd+bwd: 3 × the forward). A faster "
     "algorithm (cuDNN Winograd or FFT; oneDNN on the CPU against a small matmul sweep) can exceed 100% of "
     "the ceiling.",
