@@ -56,6 +56,7 @@ _RUN = pytest.StashKey[RunState]()
 _MISSING = pytest.StashKey[list]()  # selected devices this machine lacks (warned about at the start)
 _FAILED = pytest.StashKey[set]()  # nodeids of tests that did not pass: their benchmarks are not results
 _NOTHING = pytest.StashKey[str]()  # the line saying a run with --benchmark-json measured nothing
+_NOT_STORED = pytest.StashKey[str]()  # an interrupted run's --benchmark-save that was not stored, and why
 _INTERRUPTED = pytest.StashKey[str]()  # the line saying what an interrupted run (Ctrl-C) kept, and how to go on
 _UNSAVED = pytest.StashKey[str]()  # the line saying the results JSON could not be written, and what was kept
 _TERMINATED = pytest.StashKey[bool]()  # SIGTERM arrived: the run ends as Ctrl-C ends it, with exit status 143
@@ -722,7 +723,16 @@ def pytest_sessionfinish_save(session: pytest.Session):
     _default_sigterm(session.config)
     if bs is not None and getattr(bs, "json", None) and hasattr(bs, "save_json"):
         bs.save_json = functools.partial(_save_json_atomically, session, Path(bs.json))
-    if session.exitstatus == pytest.ExitCode.INTERRUPTED and state is not None and state.writer is not None:
+    interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
+    stored = bs is not None and (getattr(bs, "save", None) or getattr(bs, "autosave", None))
+    if interrupted and stored:
+        # pytest-benchmark would store the benchmarks finished so far, and the one cut off mid-timing, as a
+        # whole run: --benchmark-compare takes the latest stored run as its baseline.
+        bs.save = bs.autosave = None
+        session.config.stash[_NOT_STORED] = (
+            "[suite] nothing stored by --benchmark-save/--benchmark-autosave: a run cut short would become the "
+            "baseline --benchmark-compare takes; run it again whole to store it")
+    if interrupted and state is not None and state.writer is not None:
         if bs is not None:
             bs.json = None
             # A benchmark interrupted before its first round has no statistics to show either.
@@ -832,6 +842,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
     if _NOTHING in config.stash:
         terminalreporter.write_line(config.stash[_NOTHING], red=True)
+    if _NOT_STORED in config.stash:
+        terminalreporter.write_line(config.stash[_NOT_STORED], yellow=True)
     if _INTERRUPTED in config.stash:
         terminalreporter.write_line(config.stash[_INTERRUPTED], yellow=True)
         return

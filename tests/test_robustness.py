@@ -343,13 +343,13 @@ def _wait_for(proc, partial: Path, text: str, count: int, log: Path) -> None:
     raise AssertionError("the run ended before it could be interrupted: " + log.read_text()[-2000:])
 
 
-def _signal_mid_stall(fake_suite, tmp_path, out: Path, signum: int, select: str = "quick or stall"
-                      ) -> tuple[int, str]:
+def _signal_mid_stall(fake_suite, tmp_path, out: Path, signum: int, select: str = "quick or stall",
+                      *args: str) -> tuple[int, str]:
     """Run the 40 quick cases (unless `select` leaves them out) and the stall case, send `signum` inside the
     stall case's timed rounds (100 x 0.2 s): (exit status, output)."""
     log = tmp_path / "run.log"
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(fake_suite(FAST, out, "-k", select), env=_env(), stdout=fh,
+        proc = subprocess.Popen(fake_suite(FAST, out, "-k", select, *args), env=_env(), stdout=fh,
                                 stderr=subprocess.STDOUT, cwd=tmp_path)
     _wait_for(proc, partial_path(out), '"started": "test_fake.py::test_stall', 1, log)
     time.sleep(0.5)
@@ -361,11 +361,16 @@ def test_ctrl_c_keeps_the_partial_file_and_writes_no_complete_looking_json(fake_
     # Ctrl-C in the middle of a benchmark's rounds: pytest-benchmark used to write the finished benchmarks
     # (and the interrupted one, half-timed) as a complete-looking JSON, the partial file was then dropped, and
     # --suite-resume had nothing to resume.
+    # pytest-benchmark's own storage too: the cut run would have become --benchmark-compare's baseline.
     out = tmp_path / "results" / "run.json"
     partial = partial_path(out)
-    status, text = _signal_mid_stall(fake_suite, tmp_path, out, signal.SIGINT)
+    store = tmp_path / "store"
+    status, text = _signal_mid_stall(fake_suite, tmp_path, out, signal.SIGINT, "quick or stall",
+                                     "--benchmark-autosave", f"--benchmark-storage={store}")
     assert status == pytest.ExitCode.INTERRUPTED
     assert not out.exists(), text[-2000:]
+    assert not [p for p in store.rglob("*") if p.is_file()], text[-2000:]
+    assert "[suite] nothing stored by --benchmark-save/--benchmark-autosave: a run cut short" in text
     run = read_partial(partial)
     assert len(run.benchmarks) == 40 and not any("stall" in name for name in run.benchmarks)
     assert (f"[suite] interrupted: 40 finished benchmark(s) kept in {partial}; rerun the same command with "
