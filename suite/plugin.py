@@ -131,6 +131,9 @@ def pytest_configure(config: pytest.Config) -> None:
             "python -O (or PYTHONOPTIMIZE) strips the result checks every benchmark makes (assert statements): "
             "run without it"
         )
+    parallel = xdist_reason(config)
+    if parallel:
+        raise pytest.UsageError(parallel)
     config.addinivalue_line("markers", "gpu: needs a real accelerator; skipped where none is present")
     # A benchmark run shows warnings (a torch deprecation, say) but never fails on one; the project's own
     # tests keep pyproject's "error" filter. Later filterwarnings entries win.
@@ -170,6 +173,18 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     _stop_on_sigterm(config)
     _keep_inputs_for_run(config)
+
+
+def xdist_reason(config) -> str | None:
+    """Why the run cannot go on under pytest-xdist, or None: its workers would time benchmarks side by side on
+    the same devices, and pytest-benchmark turns its timing off under xdist anyway (the run would pass, timing
+    nothing). Each worker would also find the results file locked by its controller."""
+    workers = getattr(getattr(config, "option", None), "numprocesses", None)
+    # Not PYTEST_XDIST_WORKER: a run started from a test that runs under xdist inherits it.
+    if not workers and not hasattr(config, "workerinput"):
+        return None
+    return ("pytest-xdist (-n) runs tests in parallel processes: benchmarks there would share the devices, and "
+            "pytest-benchmark turns timing off under xdist; run without -n (or with -n 0)")
 
 
 def _keep_inputs_for_run(config: pytest.Config) -> None:

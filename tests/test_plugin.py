@@ -141,6 +141,21 @@ def test_a_users_max_time_is_each_shares_ceiling_and_the_budget_still_holds(run_
     assert {b["extra_info"]["max_time"] for b in data["benchmarks"]} == {0.02}
 
 
+@pytest.mark.parametrize(("option", "worker", "refused"), [
+    (None, False, False), (0, False, False), ("auto", False, True), (2, False, True), (None, True, True)])
+def test_pytest_xdist_is_refused_in_one_line(option, worker, refused):
+    from types import SimpleNamespace
+
+    from suite.plugin import xdist_reason
+
+    config = SimpleNamespace(option=SimpleNamespace(numprocesses=option))
+    if worker:
+        config.workerinput = {"workerid": "gw0"}  # what xdist gives each worker's config
+    reason = xdist_reason(config)
+    assert (reason is not None) == refused
+    assert reason is None or ("run without -n" in reason and "\n" not in reason)
+
+
 def test_a_budget_plans_with_the_timing_options_the_user_passed(run_benchmarks):
     # 1,000 rounds of at least 0.1 s each cannot fit a minute: refused before anything runs, as the config's
     # own timing would be (the config's 5 rounds of a few microseconds fit).
