@@ -792,14 +792,25 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     bs = getattr(session.config, "_benchmarksession", None)
     if state is None or state.writer is None or bs is None or _INTERRUPTED in session.config.stash:
         return
+    option = session.config.option
+    listing = any(getattr(option, name, False) for name in ("collectonly", "setupplan", "setuponly"))
     if not bs.benchmarks and not state.reused and session.exitstatus == pytest.ExitCode.OK:
-        # Every selected case skipped (no such device, -k matched only skips): pytest-benchmark writes no
-        # JSON, and a silent exit 0 would pass for a run that measured something.
-        session.config.stash[_NOTHING] = (
-            f"[suite] nothing measured: every selected case was skipped (pytest -rs shows why); no results "
-            f"written to {session.config.getoption('benchmark_json')}"
-        )  # said in the terminal summary, after pytest's progress line has ended
-        session.exitstatus = NOTHING_MEASURED_EXIT
+        out = session.config.getoption("benchmark_json")
+        if listing:
+            pass  # --co, --setup-plan: nothing was to run; pytest's own exit status stands
+        elif getattr(bs, "disabled", False):
+            session.config.stash[_NOTHING] = (
+                "[suite] nothing measured: benchmarks are disabled (--benchmark-disable: each ran once, "
+                f"untimed); no results written to {out}")
+            session.exitstatus = NOTHING_MEASURED_EXIT
+        else:
+            # Every selected case skipped (no such device, -k matched only skips): pytest-benchmark writes no
+            # JSON, and a silent exit 0 would pass for a run that measured something.
+            session.config.stash[_NOTHING] = (
+                f"[suite] nothing measured: every selected case was skipped (pytest -rs shows why); no results "
+                f"written to {out}"
+            )  # said in the terminal summary, after pytest's progress line has ended
+            session.exitstatus = NOTHING_MEASURED_EXIT
         # Cases that skipped after they started left a partial file of skips: no results to keep, and
         # `health` or `report` would take it for the node's latest run.
         state.writer.close()
@@ -830,6 +841,26 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # --- progress lines and the summary --------------------------------------------------------------------
 
 
+def pytest_report_header(config: pytest.Config) -> list[str] | None:
+    """Under pytest-benchmark's header (its defaults, which the config's timing replaces): what is in effect."""
+    if _CONFIG not in config.stash:
+        return None
+    timing = config.stash[_CONFIG].timing
+    user = user_timing(config)
+    max_time, min_rounds = user.get("max_time", timing.max_time), user.get("min_rounds", timing.min_rounds)
+    precision = user.get("precision", timing.precision)
+    confidence = user.get("confidence", timing.confidence)
+    stop = f"precision +-{precision:.3g} at {confidence:g}" if precision else "precision off"
+    budget = config.stash[_RUN].budget_s if _RUN in config.stash else None
+    return [f"suite: config {config.stash[_CONFIG_PATH]}, devices {', '.join(config.stash[_DEVICES])}; timing "
+            f"max_time={max_time:g}s min_rounds={min_rounds} {stop} (family sections may differ)"
+            + (f", budget {budget:g}s" if budget else "")]
+
+
+# pytest-benchmark options whose output comes with its table (a quiet session writes none of it).
+_TABLE_OPTIONS = ("benchmark_histogram", "benchmark_compare", "benchmark_cprofile")
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     if _RUN not in config.stash:
@@ -845,8 +876,15 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     distributed = config.pluginmanager.get_plugin("suite.distributed")  # registered beside this plugin
     if distributed is not None:
         distributed.join_group(config.stash[_CONFIG], config.stash[_DEVICES])
+    if reporter is not None and _user_set(config, "--benchmark-timer"):
+        reporter.write_line(
+            "[suite] warning: --benchmark-timer is ignored: the suite's timer synchronises the devices at both "
+            "ends of every round (a plain clock would time the launches only)", yellow=True)
     bs = getattr(config, "_benchmarksession", None)
-    if bs is not None and config.getoption("suite_summary") == "rates":
+    # pytest-benchmark draws its histograms, its comparison and its cProfile tables with its table: a user who
+    # asked for one of them gets that table too, as with --suite-summary=both.
+    table_asked = any(config.getoption(name, None) for name in _TABLE_OPTIONS)
+    if bs is not None and config.getoption("suite_summary") == "rates" and not table_asked:
         # Our summary replaces pytest-benchmark's table (kept with --suite-summary=both or off); --benchmark-json
         # and the comparison checks are unaffected.
         bs.quiet = True

@@ -98,6 +98,40 @@ def test_summary_in_rates_replaces_pytest_benchmarks_table(run_benchmarks):
     assert "Name (time in" in result.stdout.str() and "suite summary" not in result.stdout.str()
 
 
+def test_pytest_benchmarks_own_outputs_are_not_swallowed_by_the_rates_summary(run_benchmarks):
+    # The default summary quietened pytest-benchmark's table, and with it the cProfile tables, histograms and
+    # comparison the user asked for.
+    result, data = run_benchmarks(SMALL, "-k", "matmul", "--benchmark-cprofile=tottime")
+    out = result.stdout.str()
+    assert "cProfile (time in s)" in out and "Name (time in" in out and "matmul: TFLOP/s" in out
+    assert data["benchmarks"][0]["cprofile"]
+    result, _ = run_benchmarks(SMALL, "-k", "matmul")
+    assert "Name (time in" not in result.stdout.str()  # nothing asked: our summary alone
+
+
+def test_the_header_shows_the_timing_in_effect_and_a_foreign_timer_is_ignored_aloud(run_benchmarks):
+    # pytest-benchmark's header shows its own defaults (max_time=1.0, min_rounds=5), which the config replaces.
+    result, data = run_benchmarks(SMALL, "-k", "placement", "--benchmark-timer=time.process_time",
+                                  "--benchmark-min-rounds=7")
+    out = result.stdout.str()
+    assert "suite: config " in out and "devices cpu; timing max_time=0.05s min_rounds=7" in out
+    assert "[suite] warning: --benchmark-timer is ignored: the suite's timer synchronises the devices" in out
+    assert {b["options"]["timer"] for b in data["benchmarks"]} == {"SyncTimer(cpu)"}
+
+
+def test_runs_that_time_nothing_say_what_they_did(run_benchmarks, tmp_path):
+    # --co and --setup-plan list what would run: pytest's exit status, and no "every case was skipped".
+    for option in ("--co", "--setup-plan"):
+        result, data = run_benchmarks(SMALL, "-k", "placement", option)
+        assert result.ret == pytest.ExitCode.OK and data is None, option
+        assert "nothing measured" not in result.stdout.str()
+        assert not (tmp_path / "results.partial.jsonl").exists()
+    result, data = run_benchmarks(SMALL, "-k", "placement", "--benchmark-disable")
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED and data is None
+    assert "[suite] nothing measured: benchmarks are disabled (--benchmark-disable" in result.stdout.str()
+    assert "every selected case was skipped" not in result.stdout.str()
+
+
 def test_a_budget_too_small_is_refused_before_anything_runs(run_benchmarks, tmp_path):
     # Collectives outside torchrun are skipped: the refusal counts only the 3 benchmarks that run.
     config = dict(SMALL, cases={**SMALL["cases"], "collectives": {"ops": ["all_reduce"], "sizes": ["4KiB"]}})
