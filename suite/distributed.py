@@ -752,7 +752,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             raise pytest.UsageError(str(exc)) from None
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(trylast=True, optionalhook=True)
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output_json: dict) -> None:
     if _STATE is not None:
         output_json.setdefault("suite", {})["distributed"] = _STATE.describe()

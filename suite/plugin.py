@@ -134,6 +134,9 @@ def pytest_configure(config: pytest.Config) -> None:
     parallel = xdist_reason(config)
     if parallel:
         raise pytest.UsageError(parallel)
+    if not config.pluginmanager.hasplugin("benchmark"):
+        raise pytest.UsageError("pytest-benchmark is not loaded (-p no:benchmark, or not installed): it times "
+                                "every case; run without -p no:benchmark (pip install 'pytest-benchmark>=5.3.1')")
     config.addinivalue_line("markers", "gpu: needs a real accelerator; skipped where none is present")
     # A benchmark run shows warnings (a torch deprecation, say) but never fails on one; the project's own
     # tests keep pyproject's "error" filter. Later filterwarnings entries win.
@@ -606,10 +609,14 @@ def _has_max_time(benchmark) -> bool:
 # --- JSON additions ----------------------------------------------------------------------------------
 
 
+# pytest-benchmark's hooks are optional: with `-p no:benchmark` pytest would reject them in an INTERNALERROR
+# traceback before pytest_configure could refuse the run in one line.
+@pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict) -> None:
     machine_info.update(dev.inventory().as_machine_info())
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output_json: dict) -> None:
     if _CONFIG not in config.stash:
         return

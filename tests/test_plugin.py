@@ -6,6 +6,7 @@ import pytest
 
 from suite import SCHEMA_VERSION
 from suite.devices import accelerators
+from tests.conftest import ROOT
 
 TINY = {
     "devices": ["cpu", "cuda:3"],
@@ -130,6 +131,19 @@ def test_runs_that_time_nothing_say_what_they_did(run_benchmarks, tmp_path):
     assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED and data is None
     assert "[suite] nothing measured: benchmarks are disabled (--benchmark-disable" in result.stdout.str()
     assert "every selected case was skipped" not in result.stdout.str()
+
+
+def test_without_pytest_benchmark_the_run_is_refused_in_one_line(pytester, run_benchmarks):
+    # Was an INTERNALERROR: pytest rejected the suite's pytest-benchmark hooks as unknown.
+    result = pytester.runpytest_subprocess(str(ROOT / "benchmarks"), f"--rootdir={ROOT}", "-p", "no:cacheprovider",
+                                           "-k", "placement", "-p", "no:benchmark", timeout=120)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "pytest-benchmark is not loaded (-p no:benchmark, or not installed)" in err
+    assert "INTERNALERROR" not in err + result.stdout.str() and "Traceback" not in err
+    result, _ = run_benchmarks(SMALL, "-k", "placement", "-p", "no:benchmark")  # pytest's own one line
+    assert "unrecognized arguments: --benchmark-json" in result.stderr.str()
+    assert "INTERNALERROR" not in result.stderr.str() + result.stdout.str()
 
 
 def test_a_budget_too_small_is_refused_before_anything_runs(run_benchmarks, tmp_path):
