@@ -12,6 +12,7 @@ The config (`suite.config`) gets a `cases.<name>` key for every registered famil
 from __future__ import annotations
 
 import importlib
+import weakref
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, Callable
@@ -79,6 +80,28 @@ class Work:
     pedantic: dict[str, Any] | None = None
     # More extra_info from the median seconds per call (collectives: algbw, busbw).
     derive: Callable[[float], dict[str, Any]] | None = None
+
+
+class OwnFn:
+    """Calls the current `fn` of the Work a check belongs to, holding that Work weakly.
+
+    A check calls the timed function through its Work (so a test can put a broken `fn` in its place and see
+    the check fail). Through a closure over `work` that was a reference cycle: each case's buffers then lived
+    until Python's cycle collector ran, often inside a later case, whose pinned blocks could be another GPU's
+    NUMA node's memory and whose device memory looked used up. `work = own.bind(Work(...))`; the check calls
+    `own()`."""
+
+    def __init__(self) -> None:
+        self._ref: Callable[[], Work | None] = lambda: None
+
+    def bind(self, work: Work) -> Work:
+        self._ref = weakref.ref(work)
+        return work
+
+    def __call__(self) -> object:
+        work = self._ref()
+        assert work is not None, "the check outlived its Work"
+        return work.fn()
 
 
 def _package(name: str) -> ModuleType:

@@ -7,7 +7,7 @@ import ctypes
 
 import torch
 
-from suite.cases import Case, SkipCase, Work, make_case
+from suite.cases import Case, OwnFn, SkipCase, Work, make_case
 from suite.cases.buffers import POISON, buffer, on_streams, tie_to_streams, verify_copy
 from suite.devices import bound_host_node, current_platform, host_near, synchronize
 from suite.units import format_size
@@ -236,11 +236,13 @@ def build(case: Case, config) -> Work:
         def run() -> None:
             b.copy_(a, non_blocking=nb)
 
+    own = OwnFn()
+
     def check() -> None:
         for _, b in legs:
             b.fill_(POISON)
         synchronize(*case.devices)
-        work.fn()
+        own()
         synchronize(*case.devices)
         for a, b in legs:
             verify_copy(b, a, f"copy {case.id}")
@@ -251,13 +253,13 @@ def build(case: Case, config) -> Work:
         extra["host_numa_node"] = bound_host_node()
     if p["direction"] == "bi" and p["path"] != "peer":
         extra["copy_engines"] = copy_engine_count(src if src != "cpu" else dst)
-    work = Work(
+    work = own.bind(Work(
         fn=run,
         check=check,
         bytes=moved_bytes(case),
         traffic_bytes=traffic_bytes(case),
         extra=extra,
-    )
+    ))
     return work
 
 

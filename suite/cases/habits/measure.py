@@ -8,7 +8,7 @@ import math
 
 import torch
 
-from suite.cases import Case, SkipCase, Work, make_case
+from suite.cases import Case, OwnFn, SkipCase, Work, make_case
 from suite.cases.common import float64_reference, randn
 from suite.cases.buffers import buffer, on_streams, tie_to_streams, verify_copy
 from suite.devices import current_platform, synchronize
@@ -182,16 +182,19 @@ def _small_vs_batched(case: Case) -> Work:
         def run() -> None:
             dst.copy_(src, non_blocking=non_blocking)
 
+    own = OwnFn()
+
     def check() -> None:
         dst.fill_(0)
         synchronize(*case.devices)
-        work.fn()
+        own()
         synchronize(*case.devices)
         verify_copy(dst, src, f"habits {case.id}")
 
     # A copy within the CPU also reports its memory traffic (read + write), under its own key.
     traffic = 2 * total if p["dst"] == "cpu" else None
-    work = Work(fn=run, check=check, bytes=total, traffic_bytes=traffic, extra={"non_blocking": non_blocking})
+    work = own.bind(Work(fn=run, check=check, bytes=total, traffic_bytes=traffic,
+                         extra={"non_blocking": non_blocking}))
     return work
 
 
@@ -216,9 +219,11 @@ def _sync_per_step(case: Case) -> Work:
                 _read(reader, loss)
         _read(reader, total)
 
+    own = OwnFn()
+
     def check() -> None:
         total.fill_(0)  # poisoned: a loop that computed nothing reads zero
-        work.fn()
+        own()
         got = float(total)
         # float64 on the device only on CUDA: MPS and many XPUs have none, so elsewhere on the CPU.
         expected = steps * float((float64_reference(a) @ float64_reference(w)).square().mean())
@@ -227,7 +232,7 @@ def _sync_per_step(case: Case) -> Work:
             f"habits {case.id}: loss sum {got:.6g} vs float64 {expected:.6g} (error {err:.2g})"
         )
 
-    work = Work(fn=run, check=check, flops=steps * 2 * n**3)
+    work = own.bind(Work(fn=run, check=check, flops=steps * 2 * n**3))
     return work
 
 
@@ -258,11 +263,13 @@ def _overlap(case: Case) -> Work:
             dst.copy_(src, non_blocking=True)
             torch.mm(a, b, out=out)
 
+    own = OwnFn()
+
     def check() -> None:
         dst.fill_(0)
         out.fill_(0)
         synchronize(dev)
-        work.fn()
+        own()
         synchronize(dev)
         verify_copy(dst, src, f"habits {case.id}")
         reference = a[:CHECK_ROWS].double().cpu() @ b.double().cpu()
@@ -271,7 +278,7 @@ def _overlap(case: Case) -> Work:
         assert err <= TOLERANCE, f"habits {case.id}: matmul relative error {err:.2g} against float64"
 
     synchronize(dev)  # the side stream must not read src/dst before they are filled
-    work = Work(fn=run, check=check, bytes=size, flops=2 * n**3, extra={"non_blocking": True})
+    work = own.bind(Work(fn=run, check=check, bytes=size, flops=2 * n**3, extra={"non_blocking": True}))
     return work
 
 

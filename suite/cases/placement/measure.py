@@ -6,7 +6,7 @@ import functools
 
 import torch
 
-from suite.cases import Case, SkipCase, Work, make_case
+from suite.cases import Case, OwnFn, SkipCase, Work, make_case
 from suite.cases.buffers import buffer, verify_copy
 from suite.devices import device_id, synchronize
 from suite.units import format_size
@@ -87,9 +87,11 @@ def build(case: Case, config) -> Work:
     }[op]
     what = f"placement {case.id} ({OPS[op]})"
 
+    own = OwnFn()
+
     def check() -> None:
         if op == "to_same":
-            out = work.fn()
+            out = own()
             assert out is x, (
                 f"{what}: returned a new tensor; .to() of a tensor already on {dev} must return it"
             )
@@ -99,7 +101,7 @@ def build(case: Case, config) -> Work:
         elif op in ALLOCATING:
             torch.zeros(n, dtype=torch.uint8, device=target)  # freed at once: the next block handed out
         synchronize(*case.devices)
-        out = work.fn()
+        out = own()
         synchronize(*case.devices)
         assert isinstance(out, torch.Tensor), f"{what}: returned {type(out).__name__}, not a tensor"
         assert same_device(out.device, target), f"{what}: result is on {out.device}, expected {target}"
@@ -111,12 +113,12 @@ def build(case: Case, config) -> Work:
 
     copies = op != "to_same"
     within = same_device(target, x.device)
-    work = Work(
+    work = own.bind(Work(
         fn=fn,
         check=check,
         bytes=n if copies else None,  # to_same moves nothing: no bandwidth to report
         traffic_bytes=2 * n if copies and within else None,
-    )
+    ))
     return work
 
 
