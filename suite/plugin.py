@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import gc
 import json
 import os
 import re
@@ -363,6 +364,7 @@ def _oom_reason(exc: BaseException, case: Case) -> str | None:
         return None
     plat = dev.current_platform()
     free = []
+    gc.collect()  # what earlier cases left in reference cycles is freed before free memory is read
     for name in case.devices:
         device = torch.device(name)
         plat.empty_cache(device)

@@ -137,3 +137,67 @@ def test_a_bound_copy_records_its_host_node(tmp_path, monkeypatch):
     assert "host_numa_node" not in copy_measure.build(case, config).extra
     monkeypatch.setattr(copy_measure, "bound_host_node", lambda: 1)
     assert copy_measure.build(case, config).extra["host_numa_node"] == 1
+
+
+@pytest.mark.parametrize("conf", ["pinned_use_cuda_host_register:True,pinned_num_register_threads:8",
+                                  "expandable_segments:True,pinned_reserve_segment_size_mb:1024"])
+def test_binds_nothing_where_torchs_allocator_places_pinned_pages_itself(affinity, two_sockets, monkeypatch,
+                                                                        conf):
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", conf)
+    with use_platform(NumaPlatform(1, {0: 1})), dev.host_near("cuda:0", two_sockets, BOTH) as node:
+        assert node is None
+    assert affinity["calls"] == []
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "pinned_use_cuda_host_register:False")
+    with use_platform(NumaPlatform(1, {0: 1})), dev.host_near("cuda:0", two_sockets, BOTH) as node:
+        assert node == 1
+
+
+def test_the_context_comes_first_and_the_affinity_is_restored_before_the_threads(affinity, two_sockets,
+                                                                                 monkeypatch):
+    order = []
+    plat = NumaPlatform(2, {1: 1})
+    real_sync, real_threads, real_set = plat.synchronize, torch.set_num_threads, dev.os.sched_setaffinity
+    monkeypatch.setattr(plat, "synchronize", lambda d: order.append(f"context {d}") or real_sync(d))
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: order.append(f"threads {n}") or real_threads(n))
+    monkeypatch.setattr(dev.os, "sched_setaffinity", lambda pid, c: order.append(f"cpus {sorted(c)}")
+                        or real_set(pid, c))
+    monkeypatch.setattr(dev.gc, "collect", lambda: order.append("collect"))
+    monkeypatch.setattr(dev, "_empty_host_cache", lambda: order.append("empty"))
+    threads = torch.get_num_threads()
+    with use_platform(plat), dev.host_near("cuda:1", two_sockets, BOTH):
+        pass
+    # Threads the driver starts with a context keep the mask they were born with: it exists before the bind.
+    # Blocks of earlier cases freed by the collector reach the free list before it is emptied.
+    assert order == ["context cuda:1", "collect", "cpus [4, 5, 6, 7]", "threads 1", "empty",
+                     f"cpus {sorted(ALL)}", f"threads {threads}"]
+
+
+def test_a_cpuset_that_moved_meanwhile_still_unbinds(affinity, two_sockets, monkeypatch):
+    affinity["cpus"] = {0, 1, 6, 7}
+
+    def kernel(pid, cpus):  # as Linux does: the mask cut to the cpuset, EINVAL where nothing is left
+        left = set(cpus) & cpuset
+        if not left:
+            raise OSError(22, "Invalid argument")
+        affinity["cpus"] = left
+
+    cpuset = {0, 1, 6, 7}
+    monkeypatch.setattr(dev.os, "sched_setaffinity", kernel)
+    with use_platform(NumaPlatform(1, {0: 0})), dev.host_near("cuda:0", two_sockets, BOTH) as node:
+        assert node == 0 and affinity["cpus"] == {0, 1}
+        cpuset = {2, 3}  # the job's cpuset moved to other CPUs while the case ran: {0, 1, 6, 7} is refused
+    assert dev.bound_host_node() is None and affinity["cpus"] == {2, 3}  # not left bound
+
+
+def test_emptying_the_host_cache_tries_each_name_until_one_works(monkeypatch):
+    called = []
+
+    def raising():
+        called.append("host")
+        raise RuntimeError("Cannot access accelerator device when none is available")
+
+    monkeypatch.setattr(torch._C, "_host_emptyCache", raising, raising=False)
+    monkeypatch.setattr(torch._C, "_accelerator_emptyHostCache", lambda: called.append("accelerator"),
+                        raising=False)
+    dev._empty_host_cache()
+    assert called == ["host", "accelerator"]
