@@ -45,6 +45,8 @@ DTYPES = {
     "f8e4m3": "float8_e4m3fn",
     "f8e5m2": "float8_e5m2",
 }
+# Under -C the time is derived from algbw, printed to 2 decimals: from 1.00 GB/s up it has 3 digits or more.
+MIN_ALGBW_FOR_TIME = 1.0
 DEFAULT_ITERS = 20  # nccl-tests' default -n, used when the `iters:` header line is missing
 TIME_COLUMNS = ("time", "cputime")  # each starts one result group (out-of-place, in-place); -C prints cputime
 # Open MPI's --tag-output prefix `[1,0]<stdout>:`, or srun -l's `0: `.
@@ -130,8 +132,13 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
     prefix = columns[:first_time]
     # With -C the time column is the host's time to launch the loop, read before the collectives complete
     # (common.cu: cputimeSec), while algbw and busbw still come from the completed loop: the time is then
-    # derived from algbw (S / algbw, printed to 2 decimals, so a message too small to show an algbw is left out).
+    # derived from algbw (S / algbw). algbw is printed to 2 decimals: below 1.00 GB/s it has 2 digits or fewer
+    # (0.05 is +-10%), so those sizes are left out; and hypercube's algbw counts (n-1)/n of the size column
+    # (HyperCubeGetBw), so its time cannot be had from it.
     launch_time = columns[first_time] == "cputime"
+    if launch_time and op == "hypercube":
+        return None, ("nccl-tests hypercube_perf run with -C: its time column is launch time and its algbw does "
+                      "not count the size column's bytes, so no time can be derived; rerun without -C")
     hosts = sorted({host for host, _, _ in ranks.values()})
     world = len(ranks) or None
     benchmarks, bad, wrong, no_time = [], 0, [], 0
@@ -150,7 +157,7 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
         for mode, group in groups:
             time_us, algbw, busbw = (_number(t) for t in group[:3])
             if launch_time:
-                if not algbw or algbw <= 0:
+                if not algbw or algbw < MIN_ALGBW_FOR_TIME:
                     no_time += 1
                     continue
                 time_us = size / (algbw * 1e9) * 1e6
@@ -202,8 +209,9 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
     if bad:
         warnings.append(f"{path}: ignored {bad} unreadable nccl-tests result line(s)")
     if no_time:
-        warnings.append(f"{path}: run with -C (its time column is launch time): {no_time} result(s) whose algbw "
-                        "prints as 0.00 give no time and are not imported")
+        warnings.append(f"{path}: run with -C (its time column is launch time, so the time comes from algbw): "
+                        f"{no_time} result(s) with algbw under {MIN_ALGBW_FOR_TIME:.2f} GB/s, printed to too few "
+                        "digits to give a time, are not imported")
     finished = any("Avg bus bandwidth" in line for line in lines)
     if not finished:
         warnings.append(
