@@ -774,10 +774,18 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # --- python -m suite.distributed ----------------------------------------------------------------------------
 
 
+# pytest options that read or write its cache: a run given one keeps the cache on.
+_CACHE_OPTIONS = ("--lf", "--last-failed", "--ff", "--failed-first", "--nf", "--new-first", "--sw", "--stepwise",
+                  "--cache-clear", "--cache-show", "cacheprovider")
+
+
 def torchrun_command(nproc: int, pytest_args: list[str]) -> list[str]:
+    """torchrun starting `nproc` pytest ranks. They share one rootdir, and pytest's cache writes are not atomic:
+    its cache is off unless the arguments use it."""
     args = pytest_args or ["benchmarks/test_collectives.py"]
+    cache = any(a.split("=")[0] in _CACHE_OPTIONS for a in args)
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "-m", "pytest", *args]
+            "-m", "pytest", *([] if cache else ["-p", "no:cacheprovider"]), *args]
 
 
 def preflight(nproc: int, pytest_args: list[str]) -> None:

@@ -183,11 +183,13 @@ def xdist_reason(config) -> str | None:
     """Why the run cannot go on under pytest-xdist, or None: its workers would time benchmarks side by side on
     the same devices, and pytest-benchmark turns its timing off under xdist anyway (the run would pass, timing
     nothing). Each worker would also find the results file locked by its controller."""
-    workers = getattr(getattr(config, "option", None), "numprocesses", None)
+    option = getattr(config, "option", None)
+    workers = getattr(option, "numprocesses", None)
+    dist = getattr(option, "dist", "no")  # --dist load --tx 2*popen starts workers without -n
     # Not PYTEST_XDIST_WORKER: a run started from a test that runs under xdist inherits it.
-    if not workers and not hasattr(config, "workerinput"):
+    if not workers and dist in (None, "no") and not hasattr(config, "workerinput"):
         return None
-    return ("pytest-xdist (-n) runs tests in parallel processes: benchmarks there would share the devices, and "
+    return ("pytest-xdist (-n, --dist) runs tests in parallel processes: benchmarks there would share the devices, and "
             "pytest-benchmark turns timing off under xdist; run without -n (or with -n 0)")
 
 

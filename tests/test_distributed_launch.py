@@ -255,3 +255,11 @@ def test_ranks_die_with_their_agent():
     proc = subprocess.run([sys.executable, "-c", code], check=False, cwd=ROOT, capture_output=True, text=True,
                           timeout=60, env={**os.environ, "TORCHELASTIC_RUN_ID": "x"})
     assert proc.stdout.split() == ["True", "True", "False"], proc.stderr
+
+
+def test_torchrun_ranks_leave_pytests_cache_alone_unless_asked():
+    # N ranks in one rootdir would write .pytest_cache at once (pytest's writes are not atomic).
+    cmd = distributed.torchrun_command(2, ["benchmarks/test_collectives.py"])
+    assert cmd[cmd.index("pytest") + 1:cmd.index("pytest") + 3] == ["-p", "no:cacheprovider"]
+    for asked in (["--lf"], ["--last-failed"], ["-p", "cacheprovider"], ["--cache-clear"]):
+        assert "no:cacheprovider" not in distributed.torchrun_command(2, ["benchmarks", *asked])

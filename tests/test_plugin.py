@@ -189,14 +189,15 @@ def test_a_users_max_time_is_each_shares_ceiling_and_the_budget_still_holds(run_
     assert {b["extra_info"]["max_time"] for b in data["benchmarks"]} == {0.02}
 
 
-@pytest.mark.parametrize(("option", "worker", "refused"), [
-    (None, False, False), (0, False, False), ("auto", False, True), (2, False, True), (None, True, True)])
-def test_pytest_xdist_is_refused_in_one_line(option, worker, refused):
+@pytest.mark.parametrize(("option", "dist", "worker", "refused"), [
+    (None, "no", False, False), (0, "no", False, False), ("auto", "load", False, True), (2, "load", False, True),
+    (None, "load", False, True), (None, "no", True, True)])
+def test_pytest_xdist_is_refused_in_one_line(option, dist, worker, refused):
     from types import SimpleNamespace
 
     from suite.plugin import xdist_reason
 
-    config = SimpleNamespace(option=SimpleNamespace(numprocesses=option))
+    config = SimpleNamespace(option=SimpleNamespace(numprocesses=option, dist=dist))
     if worker:
         config.workerinput = {"workerid": "gw0"}  # what xdist gives each worker's config
     reason = xdist_reason(config)
