@@ -21,7 +21,9 @@ TOOL = "nvbandwidth"
 # (json_output.cpp names a bufferSize key and never sets it): the default is taken unless nvbandwidth's own
 # root "warning" says a smaller buffer was chosen; then the size is unknown and the results are not imported
 # (labelled 512 MiB, a 2 MiB run's rates would be drawn and judged as large-copy figures). A run with a
-# larger -b is labelled 512 MiB: by then the rate no longer grows with the size.
+# larger -b is labelled 512 MiB: by then the rate no longer grows with the size. nvbandwidth keeps one root
+# warning, the last (recordWarning assigns it): where a later one replaced the small-buffer note, a small run
+# is labelled 512 MiB all the same; nothing in its JSON tells.
 DEFAULT_BUFFER_BYTES = 512 * 2**20
 SMALL_BUFFER_WARNING = "smaller than the default buffer size"
 DEFAULT_SAMPLES = 3  # nvbandwidth's default --testSamples: it reports the median of 3
