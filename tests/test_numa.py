@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from suite import devices as dev
-from suite.cases.copy import measure as copy_measure
 from suite.config import load_config
 from suite.devices import use_platform
 from tests.fakes import FakePlatform
@@ -120,23 +119,40 @@ def test_a_gpus_node_comes_from_torchs_pci_address_else_nvml(tmp_path, monkeypat
     assert plat.numa_node(torch.device("cpu")) is None
 
 
-def test_a_copy_binds_the_host_side_of_host_copies_only(monkeypatch):
+def test_a_case_binds_its_host_side_only_between_the_host_and_one_gpu(monkeypatch):
+    from suite.cases import buffers
+
     asked = []
-    monkeypatch.setattr(copy_measure, "host_near", lambda device: asked.append(device) or "bound")
-    for src, dst in (("cpu", "cuda:1"), ("cuda:2", "cpu"), ("cuda:0", "cuda:1"), ("cuda:0", "cuda:0"),
-                     ("cpu", "cpu")):
-        copy_measure.host_side(types.SimpleNamespace(info={"src": src, "dst": dst}))
+    monkeypatch.setattr(buffers, "host_near", lambda device: asked.append(device) or "bound")
+    for devices in (("cpu", "cuda:1"), ("cuda:2", "cpu"), ("cuda:0", "cuda:1"), ("cuda:0",), ("cpu",),
+                    ("cpu", "cuda:0", "cuda:1")):
+        buffers.host_side(types.SimpleNamespace(devices=devices))
     assert asked == ["cuda:1", "cuda:2"]
 
 
-def test_a_bound_copy_records_its_host_node(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("family", "yaml_text"), [
+    ("copy", "  copy:\n    sizes: [4KiB]\n    memory: [pageable]\n"),
+    ("placement", "  placement:\n    sizes: [4KiB]\n    ops: [clone]\n"),
+    ("habits", "  habits:\n    chunk: 4KiB\n    chunks: 4\n    readers: [item]\n"),
+])
+def test_a_bound_case_records_its_host_node(tmp_path, monkeypatch, family, yaml_text):
+    from suite.cases import SkipCase, buffers, family_module
+
     path = tmp_path / "c.yaml"
-    path.write_text("devices: cpu\ncases:\n  copy:\n    sizes: [4KiB]\n    memory: [pageable]\n", encoding="utf-8")
+    path.write_text(f"devices: cpu\ncases:\n{yaml_text}", encoding="utf-8")
     config = load_config(path)
-    (case,) = [c for c in copy_measure.enumerate_cases(config, ["cpu"]) if c.info["direction"] == "uni"]
-    assert "host_numa_node" not in copy_measure.build(case, config).extra
-    monkeypatch.setattr(copy_measure, "bound_host_node", lambda: 1)
-    assert copy_measure.build(case, config).extra["host_numa_node"] == 1
+    module = family_module(family)
+    assert module.host_side is buffers.host_side  # the test file and the GPU check's reference enter it
+    built = []
+    for case in module.enumerate_cases(config, ["cpu"]):
+        try:
+            built.append((case, module.build(case, config)))
+        except SkipCase:
+            continue
+    assert built and all("host_numa_node" not in work.extra for _, work in built)
+    monkeypatch.setattr(buffers, "bound_host_node", lambda: 1)
+    case = built[0][0]
+    assert module.build(case, config).extra["host_numa_node"] == 1
 
 
 @pytest.mark.parametrize("conf", ["pinned_use_cuda_host_register:True,pinned_num_register_threads:8",

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 
 import torch
 
+from suite.devices import bound_host_node, host_near
+
 # Source bytes never hold a zero and verification first zeroes the destination ("poisons" it), so every byte a
 # copy failed to write differs from the source.
 POISON = 0
@@ -44,6 +46,22 @@ def buffer(device: str, nbytes: int, pinned: bool = False, data: bool = False) -
     if data:
         return pattern_bytes(nbytes).to(device)
     return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+def host_side(case) -> contextlib.AbstractContextManager:
+    """Where a case that moves bytes between the host and one GPU keeps its host buffers and runs its host side:
+    on the GPU's NUMA node (devices.host_near, as nvbandwidth binds by default). Nothing to bind for a case
+    without the host, or without exactly one accelerator. The family's test file enters it around the case."""
+    gpus = [d for d in case.devices if d != "cpu"]
+    if "cpu" not in case.devices or len(gpus) != 1:
+        return contextlib.nullcontext()
+    return host_near(gpus[0])
+
+
+def host_extra() -> dict:
+    """extra_info of a case built inside host_side: the NUMA node its host side is bound to, where it is."""
+    node = bound_host_node()
+    return {} if node is None else {"host_numa_node": node}
 
 
 def verify_copy(dst: torch.Tensor, src: torch.Tensor, what: str) -> None:
@@ -88,4 +106,5 @@ def tie_to_streams(tensors, streams: list) -> None:
                 tensor.record_stream(stream)
 
 
-__all__ = ["POISON", "buffer", "on_streams", "pattern_bytes", "tie_to_streams", "verify_copy"]
+__all__ = ["POISON", "buffer", "host_extra", "host_side", "on_streams", "pattern_bytes", "tie_to_streams",
+           "verify_copy"]

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 
 import torch
 
 from suite.cases import Case, OwnFn, SkipCase, Work, make_case
-from suite.cases.buffers import POISON, buffer, on_streams, tie_to_streams, verify_copy
-from suite.devices import bound_host_node, current_platform, host_near, synchronize
+from suite.cases.buffers import POISON, buffer, host_extra, host_side, on_streams, tie_to_streams, verify_copy
+from suite.devices import current_platform, synchronize
 from suite.units import format_size
 
 NAME = "copy"
@@ -196,16 +195,6 @@ def traffic_bytes(case: Case) -> int | None:
     return 2 * case.info["size"] if case.info["path"] in ("host", "local") else None
 
 
-def host_side(case: Case) -> contextlib.AbstractContextManager:
-    """Where a host<->device copy's host buffers live and its host side runs: on the GPU's NUMA node
-    (devices.host_near, as nvbandwidth binds by default); nothing to bind for a copy without the host, or
-    without an accelerator."""
-    src, dst = case.info["src"], case.info["dst"]
-    if (src == "cpu") == (dst == "cpu"):
-        return contextlib.nullcontext()
-    return host_near(dst if src == "cpu" else src)
-
-
 def build(case: Case, config) -> Work:
     reason = skip_reason(case)
     if reason:
@@ -248,9 +237,7 @@ def build(case: Case, config) -> Work:
             verify_copy(b, a, f"copy {case.id}")
 
     synchronize(*case.devices)  # side streams must not start before the buffers are filled
-    extra: dict = {}
-    if bound_host_node() is not None:
-        extra["host_numa_node"] = bound_host_node()
+    extra: dict = host_extra()
     if p["direction"] == "bi" and p["path"] != "peer":
         extra["copy_engines"] = copy_engine_count(src if src != "cpu" else dst)
     work = own.bind(Work(
@@ -306,6 +293,7 @@ __all__ = [
     "build",
     "enumerate_cases",
     "gpu_checks",
+    "host_side",
     "link_kind",
     "moved_bytes",
     "skip_reason",

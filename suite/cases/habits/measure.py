@@ -10,7 +10,7 @@ import torch
 
 from suite.cases import Case, OwnFn, SkipCase, Work, make_case
 from suite.cases.common import float64_reference, randn
-from suite.cases.buffers import buffer, on_streams, tie_to_streams, verify_copy
+from suite.cases.buffers import buffer, host_extra, host_side, on_streams, tie_to_streams, verify_copy
 from suite.devices import current_platform, synchronize
 from suite.units import format_size
 
@@ -194,7 +194,7 @@ def _small_vs_batched(case: Case) -> Work:
     # A copy within the CPU also reports its memory traffic (read + write), under its own key.
     traffic = 2 * total if p["dst"] == "cpu" else None
     work = own.bind(Work(fn=run, check=check, bytes=total, traffic_bytes=traffic,
-                         extra={"non_blocking": non_blocking}))
+                         extra={"non_blocking": non_blocking, **host_extra()}))
     return work
 
 
@@ -278,7 +278,7 @@ def _overlap(case: Case) -> Work:
         assert err <= TOLERANCE, f"habits {case.id}: matmul relative error {err:.2g} against float64"
 
     synchronize(dev)  # the side stream must not read src/dst before they are filled
-    work = own.bind(Work(fn=run, check=check, bytes=size, flops=2 * n**3, extra={"non_blocking": True}))
+    work = own.bind(Work(fn=run, check=check, bytes=size, flops=2 * n**3, extra={"non_blocking": True, **host_extra()}))
     return work
 
 
@@ -319,4 +319,4 @@ def gpu_checks(ctx) -> list:
     return rows
 
 
-__all__ = ["NAME", "VARIANTS", "build", "enumerate_cases", "gpu_checks", "skip_reason"]
+__all__ = ["NAME", "VARIANTS", "build", "enumerate_cases", "gpu_checks", "host_side", "skip_reason"]

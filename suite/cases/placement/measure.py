@@ -7,7 +7,7 @@ import functools
 import torch
 
 from suite.cases import Case, OwnFn, SkipCase, Work, make_case
-from suite.cases.buffers import buffer, verify_copy
+from suite.cases.buffers import buffer, host_extra, host_side, verify_copy
 from suite.devices import device_id, synchronize
 from suite.units import format_size
 
@@ -118,8 +118,9 @@ def build(case: Case, config) -> Work:
         check=check,
         bytes=n if copies else None,  # to_same moves nothing: no bandwidth to report
         traffic_bytes=2 * n if copies and within else None,
+        extra=host_extra(),
     ))
     return work
 
 
-__all__ = ["NAME", "OPS", "build", "enumerate_cases", "other_device", "same_device", "skip_reason"]
+__all__ = ["NAME", "OPS", "build", "enumerate_cases", "host_side", "other_device", "same_device", "skip_reason"]
