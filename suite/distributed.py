@@ -776,7 +776,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 # pytest options that read or write its cache: a run given one keeps the cache on.
 _CACHE_OPTIONS = ("--lf", "--last-failed", "--ff", "--failed-first", "--nf", "--new-first", "--sw", "--stepwise",
-                  "--cache-clear", "--cache-show", "cacheprovider")
+                  "--sw-skip", "--stepwise-skip", "--sw-reset", "--stepwise-reset", "--lfnf",
+                  "--last-failed-no-failures", "--cache-clear", "--cache-show", "cacheprovider")
 
 
 def torchrun_command(nproc: int, pytest_args: list[str]) -> list[str]:

@@ -263,3 +263,10 @@ def test_torchrun_ranks_leave_pytests_cache_alone_unless_asked():
     assert cmd[cmd.index("pytest") + 1:cmd.index("pytest") + 3] == ["-p", "no:cacheprovider"]
     for asked in (["--lf"], ["--last-failed"], ["-p", "cacheprovider"], ["--cache-clear"]):
         assert "no:cacheprovider" not in distributed.torchrun_command(2, ["benchmarks", *asked])
+
+
+def test_every_cache_option_keeps_pytests_cache_on_also_with_a_value():
+    # Without the cache, pytest refuses these options: every rank would fail at once.
+    for asked in (["--ff"], ["--failed-first"], ["--nf"], ["--sw"], ["--stepwise"], ["--cache-show=*"],
+                  ["--sw-skip"], ["--stepwise-skip"], ["--lfnf=all"], ["--last-failed-no-failures", "none"]):
+        assert "no:cacheprovider" not in distributed.torchrun_command(2, ["benchmarks", *asked]), asked

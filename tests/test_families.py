@@ -246,3 +246,26 @@ def test_a_built_case_and_its_buffers_die_with_it_without_the_cycle_collector(na
         gc.enable()
     if not ran:
         pytest.skip(f"no {name} case runs on the CPU alone")
+
+
+def test_sync_per_step_work_dies_without_the_cycle_collector():
+    """The CPU skips sync_per_step before building it (so the test above never builds it), but its Work is the
+    same on the CPU: built directly, checked and dropped with gc off."""
+    import gc
+    import weakref
+
+    from suite.cases.habits import measure as habits
+    from suite.config import load_config
+
+    config = load_config(ROOT / "configs" / "quick.yaml")
+    case = next(c for c in habits.enumerate_cases(config, ["cpu"]) if c.info["habit"] == "sync_per_step")
+    gc.collect()
+    gc.disable()
+    try:
+        work = habits._sync_per_step(case)
+        work.check()
+        ref = weakref.ref(work)
+        del work
+        assert ref() is None, "sync_per_step's Work outlives it (a reference cycle)"
+    finally:
+        gc.enable()

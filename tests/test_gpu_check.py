@@ -583,3 +583,32 @@ def test_the_hard_stops_sigterm_ends_the_check_at_once_not_as_a_failed_step(monk
     monkeypatch.setattr(os, "_exit", exits.append)
     seen["check"](signal.SIGTERM, None)  # the check's handler ends the process at once, as SIGTERM did
     assert exits == [128 + signal.SIGTERM]
+
+
+def test_the_reference_copy_is_built_and_timed_inside_the_familys_host_side(tmp_path, monkeypatch):
+    # The suite's copy runs on the GPU's NUMA node (copy's host_side): its reference must too, or a dual-socket
+    # node compares a near copy with a far one.
+    import contextlib
+
+    import suite.timing
+    from suite.cases.copy import measure as copy_measure
+
+    order = []
+
+    @contextlib.contextmanager
+    def host_side(case):
+        order.append("bind")
+        yield
+        order.append("unbind")
+
+    build = copy_measure.build
+    monkeypatch.setattr(copy_measure, "host_side", host_side)
+    monkeypatch.setattr(copy_measure, "build", lambda case, config: order.append("build") or build(case, config))
+    monkeypatch.setattr(suite.timing, "reference_times", lambda fn, device, seconds: order.append("time") or [1e-3])
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("devices: cpu\ntiming: {warmup_s: 0.0}\ncases:\n  copy:\n    sizes: [4KiB]\n"
+                   "    memory: [pageable]\n", encoding="utf-8")
+    ctx = CheckContext(device="cpu", dry_run=True, workdir=tmp_path)
+    case_id = ctx.case_ids("copy", cfg)[0]
+    assert ctx.reference("copy", cfg, {"param": case_id, "stats": {"total": 0.01, "iterations": 1}}) == 1e-3
+    assert order == ["bind", "build", "time", "unbind"]

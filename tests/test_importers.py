@@ -314,3 +314,10 @@ def test_nccl_tests_alltoallv_is_not_all_to_all(tmp_path, capsys):
     )
     main(["health", str(path)])
     assert "alltoallv_perf has no counterpart among our collectives" in capsys.readouterr().err
+
+
+def test_nccl_tests_hypercube_without_C_is_imported(tmp_path):
+    # Only -C makes hypercube's time underivable: its plain time column is the completed loop's, as for any op.
+    cube = variant(tmp_path, "hypercube_perf.txt", lambda text: text.replace("all_reduce_perf", "hypercube_perf"))
+    t = load_results([cube]).table
+    assert len(t) == 62 and set(t["name"].str.contains("hypercube")) == {True}

@@ -217,3 +217,40 @@ def test_emptying_the_host_cache_tries_each_name_until_one_works(monkeypatch):
                         raising=False)
     dev._empty_host_cache()
     assert called == ["host", "accelerator"]
+
+
+@pytest.mark.parametrize("var", ["PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"])
+def test_either_allocator_variable_defeats_the_binding_and_zero_is_off(affinity, two_sockets, monkeypatch, var):
+    # torch 2.9 renamed PYTORCH_CUDA_ALLOC_CONF to PYTORCH_ALLOC_CONF; a reserved segment of 0 MB reserves none.
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    monkeypatch.delenv("PYTORCH_ALLOC_CONF", raising=False)
+    monkeypatch.setenv(var, "pinned_use_cuda_host_register:True")
+    with use_platform(NumaPlatform(1, {0: 1})), dev.host_near("cuda:0", two_sockets, BOTH) as node:
+        assert node is None
+    assert affinity["calls"] == []
+    monkeypatch.setenv(var, "pinned_reserve_segment_size_mb:0")
+    with use_platform(NumaPlatform(1, {0: 1})), dev.host_near("cuda:0", two_sockets, BOTH) as node:
+        assert node == 1
+
+
+@pytest.mark.parametrize(("family", "devices"), [("copy", ("cpu", "cuda:1")), ("placement", ("cuda:1", "cpu")),
+                                                  ("habits", ("cpu", "cuda:1"))])
+def test_each_benchmark_file_measures_inside_the_host_side_binding(monkeypatch, family, devices):
+    import contextlib
+    import importlib
+
+    from suite.cases import buffers
+
+    order = []
+
+    @contextlib.contextmanager
+    def near(device):
+        order.append(f"bind {device}")
+        yield 1
+        order.append("unbind")
+
+    monkeypatch.setattr(buffers, "host_near", near)
+    bench = importlib.import_module(f"benchmarks.test_{family}")
+    case = types.SimpleNamespace(devices=devices, family=family, info={"precision": None})
+    getattr(bench, f"test_{family}")(case, lambda case: order.append("measure"))
+    assert order == ["bind cuda:1", "measure", "unbind"]

@@ -112,17 +112,22 @@ def test_pytest_benchmarks_own_outputs_are_not_swallowed_by_the_rates_summary(ru
 
 def test_the_header_shows_the_timing_in_effect_and_a_foreign_timer_is_ignored_aloud(run_benchmarks):
     # pytest-benchmark's header shows its own defaults (max_time=1.0, min_rounds=5), which the config replaces.
-    result, data = run_benchmarks(SMALL, "-k", "placement", "--benchmark-timer=time.process_time",
-                                  "--benchmark-min-rounds=7")
+    config = dict(SMALL, timing={**SMALL["timing"], "precision": 0.05, "confidence": 0.9})
+    result, data = run_benchmarks(config, "-k", "placement", "--benchmark-timer=time.process_time",
+                                  "--benchmark-min-rounds=7", "--benchmark-max-time=0.02", "--suite-budget", "1h")
     out = result.stdout.str()
-    assert "suite: config " in out and "devices cpu; timing max_time=0.05s min_rounds=7" in out
+    assert "suite: config " in out and "devices cpu; timing max_time=0.02s min_rounds=7" in out
+    assert "precision +-0.05 at 0.9 " in out and ", budget 3600s" in out
     assert "[suite] warning: --benchmark-timer is ignored: the suite's timer synchronises the devices" in out
     assert {b["options"]["timer"] for b in data["benchmarks"]} == {"SyncTimer(cpu)"}
+    result, _ = run_benchmarks(dict(SMALL, timing={**SMALL["timing"], "precision": "off"}), "-k", "placement")
+    assert "max_time=0.05s min_rounds=3 precision off" in result.stdout.str()
+    assert ", budget" not in result.stdout.str()
 
 
 def test_runs_that_time_nothing_say_what_they_did(run_benchmarks, tmp_path):
     # --co and --setup-plan list what would run: pytest's exit status, and no "every case was skipped".
-    for option in ("--co", "--setup-plan"):
+    for option in ("--co", "--setup-plan", "--setup-only"):
         result, data = run_benchmarks(SMALL, "-k", "placement", option)
         assert result.ret == pytest.ExitCode.OK and data is None, option
         assert "nothing measured" not in result.stdout.str()
@@ -281,3 +286,29 @@ def test_family_timing_reaches_the_benchmark(run_benchmarks):
     (bench,) = data["benchmarks"]
     assert bench["options"]["precision"] is None and bench["options"]["min_rounds"] == 4
     assert bench["extra_info"]["stopped_on"] == "time"
+
+
+def test_a_whole_run_still_stores_what_benchmark_save_asks(run_benchmarks, tmp_path):
+    # Only a run cut short is kept out of pytest-benchmark's storage.
+    store = tmp_path / "store"
+    result, data = run_benchmarks(SMALL, "-k", "placement", "--benchmark-save=whole",
+                                  f"--benchmark-storage={store}")
+    assert result.ret == pytest.ExitCode.OK and data is not None
+    assert [p.name.endswith("_whole.json") for p in store.rglob("*.json")] == [True]
+    assert "nothing stored" not in result.stdout.str()
+
+
+def test_pytest_xdist_is_refused_by_the_run_itself(pytester, run_benchmarks):
+    # xdist is not installed here: a plugin that adds its --dist option stands in for it.
+    pytester.makepyfile(fake_xdist="def pytest_addoption(parser):\n"
+                                   "    parser.addoption('--dist', dest='dist', default='no')\n")
+    result, data = run_benchmarks(SMALL, "-k", "placement", "-p", "fake_xdist", "--dist", "load")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and data is None
+    assert "pytest-xdist (-n, --dist) runs tests in parallel processes" in result.stderr.str()
+
+
+def test_the_table_options_are_pytest_benchmarks_own(pytestconfig):
+    from suite.plugin import _TABLE_OPTIONS
+
+    for name in _TABLE_OPTIONS:  # getoption raises ValueError for a name no plugin defines
+        pytestconfig.getoption(name)

@@ -349,7 +349,10 @@ def _signal_mid_stall(fake_suite, tmp_path, out: Path, signum: int, select: str 
     stall case's timed rounds (100 x 0.2 s): (exit status, output)."""
     log = tmp_path / "run.log"
     with open(log, "wb") as fh:
+        # SIGINT at its default in the child: under a shell's `cmd &` it inherits SIGINT ignored, and Python
+        # then never raises KeyboardInterrupt (the signal would do nothing and the run finish).
         proc = subprocess.Popen(fake_suite(FAST, out, "-k", select, *args), env=_env(), stdout=fh,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
                                 stderr=subprocess.STDOUT, cwd=tmp_path)
     _wait_for(proc, partial_path(out), '"started": "test_fake.py::test_stall', 1, log)
     time.sleep(0.5)
@@ -606,3 +609,14 @@ def test_a_lock_the_file_system_never_grants_is_given_up_on_with_a_warning(tmp_p
     stuck = lock._stuck
     lock.release()  # closes the lock file the waiting thread was given (left open, a later test's warning)
     assert stuck.closed and lock._stuck is None
+
+
+def test_ctrl_c_stores_nothing_under_a_named_benchmark_save_either(fake_suite, tmp_path):
+    # --benchmark-save=NAME, not only --benchmark-autosave: either would make the cut run the compare baseline.
+    out = tmp_path / "results" / "run.json"
+    store = tmp_path / "store"
+    status, text = _signal_mid_stall(fake_suite, tmp_path, out, signal.SIGINT, "stall",
+                                     "--benchmark-save=cut", f"--benchmark-storage={store}")
+    assert status == pytest.ExitCode.INTERRUPTED, text[-2000:]
+    assert not [p for p in store.rglob("*") if p.is_file()], text[-2000:]
+    assert "[suite] nothing stored by --benchmark-save/--benchmark-autosave: a run cut short" in text
