@@ -473,6 +473,18 @@ def route_kind(src: object, dst: object) -> str:
     return "local" if src == dst else "peer"
 
 
+def copy_engine_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` without the SM-kernel copies of a route whose copy-engine copy was measured too (nvbandwidth's
+    `_sm` and `_ce` tests of one pair): the suite's own copies are cudaMemcpy, copy-engine copies, and an SM copy
+    kernel can be faster or slower, so the best of the two would not be like the suite's figure."""
+    if "engine" not in rows or not (rows["engine"] == "sm").any():
+        return rows
+    keys = [k for k in ("label", "src", "dst", "direction") if k in rows]
+    route = pd.Series(["\x1f".join(map(str, r)) for r in zip(*(rows[k] for k in keys))], index=rows.index)
+    with_ce = set(route[rows["engine"] == "ce"])
+    return rows[~((rows["engine"] == "sm") & route.isin(with_ce))]
+
+
 def route_kinds(src: pd.Series, dst: pd.Series) -> pd.Series:
     """route_kind of every row at once (a fleet has hundreds of thousands)."""
     s, d = src.astype(object), dst.astype(object)

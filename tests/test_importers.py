@@ -321,3 +321,32 @@ def test_nccl_tests_hypercube_without_C_is_imported(tmp_path):
     cube = variant(tmp_path, "hypercube_perf.txt", lambda text: text.replace("all_reduce_perf", "hypercube_perf"))
     t = load_results([cube]).table
     assert len(t) == 62 and set(t["name"].str.contains("hypercube")) == {True}
+
+
+def test_an_imported_routes_copy_engine_figure_is_the_one_shown_and_judged(tmp_path, capsys, monkeypatch):
+    """Our copies are cudaMemcpy (copy-engine) copies: set beside them, an nvbandwidth route measured by its _ce
+    and _sm tests shows the _ce figure, not the better of the two (here the SM kernel's)."""
+    from suite.report.charts import copy_heatmaps
+    from suite.results import copy_engine_rows
+
+    ce = matrix_case("host_to_device_memcpy_ce", [["20.0", "52.0"]], "memcpy CE CPU(row) -> GPU(column)")
+    sm = matrix_case("host_to_device_memcpy_sm", [["30.0", "55.0"]], "memcpy SM CPU(row) -> GPU(column)")
+    only_sm = matrix_case("device_to_host_memcpy_sm", [["40.0", "41.0"]], "memcpy SM CPU(row) <- GPU(column)")
+    path = nvbw(tmp_path, [ce, sm, only_sm])
+    loaded = load_results([path])
+    kept = copy_engine_rows(loaded.table)
+    assert sorted(zip(kept["test"], kept["dst"], kept["gbps"])) == [
+        ("device_to_host_memcpy_sm", "cpu", 40.0), ("device_to_host_memcpy_sm", "cpu", 41.0),  # no CE test: kept
+        ("host_to_device_memcpy_ce", "cuda:0", 20.0), ("host_to_device_memcpy_ce", "cuda:1", 52.0)]
+    from suite.report import charts
+
+    drawn = []
+    monkeypatch.setattr(charts, "_png", lambda fig: drawn.append(fig) or "")
+    copy_heatmaps(loaded.table[loaded.table["case"] == "copy"], list(loaded.machines))
+    cells = {t.get_text() for t in drawn[-1].axes[0].texts}
+    assert {"20", "52"} <= cells and not {"30", "55"} & cells, cells
+    assert main(["health", str(path), "--format", "json"]) in (0, 1)
+    health = json.loads(capsys.readouterr().out)
+    (entry,) = [e for n in health["nodes"] for e in n["expectations"]
+                if e["measure"] == "h2d" and e["device"] == "cuda:0"]
+    assert entry["measured"] == 20.0 and entry["verdict"] == "low"  # the SM kernel's 30 would blur a slow link

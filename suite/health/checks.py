@@ -12,7 +12,15 @@ import pandas as pd
 from suite.compare import NOISE_IQR_SHARE
 from suite.limits import limits_held
 from suite.health.expect import HOST_LINKS, MEASURES, OK_AT_PCT, Expectations, Measure
-from suite.results import FOREIGN_CASE, OUR_TOOL, LoadedResults, latest_runs, peer_keys, route_kinds
+from suite.results import (
+    FOREIGN_CASE,
+    OUR_TOOL,
+    LoadedResults,
+    copy_engine_rows,
+    latest_runs,
+    peer_keys,
+    route_kinds,
+)
 
 # A device is a straggler when it is more than this far below the median of its peers (same model, same
 # benchmark, same run), and further than their noise. MAMF's author saw a 5%+ matmul spread between healthy
@@ -180,7 +188,8 @@ def _held(row) -> str:
 def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
     """The latest run of each node and tool, with node, subject device, its model, speed and noise."""
     table = loaded.table
-    rows = table[table["label"].isin(labels) & (table["case"] != FOREIGN_CASE)].copy()
+    # An imported nvbandwidth route's copy-engine figure, not the better of it and its SM kernel's: like ours.
+    rows = copy_engine_rows(table[table["label"].isin(labels) & (table["case"] != FOREIGN_CASE)]).copy()
     machines = loaded.machines
     rows["node"] = rows["label"].map({k: m.node for k, m in machines.items()})
     rows["route_"] = route_kinds(rows["src"], rows["dst"])

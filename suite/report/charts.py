@@ -18,7 +18,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from suite.report.tables import format_time, ranks_and_nodes
-from suite.results import Machine, route_kinds
+from suite.results import Machine, copy_engine_rows, route_kinds
 from suite.units import format_size
 
 # Limits that keep a report of hundreds of machines readable and fast; the tables always list everything.
@@ -334,7 +334,7 @@ MAX_LABELLED_DEVICES = 9
 
 def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     """src × dst matrix of GB/s at each machine's largest copy size (pinned host memory where measured)."""
-    rows = rows[rows["gbps"].notna() & rows["src"].notna() & rows["dst"].notna()]
+    rows = copy_engine_rows(rows[rows["gbps"].notna() & rows["src"].notna() & rows["dst"].notna()])
     shown = [m for m in machines if (rows["label"] == m).any()][:MAX_HEATMAPS]
     if not shown:
         return []
