@@ -189,8 +189,8 @@ def xdist_reason(config) -> str | None:
     # Not PYTEST_XDIST_WORKER: a run started from a test that runs under xdist inherits it.
     if not workers and dist in (None, "no") and not hasattr(config, "workerinput"):
         return None
-    return ("pytest-xdist (-n, --dist) runs tests in parallel processes: benchmarks there would share the devices, and "
-            "pytest-benchmark turns timing off under xdist; run without -n (or with -n 0)")
+    return ("pytest-xdist (-n, --dist) runs tests in parallel processes: benchmarks there would share the "
+            "devices, and pytest-benchmark turns timing off under xdist; run without -n or --dist (or with -n 0)")
 
 
 def _keep_inputs_for_run(config: pytest.Config) -> None:
