@@ -474,15 +474,22 @@ def route_kind(src: object, dst: object) -> str:
 
 
 def copy_engine_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """`rows` without the SM-kernel copies of a route whose copy-engine copy was measured too (nvbandwidth's
-    `_sm` and `_ce` tests of one pair): the suite's own copies are cudaMemcpy, copy-engine copies, and an SM copy
-    kernel can be faster or slower, so the best of the two would not be like the suite's figure."""
-    if "engine" not in rows or not (rows["engine"] == "sm").any():
+    """`rows` keeping, of an imported route that nvbandwidth measured several ways, the way the suite copies.
+
+    The suite's copies are cudaMemcpy (copy-engine) copies that torch issues on the source GPU's stream
+    (ATen's copy_device_to_device). nvbandwidth measures a GPU pair by its `_ce` and `_sm` (an SM copy kernel)
+    tests, and each of those as a write (issued from the source's context, as torch does) and a read (from the
+    destination's context, PREFER_DST_CONTEXT in testcases_ce.cpp). The better of them would not be like the
+    suite's figure, and could hide a slow path: copy engine wins over SM kernel, then write over read; a route
+    measured one way only keeps it."""
+    if "engine" not in rows or not rows["engine"].isin(["ce", "sm"]).any():
         return rows
     keys = [k for k in ("label", "src", "dst", "direction") if k in rows]
     route = pd.Series(["\x1f".join(map(str, r)) for r in zip(*(rows[k] for k in keys))], index=rows.index)
-    with_ce = set(route[rows["engine"] == "ce"])
-    return rows[~((rows["engine"] == "sm") & route.isin(with_ce))]
+    test = rows["test"].where(rows["test"].map(type) == str, "") if "test" in rows else pd.Series("", rows.index)
+    # 0 = copy engine, issued by the source; 1 = copy engine, by the destination; 2, 3 = the same by SM kernel.
+    rank = (rows["engine"] == "sm").astype(int) * 2 + test.str.contains("_read", regex=False).astype(int)
+    return rows[rank == rank.groupby(route).transform("min")]
 
 
 def route_kinds(src: pd.Series, dst: pd.Series) -> pd.Series:

@@ -350,3 +350,35 @@ def test_an_imported_routes_copy_engine_figure_is_the_one_shown_and_judged(tmp_p
     (entry,) = [e for n in health["nodes"] for e in n["expectations"]
                 if e["measure"] == "h2d" and e["device"] == "cuda:0"]
     assert entry["measured"] == 20.0 and entry["verdict"] == "low"  # the SM kernel's 30 would blur a slow link
+
+
+def test_an_imported_peer_route_shows_the_write_test_issued_by_the_source_as_torch_does(tmp_path, capsys, monkeypatch):
+    """torch issues a peer copy on the source GPU's stream (ATen copy_device_to_device): like nvbandwidth's write
+    tests (source context), not its read tests (PREFER_DST_CONTEXT). A pair measured both ways shows and is
+    judged by the write figure even where the read is faster; a pair with a read test only keeps it."""
+    from suite.report import charts
+    from suite.results import copy_engine_rows
+
+    read = matrix_case("device_to_device_memcpy_read_ce", [["N/A", "390"], ["391", "N/A"]], "read")
+    write = matrix_case("device_to_device_memcpy_write_ce", [["N/A", "300"], ["301", "N/A"]], "write")
+    sm_write = matrix_case("device_to_device_memcpy_write_sm", [["N/A", "395"], ["396", "N/A"]], "sm write")
+    bi_read = matrix_case("device_to_device_bidirectional_memcpy_read_ce",
+                          [["N/A", "1"], ["1", "N/A"], ["N/A", "1"], ["1", "N/A"], ["N/A", "700"], ["701", "N/A"]],
+                          "bi read")
+    path = nvbw(tmp_path, [read, write, sm_write, bi_read], devices=2)
+    loaded = load_results([path])
+    kept = copy_engine_rows(loaded.table)
+    assert sorted(zip(kept["test"], kept["src"], kept["dst"], kept["gbps"])) == [
+        ("device_to_device_bidirectional_memcpy_read_ce", "cuda:0", "cuda:1", 700.0),  # no write test: kept
+        ("device_to_device_bidirectional_memcpy_read_ce", "cuda:1", "cuda:0", 701.0),
+        ("device_to_device_memcpy_write_ce", "cuda:0", "cuda:1", 300.0),
+        ("device_to_device_memcpy_write_ce", "cuda:1", "cuda:0", 301.0)]
+    drawn = []
+    monkeypatch.setattr(charts, "_png", lambda fig: drawn.append(fig) or "")
+    charts.copy_heatmaps(loaded.table[loaded.table["case"] == "copy"], list(loaded.machines))
+    cells = {t.get_text().split("\n")[0] for t in drawn[-1].axes[0].texts}
+    assert {"300", "301"} <= cells and not {"390", "391", "395", "396"} & cells, cells
+    assert main(["health", str(path), "--format", "json"]) in (0, 1)
+    health = json.loads(capsys.readouterr().out)
+    measured = sorted(e["measured"] for n in health["nodes"] for e in n["expectations"] if e["measure"] == "peer")
+    assert measured == [300.0, 301.0], measured  # H100 NVLink peer expects 376: the read's 390 would pass
