@@ -201,6 +201,8 @@ DEFAULT_CONFIDENCE = 0.99
 # timing, because on an H200 a 0.3 s window read 745-752 TFLOP/s where a 4 s window held 728-735
 # (ml-engineering compute/accelerator/benchmarks/README.md, "How MAMF and MSMF are defined"). So compute cases
 # on an accelerator run this long before their first timed round, whatever precision stopping does after.
+# mamf-finder also first runs up to 20 s of matmuls until the clock stops dropping ("settle clock"); the suite
+# does not, so a ceiling measured on a GPU that was idle can read a little above its MSMF.
 SUSTAINED_WARMUP_S = 1.0
 
 
