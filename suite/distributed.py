@@ -42,7 +42,7 @@ CONNECT_SHARE = 0.5
 _STORE_PREFIX = "gpubench-suite"
 # The environment that changes what a collective measures (links, algorithms, interfaces): recorded with the
 # results, so two runs' numbers are read next to their settings.
-ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_")
+ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "CCL_", "TORCH_XCCL_")
 ENV_SUFFIXES = ("_SOCKET_IFNAME",)
 
 
@@ -113,7 +113,7 @@ class LaunchEnv:
 
 
 def launch_environment(environ: dict | None = None) -> dict[str, str]:
-    """The NCCL_*, TORCH_NCCL_*, GLOO_* and *_SOCKET_IFNAME variables of this process, sorted."""
+    """The NCCL_*, TORCH_NCCL_*, GLOO_*, CCL_*, TORCH_XCCL_* and *_SOCKET_IFNAME variables, sorted."""
     env = os.environ if environ is None else environ
     return {k: env[k] for k in sorted(env) if k.startswith(ENV_PREFIXES) or k.endswith(ENV_SUFFIXES)}
 
@@ -132,8 +132,31 @@ def nccl_version() -> str | None:
     return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
+def xccl_available() -> bool:
+    """Whether this torch has Intel's XCCL backend (torch.distributed.is_xccl_available: torch 2.7 on, built
+    into the XPU wheels from torch 2.8)."""
+    import torch.distributed as dist
+
+    try:
+        return bool(getattr(dist, "is_xccl_available", lambda: False)())
+    except Exception:  # noqa: BLE001 - a broken XPU runtime: no XCCL
+        return False
+
+
+def xccl_version() -> str | None:
+    """oneCCL's version where this torch exposes it (a private binding in newer XPU builds), else None."""
+    try:
+        from torch._C import _distributed_c10d
+
+        return str(_distributed_c10d.get_xccl_version())
+    except Exception:  # noqa: BLE001 - absent in most builds: nothing to record
+        return None
+
+
 def resolve_backend(setting: str, devices: list[str]) -> str:
-    """auto -> NCCL when CUDA devices are selected and NCCL is built in, else Gloo."""
+    """auto -> NCCL when CUDA devices are selected and NCCL is built in, else Gloo. XCCL (Intel XPUs) is only
+    taken when asked for (backend: xccl): it is untested here, and a hung XCCL collective does not time out
+    unless TORCH_XCCL_BLOCKING_WAIT=1 (docs/collectives.md)."""
     import torch
     import torch.distributed as dist
 
@@ -143,19 +166,28 @@ def resolve_backend(setting: str, devices: list[str]) -> str:
     return "nccl" if wants_cuda and dist.is_nccl_available() else "gloo"
 
 
-def rank_device(backend: str, local_rank: int, gpu_count: int | None = None) -> str:
-    """The rank's own device: cuda:LOCAL_RANK for NCCL (cuda:0 when each rank sees one GPU), the CPU for Gloo."""
-    if backend != "nccl":
-        return "cpu"
-    import torch
+# The device kind each GPU backend's ranks run on; every other backend (Gloo) runs on the CPU.
+BACKEND_DEVICE_KIND = {"nccl": "cuda", "xccl": "xpu"}
 
-    count = torch.cuda.device_count() if gpu_count is None else gpu_count
+
+def rank_device(backend: str, local_rank: int, gpu_count: int | None = None) -> str:
+    """The rank's own device: cuda:LOCAL_RANK for NCCL, xpu:LOCAL_RANK for XCCL (device 0 when each rank sees
+    one GPU), the CPU for Gloo."""
+    kind = BACKEND_DEVICE_KIND.get(backend)
+    if kind is None:
+        return "cpu"
+    from suite.devices import current_platform
+
+    count = current_platform().count(kind) if gpu_count is None else gpu_count
+    if count == 0:
+        raise UserError(f"backend {backend} needs a {kind} device per rank and this node shows none: set "
+                        "cases.collectives.backend: gloo (or auto)")
     if count == 1:
-        return "cuda:0"
+        return f"{kind}:0"
     if local_rank >= count:
         raise UserError(f"LOCAL_RANK {local_rank} but this node shows {count} GPU(s): start at most {count} "
                         "ranks per node (--nproc-per-node)")
-    return f"cuda:{local_rank}"
+    return f"{kind}:{local_rank}"
 
 
 def config_digest(payload: Any) -> str:
@@ -395,7 +427,8 @@ class DistState:
             "hosts": hosts,  # by rank
             "backend": self.backend,
             "nccl_version": nccl_version(),
-            "environment": own,  # rank 0's NCCL_*, TORCH_NCCL_*, GLOO_*, *_SOCKET_IFNAME
+            **({"xccl_version": xccl_version()} if self.backend == "xccl" else {}),
+            "environment": own,  # rank 0's NCCL_*, TORCH_NCCL_*, GLOO_*, CCL_*, TORCH_XCCL_*, *_SOCKET_IFNAME
             "config_sha256": self.digest,
             "timeout_s": self.timeout_s,
             "round_time": ROUND_TIME,
@@ -570,6 +603,10 @@ def init(env: LaunchEnv, backend: str, timeout_s: float, digest: str) -> DistSta
 
     global _STATE, _INITS
     _INITS += 1
+    if backend == "xccl" and not xccl_available():
+        raise UserError("backend xccl: this torch has no XCCL (torch.distributed.is_xccl_available() is False; "
+                        "it is built into the XPU wheels of torch 2.8 and later): install such a torch, or set "
+                        "cases.collectives.backend: gloo")
     device = rank_device(backend, env.local_rank)
     store = dist.PrefixStore(f"{_STORE_PREFIX}/{env.run_id}/{_INITS}", open_store(env, timeout_s))
     announce(store, env.rank)
@@ -587,6 +624,10 @@ def init(env: LaunchEnv, backend: str, timeout_s: float, digest: str) -> DistSta
         if supports_device_id(dist.init_process_group):
             # Eager NCCL init: a broken setup fails here, not in the middle of the first case.
             options["device_id"] = torch.device(device)
+    elif backend == "xccl":
+        # No device_id: torch before 2.7 refused a non-CUDA one, and it would not connect early for XCCL (no
+        # eager init there); the current device binds the group to this rank's XPU instead of rank % count.
+        torch.xpu.set_device(torch.device(device))
     dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
                             world_size=env.world_size, timeout=timedelta(seconds=timeout_s), **options)
     state.owns_group = True

@@ -43,8 +43,8 @@ TORCHRUN_OVERHEAD_S = 15.0
 # Collectives run fixed rounds, so their time depends on the link: the plan assumes this algbw (GB/s) and
 # this latency per call. NCCL: well below an 8-GPU NVLink node's ~270 GB/s all_reduce algbw
 # (docs/reference.md), near a PCIe node's; Gloo on a CPU moves well under 1 GB/s (README).
-ASSUMED_COLLECTIVE_GBPS = {"nccl": 20.0, "gloo": 0.5}
-ASSUMED_COLLECTIVE_LATENCY_S = {"nccl": 50e-6, "gloo": 200e-6}
+ASSUMED_COLLECTIVE_GBPS = {"nccl": 20.0, "xccl": 20.0, "gloo": 0.5}  # xccl: assumed like NCCL, unmeasured
+ASSUMED_COLLECTIVE_LATENCY_S = {"nccl": 50e-6, "xccl": 50e-6, "gloo": 200e-6}
 # What a budget holds back after the last benchmark: pytest-benchmark's and our end of session (JSON, machine
 # info, the summary) and the interpreter's exit with torch loaded; 1.8 s + 1.7 s measured on the loaded 2-core VM.
 END_RESERVE_S = 3.0

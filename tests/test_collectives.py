@@ -93,7 +93,7 @@ def test_default_sweep_is_4kib_to_256mib():
     [
         ({"ops": ["all_reduce", "allreduse"]}, "cases.collectives.ops[1]: 'allreduse' is not a collective; allowed:"),
         ({"in_place": "maybe"}, "cases.collectives.in_place: 'maybe' is not an in_place setting; allowed: both"),
-        ({"backend": "mpi"}, "cases.collectives.backend: 'mpi' is not a backend; allowed: auto, nccl, gloo"),
+        ({"backend": "mpi"}, "cases.collectives.backend: 'mpi' is not a backend; allowed: auto, nccl, gloo, xccl"),
         ({"sizes": ["3XB"]}, "cases.collectives.sizes[0]: '3XB' is not a size"),
         ({"rounds": 0}, "cases.collectives.rounds: 0 is invalid"),
         ({"timeout": 5}, "unknown key 'timeout'"),
@@ -113,6 +113,58 @@ def test_backend_choice():
     assert distributed.rank_device("nccl", 3, gpu_count=1) == "cuda:0"  # one GPU per rank (Slurm --gpus-per-task)
     with pytest.raises(UserError, match="LOCAL_RANK 4 but this node shows 4 GPU"):
         distributed.rank_device("nccl", 4, gpu_count=4)
+
+
+def test_xccl_is_taken_only_when_asked_for_and_runs_each_rank_on_its_own_xpu(monkeypatch):
+    """auto never picks XCCL (untested here; a hung XCCL collective ignores timeout_s unless
+    TORCH_XCCL_BLOCKING_WAIT=1): backend xccl puts rank r on xpu:r, or on xpu:0 where each rank sees one."""
+    from suite.devices import use_platform
+    from tests.fakes import FakePlatform
+
+    with use_platform(FakePlatform(gpus=4, kind="xpu")):
+        assert distributed.resolve_backend("auto", ["xpu:0", "xpu:1"]) == "gloo"
+        assert distributed.resolve_backend("xccl", ["xpu:0"]) == "xccl"
+        assert distributed.rank_device("xccl", 2) == "xpu:2"
+        with pytest.raises(UserError, match="LOCAL_RANK 4 but this node shows 4 GPU"):
+            distributed.rank_device("xccl", 4)
+    assert distributed.rank_device("xccl", 3, gpu_count=1) == "xpu:0"
+    with use_platform(FakePlatform(gpus=2, kind="cuda")):
+        with pytest.raises(UserError, match="backend xccl needs a xpu device per rank and this node shows none: "
+                                            "set cases.collectives.backend: gloo"):
+            distributed.rank_device("xccl", 0)
+    config = parse_config({"cases": {"collectives": {"backend": "xccl"}}}, "x.yaml")
+    monkeypatch.setattr(distributed, "_STATE", None)
+    assert coll._backend_and_device(config, ["xpu:0"]) == ("xccl", "xpu:0")
+
+
+def test_xccl_init_binds_the_rank_to_its_xpu_and_refuses_a_torch_without_xccl(monkeypatch):
+    from suite.devices import use_platform
+    from tests.fakes import FakePlatform
+
+    calls = []
+    monkeypatch.setattr(distributed, "_STATE", None)
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: calls.append((backend, sorted(kw))))
+    monkeypatch.setattr(torch.xpu, "set_device", lambda device: calls.append(("set_device", str(device))))
+    monkeypatch.setattr(dist, "is_xccl_available", lambda: False, raising=False)
+    with use_platform(FakePlatform(gpus=2, kind="xpu")):
+        with pytest.raises(UserError, match=r"backend xccl: this torch has no XCCL .*set "
+                                            "cases.collectives.backend: gloo"):
+            distributed.init(_env(0, 0, world=1), "xccl", 5, "digest")
+        assert calls == []
+        monkeypatch.setattr(dist, "is_xccl_available", lambda: True, raising=False)
+        state = distributed.init(_env(0, 0, world=1), "xccl", 5, "digest")
+    assert calls == [("set_device", "xpu:0"), ("xccl", ["rank", "store", "timeout", "world_size"])]
+    assert state.device == "xpu:0" and state.owns_group
+    monkeypatch.setattr(distributed, "xccl_version", lambda: "2021.15.0")
+    described = state.describe()
+    assert described["backend"] == "xccl" and described["xccl_version"] == "2021.15.0"
+
+
+def test_the_oneccl_variables_are_recorded_with_the_launch():
+    env = {"CCL_ALLREDUCE": "ring", "TORCH_XCCL_BLOCKING_WAIT": "1", "NCCL_ALGO": "Ring", "PATH": "/bin"}
+    assert distributed.launch_environment(env) == {
+        "CCL_ALLREDUCE": "ring", "NCCL_ALGO": "Ring", "TORCH_XCCL_BLOCKING_WAIT": "1"}
 
 
 def test_launch_env():

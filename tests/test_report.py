@@ -545,6 +545,15 @@ def test_a_torchrun_jobs_card_shows_its_hosts_and_nccl_environment(tmp_path):
             in html)
     assert ("<dt>environment</dt><dd><code>NCCL_ALGO=Ring, NCCL_IB_HCA=mlx5_0; rank(s) 8 set other values "
             "(JSON)</code></dd>") in html
+    # An XCCL job (Intel XPUs) names oneCCL's version and its CCL_* settings the same way.
+    data["suite"]["distributed"] = {"world_size": 4, "nnodes": 1, "ranks_per_node": 4, "ranks_per_host": {"pvc": 4},
+                                    "backend": "xccl", "nccl_version": None, "xccl_version": "2021.15.0",
+                                    "environment": {"CCL_ALLREDUCE": "ring"}}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    assert main(["report", str(path), "-o", str(out)]) == 0
+    html = out.read_text(encoding="utf-8")
+    assert "<dt>launch</dt><dd>torchrun 4 ranks: pvc (4) · xccl · oneCCL 2021.15.0</dd>" in html, html
+    assert "<dt>environment</dt><dd><code>CCL_ALLREDUCE=ring</code></dd>" in html
 
 
 def test_collectives_of_two_setups_get_a_scaling_table(tmp_path):

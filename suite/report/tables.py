@@ -96,6 +96,8 @@ def launch_texts(m: Machine) -> tuple[str, str]:
     parts = [m.launch + (f": {hosts}" if hosts else ""), str(d.get("backend") or "")]
     if d.get("nccl_version"):
         parts.append(f"NCCL {d['nccl_version']}")
+    if d.get("xccl_version"):
+        parts.append(f"oneCCL {d['xccl_version']}")
     env = d.get("environment") if isinstance(d.get("environment"), dict) else {}
     environment = ", ".join(f"{k}={v}" for k, v in env.items())
     differ = d.get("environment_by_rank") if isinstance(d.get("environment_by_rank"), dict) else {}

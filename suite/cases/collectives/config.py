@@ -9,7 +9,7 @@ from pydantic import BeforeValidator, Field
 from suite.sections import CaseSection, Dtype, Size, cpu_overrides, one_of
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv")
-COLLECTIVE_BACKENDS = ("auto", "nccl", "gloo")
+COLLECTIVE_BACKENDS = ("auto", "nccl", "gloo", "xccl")
 _OP_ALIASES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
                "alltoall": "all_to_all", "sendrecv": "send_recv"}
 
@@ -50,7 +50,8 @@ class CollectivesConfig(CaseSection):
     dtypes: list[Dtype] = Field(default_factory=lambda: ["float32"], min_length=1)
     in_place: InPlace = Field("both", description="both, true or false: which mode to run for the ops that "
                               "have both (all_gather, reduce_scatter); the others run their only mode")
-    backend: Backend = Field("auto", description="auto (NCCL for CUDA, Gloo for the CPU), nccl or gloo")
+    backend: Backend = Field("auto", description="auto (NCCL for CUDA, Gloo for the CPU), nccl, gloo or xccl "
+                             "(Intel XPUs, torch >= 2.8; only when asked for)")
     rounds: int = Field(20, ge=1, description="timed rounds, identical on every rank (no time-based stopping)")
     iterations: int = Field(5, ge=1, description="collectives per timed round, at least (see min_round_s)")
     min_round_s: float = Field(0.001, ge=0, description="more collectives per round where `iterations` of them "

@@ -81,7 +81,8 @@ def _backend_and_device(config, devices: list[str]) -> tuple[str, str]:
     if state is not None:
         return state.backend, state.device
     backend = distributed.resolve_backend(config.cases.collectives.backend, devices)
-    return backend, "cuda:0" if backend == "nccl" else "cpu"
+    kind = distributed.BACKEND_DEVICE_KIND.get(backend)
+    return backend, f"{kind}:0" if kind else "cpu"
 
 
 def enumerate_cases(config, devices: list[str]) -> list[Case]:
