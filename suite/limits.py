@@ -3,6 +3,8 @@ Torch-free: the measurement side (suite.devices.ClockWatch) writes them, the ana
 
 from __future__ import annotations
 
+import math
+
 # NVML's performance policies (nvmlPerfPolicyType_t) whose violation counters (nvmlDeviceGetViolationStatus,
 # nanoseconds since the driver loaded) count the time they held a GPU's clocks down, by the name the results
 # use. The power limit holding a GPU under full load is its normal state on many parts (DCGM's power
@@ -33,6 +35,6 @@ def limits_held(info) -> dict[str, float]:
     found = {}
     for name in LIMITS:
         value = info.get(f"clocks_held_{name}")
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
             found[name] = float(value)
     return dict(sorted(found.items(), key=lambda kv: -kv[1]))

@@ -6,7 +6,6 @@ import contextlib
 import copy
 import functools
 import gc
-import json
 import os
 import re
 import shlex

@@ -18,8 +18,6 @@ pytest_plugins = ["pytester"]
 
 
 def has_accelerator() -> bool:
-    import torch
-
     return torch.cuda.is_available() or (getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available())
 
 

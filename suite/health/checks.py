@@ -639,7 +639,7 @@ def _fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) -
     # Each machine against the OTHER machines of its model: their median and their lower fence. With the
     # machine itself among them, three machines could never flag one (its own speed drags q1 and the IQR down
     # so far that the fence stays below it, however slow).
-    others_median, others_fence = [], []
+    others_median = []
     for speeds in gm.groupby(["fleet_", "case"], sort=False)["speed"]:
         values = speeds[1].to_numpy()
         for i in range(len(values)):
