@@ -130,3 +130,15 @@ def test_a_stray_dtype_or_a_lost_gradient_fails_the_check():
 
     with pytest.raises(AssertionError, match="the gradient of"):
         model.verify("m", net, x, "cpu", torch.float32, "float32", step)
+
+
+def test_a_tf32_model_whose_output_is_ieee_exact_is_a_skip():
+    """No layer ran TF32 math (a library ignoring the switch): the step's time would be float32's, so the
+    tf32 case is skipped with the reason, and the same output passes as float32."""
+    from suite.cases import SkipCase
+
+    net = model.make_net("lenet")
+    x = torch.randn(2, 1, 28, 28)
+    model.verify("m", net, x, "cpu", torch.float32, "float32")
+    with pytest.raises(SkipCase, match="model m: tf32 was asked for but the result has IEEE float32 accuracy"):
+        model.verify("m", net, x, "cpu", torch.float32, "tf32")

@@ -165,7 +165,11 @@ def test_tf32_changes_a_cuda_matmul(clean_switches):
     with precision_mode("tf32"):
         loose = (a @ a - exact).norm() / exact.norm()
     if torch.cuda.get_device_capability() >= (8, 0):
+        from suite.cases.precision import TF32_MIN_ERROR
+
         assert loose > 10 * strict, (float(loose), float(strict))
+        # The threshold that tells a tf32 case's TF32 math from IEEE (require_tf32_math) lies between them.
+        assert loose > TF32_MIN_ERROR > strict, (float(loose), float(strict))
 
 
 # --- the new fp32_precision API (torch >= 2.9) and the legacy flags ------------------------------------------
@@ -252,3 +256,53 @@ def cases_of_habits():
 
     config = parse_config({"cases": {"habits": {"habits": ["overlap"]}}}, "test.yaml")
     return habits.enumerate_cases(config, ["cpu"])[0]
+
+
+# --- a tf32 case must have run TF32 math ----------------------------------------------------------------------
+
+def _tf32_round(x: torch.Tensor) -> torch.Tensor:
+    """x rounded to TF32's 10 mantissa bits (to nearest), as tensor cores read float32 inputs."""
+    bits = x.contiguous().view(torch.int32)
+    return ((bits + (1 << 12)) & ~((1 << 13) - 1)).view(torch.float32)
+
+
+def test_a_tf32_matmul_whose_result_is_ieee_exact_is_a_skip_saying_the_switch_did_not_take(monkeypatch):
+    """A library that ignores the TF32 switch (or a kernel without tensor cores for the shape) computes IEEE
+    float32: its time would be published as tf32's. The check tells the two apart by the error against float64
+    (~3e-4 for TF32 math, ~1e-7 for IEEE) and skips the case instead."""
+    from suite.cases.matmul import measure as mm
+    from suite.cases.precision import TF32_MIN_ERROR
+
+    a, b = torch.randn(64, 512), torch.randn(512, 256)
+    out = torch.empty(64, 256)
+    mm._check(a, b, out, "float32", "ieee")  # IEEE float32 passes as float32 ...
+    with pytest.raises(SkipCase, match=r"matmul t: tf32 was asked for but the result has IEEE float32 accuracy "
+                                       r"\(relative error .* against float64, where TF32 math gives ~3e-4\): the "
+                                       "TF32 switch did not reach this kernel"):
+        mm._check(a, b, out, "tf32", "t")  # ... and is refused as tf32
+    real_matmul = torch.matmul
+    monkeypatch.setattr(torch, "matmul", lambda x, y, out: real_matmul(_tf32_round(x), _tf32_round(y), out=out))
+    mm._check(a, b, out, "tf32", "t")  # TF32 math: passes
+    ieee = float((a.double() @ b.double() - real_matmul(a, b).double()).norm() / (a.double() @ b.double()).norm())
+    tf32 = float((a.double() @ b.double() - out.double()).norm() / (a.double() @ b.double()).norm())
+    assert ieee * 20 < TF32_MIN_ERROR < tf32 / 10, (ieee, tf32)  # the threshold sits far from both
+
+
+def test_a_tf32_convolution_whose_output_is_ieee_exact_is_a_skip():
+    import torch.nn.functional as F
+
+    from suite.cases.conv.measure import verify
+
+    p = {"precision": "tf32", "batch": 2, "stride": (1, 1), "padding": (1, 1), "groups": 1, "step": "fwd"}
+    x, w, g = torch.randn(2, 16, 8, 8), torch.randn(16, 16, 3, 3), torch.randn(2, 16, 8, 8)
+
+    def ieee(inp, wt):
+        return F.conv2d(inp, wt, None, (1, 1), (1, 1), 1, 1)
+
+    def tensor_cores(inp, wt):
+        return F.conv2d(_tf32_round(inp), _tf32_round(wt), None, (1, 1), (1, 1), 1, 1)
+
+    with pytest.raises(SkipCase, match="conv c: output: tf32 was asked for but the result has IEEE float32"):
+        verify("c", p, ieee, x, w, g)
+    verify("c", p, tensor_cores, x, w, g)
+    verify("c", {**p, "precision": "float32"}, ieee, x, w, g)

@@ -17,11 +17,28 @@ from typing import Iterator
 import torch
 
 from suite import devices as dev
-from suite.cases import Case
+from suite.cases import Case, SkipCase
 
 PRECISIONS = ("float32", "tf32", "bfloat16", "float16", "float64")
 # TF32 tensor cores arrived with Ampere (compute capability 8.0); older GPUs run float32 in IEEE only.
 TF32_MIN_CAPABILITY = (8, 0)
+# TF32 keeps 10 of float32's 23 mantissa bits: on the suite's normal data a TF32 matmul or convolution is off
+# float64 by ~3e-4 (inputs rounded to nearest) to ~8e-4 (truncated), relative, whatever the size; IEEE float32
+# by ~1e-7 to 1e-6 (simulated on the CPU at 64x128x128 to 256x16384x1024). A tf32 case closer than this ran
+# IEEE float32 math: the switch did not reach its kernel (a library that ignores it, a kernel without
+# tensor cores for that shape), and its time would be float32's under a tf32 label.
+TF32_MIN_ERROR = 2e-5
+
+
+def require_tf32_math(precision: str, error: float, what: str) -> None:
+    """For a tf32 case: SkipCase when its result, `error` (relative, against float64) off, is as exact as IEEE
+    float32, so TF32 math did not run (TF32_MIN_ERROR); any other precision passes."""
+    if precision == "tf32" and error < TF32_MIN_ERROR:
+        raise SkipCase(
+            f"{what}: tf32 was asked for but the result has IEEE float32 accuracy (relative error {error:.2g} "
+            f"against float64, where TF32 math gives ~3e-4): the TF32 switch did not reach this kernel, so its "
+            "time would be float32's; see the float32 case"
+        )
 
 
 def storage_dtype(precision: str) -> str:
@@ -207,5 +224,5 @@ def mode_record(precision: str, device: str, uses: tuple[str, ...] = ("matmul", 
     return record
 
 
-__all__ = ["PRECISIONS", "mode_for", "mode_record", "onednn_state", "precision_mode", "storage_dtype",
-           "tf32_state", "unsupported_reason"]
+__all__ = ["PRECISIONS", "mode_for", "mode_record", "onednn_state", "precision_mode", "require_tf32_math",
+           "storage_dtype", "tf32_state", "unsupported_reason"]

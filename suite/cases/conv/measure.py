@@ -24,7 +24,7 @@ from suite.cases.common import (
     torch_dtype,
 )
 from suite.cases.matmul.measure import tolerance
-from suite.cases.precision import mode_record, storage_dtype, unsupported_reason
+from suite.cases.precision import mode_record, require_tf32_math, storage_dtype, unsupported_reason
 
 NAME = "conv"
 COMPUTE = True  # keeps compute units busy: a sustained warm-up on accelerators (timing.warmup_seconds)
@@ -166,6 +166,7 @@ def verify(label: str, p: dict, conv, x: torch.Tensor, weight: torch.Tensor, gra
         assert err <= tol, f"conv {label}: {what} relative error {err:.3g} > {tol:g} against a float64 reference"
 
     close("output", y[:s], y64.detach())
+    require_tf32_math(p["precision"], relative_error(y[:s], y64.detach()), f"conv {label}: output")
     if p["step"] != "fwd+bwd":
         return
     gx64, _ = torch.autograd.grad(y64, (x64, w64), g64)

@@ -8,7 +8,7 @@ import torch
 
 from suite.cases import Case, SkipCase, Work, make_case
 from suite.cases.common import randn, relative_error, skip_if_unsupported, to_host64, torch_dtype
-from suite.cases.precision import mode_record, storage_dtype, unsupported_reason
+from suite.cases.precision import mode_record, require_tf32_math, storage_dtype, unsupported_reason
 
 NAME = "matmul"
 COMPUTE = True  # keeps compute units busy: a sustained warm-up on accelerators (timing.warmup_seconds)
@@ -113,6 +113,7 @@ def _check(a, b, out, precision: str, label: str) -> None:
     err = relative_error(out[:rows], reference)
     tol = tolerance(precision)
     assert err <= tol, f"matmul {label}: relative error {err:.3g} > {tol:g} against a float64 reference"
+    require_tf32_math(precision, err, f"matmul {label}")
 
 
 def build_matmul(label: str, device: str, precision: str, m: int, n: int, k: int) -> Work:
@@ -222,7 +223,8 @@ def gpu_checks(ctx) -> list:
                              f"TF32 must be >= {TF32_MIN_SPEEDUP:g}x IEEE fp32"))
     else:
         rows.append(CheckRow(title, rate.get("tf32"), rate.get("float32"), "TFLOP/s", judged(ctx, False),
-                             f"results for {sorted(rate)} only (tf32 is a skip off CUDA: see the log)"))
+                             f"results for {sorted(rate)} only (tf32 skips off CUDA, and where its result is "
+                             "IEEE-exact: see the log)"))
     if not ctx.dry_run and torch.cuda.device_count() >= 2:
         rows += _all_gpus_check(ctx)
     return rows

@@ -20,7 +20,7 @@ from suite.cases import Case, SkipCase, Work, make_case
 from suite.cases.common import SEED, randn, relative_error, skip_if_unsupported, to_host64, torch_dtype
 from suite.cases.conv.measure import forward_flops
 from suite.cases.matmul.measure import tolerance
-from suite.cases.precision import mode_record, storage_dtype, unsupported_reason
+from suite.cases.precision import mode_record, require_tf32_math, storage_dtype, unsupported_reason
 from suite.devices import device_id
 
 NAME = "model"
@@ -169,6 +169,7 @@ def verify(label: str, net: nn.Module, x: torch.Tensor, device: str, dtype: torc
     err = relative_error(out, reference)
     tol = tolerance(precision)
     assert err <= tol, f"model {label}: output relative error {err:.3g} > {tol:g} against a float64 reference"
+    require_tf32_math(precision, err, f"model {label}")
     if train_step is None:
         return
     before = [t.detach().clone() for t in net.parameters()]
