@@ -46,6 +46,10 @@ ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "CCL_", "TORCH_XCCL_")
 ENV_SUFFIXES = ("_SOCKET_IFNAME",)
 
 
+# The run's count of failures while timing, in its store: a Gloo group is made anew after one (_renew_group).
+TIMING_FAILURES = "timing-failures"
+
+
 class RankTimeout(RuntimeError):
     """Some ranks did not arrive within the timeout; the message names them."""
 
@@ -294,6 +298,10 @@ class DistState:
     # the extra seconds the next agreement waits (the other ranks may wait in a collective up to timeout_s).
     _failed_timing: tuple[str, str] | None = field(default=None, repr=False)
     _grace_s: float = field(default=0.0, repr=False)
+    # The run's failures while timing seen so far (TIMING_FAILURES in the store), and how often the process
+    # group was made anew after one (_renew_group).
+    _failures_seen: int = field(default=0, repr=False)
+    _renewals: int = field(default=0, repr=False)
 
     def agree(self, what: str, problem: str | None = None) -> dict[int, str]:
         """Lockstep point between ranks (outside timing): every rank reports its problem or none.
@@ -344,7 +352,30 @@ class DistState:
         except RankTimeout as exc:
             raise RankTimeout(f"{exc}{self._timing_failure_note()}") from None
         self._failed_timing = None  # every rank came: the failure while timing is behind them all
+        self._renew_group()
         return found
+
+    def _renew_group(self) -> None:
+        """After a case failed while timing, a new Gloo process group, made by every rank at once.
+
+        The ranks that waited in the failed case's collective gave up after timeout_s, and Gloo closes a
+        group's connections on such a timeout: every later collective of that group fails at once ("Application
+        timeout caused pair closure"), so every later case would fail. Each rank counts the failure in the store
+        before it reaches its next agreement, so when an agreement completes every rank reads the same count,
+        and those that see it grow rebuild together. NCCL's watchdog ends the ranks instead (docs)."""
+        failures = self.store.add(TIMING_FAILURES, 0)
+        if failures == self._failures_seen:
+            return
+        self._failures_seen = failures
+        import torch.distributed as dist
+
+        if self.backend != "gloo" or not self.owns_group or not dist.is_initialized():
+            return
+        dist.destroy_process_group()
+        self._renewals += 1
+        dist.init_process_group("gloo", store=dist.PrefixStore(f"pg{self._renewals}", self.store),
+                                rank=self.env.rank, world_size=self.env.world_size,
+                                timeout=timedelta(seconds=self.timeout_s))
 
     def timing_failed(self, text: str) -> dict[int, str]:
         """This rank failed while timing the case (no agreement is possible there: the others are inside a
@@ -353,6 +384,7 @@ class DistState:
         key = f"{self._case}/timing"
         number = self.store.add(f"{key}/count", 1)
         self.store.set(f"{key}/{number}", json.dumps([self.env.rank, text]))
+        self.store.add(TIMING_FAILURES, 1)  # before this rank reaches the next agreement (_renew_group)
         self._failed_timing = (self._case, self._case_id)
         # The others leave the collective up to timeout_s after this rank left it: wait that much longer for
         # them at the next agreement.
