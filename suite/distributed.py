@@ -46,8 +46,9 @@ ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "CCL_", "TORCH_XCCL_")
 ENV_SUFFIXES = ("_SOCKET_IFNAME",)
 
 
-# The run's count of failures while timing, in its store: a Gloo group is made anew after one (_renew_group).
-TIMING_FAILURES = "timing-failures"
+# The run's count of case failures that may have left a collective timed out (a failure while timing, or a
+# rank's own failure before it): a Gloo group is made anew after one (DistState._renew_group).
+GROUP_FAILURES = "group-failures"
 
 
 class RankTimeout(RuntimeError):
@@ -234,6 +235,9 @@ def sync(store, key: str, rank: int, world_size: int, timeout_s: float, problem:
     # that, a rank arriving after another gave up would pass an agreement the other never completed and
     # stay one step out of line for the rest of the run.
     if store.add(f"{key}/arrived", 1) == world_size:
+        # The failure count as the agreement completes, for every rank to read (DistState._renew_group): read
+        # later, a rank that already went on could have raised it for one rank and not for another.
+        store.set(f"{key}/failures", str(store.add(GROUP_FAILURES, 0)))
         store.compare_set(f"{key}/done", "", "1")
     try:
         store.wait([f"{key}/done"], timedelta(seconds=timeout_s))
@@ -298,8 +302,8 @@ class DistState:
     # the extra seconds the next agreement waits (the other ranks may wait in a collective up to timeout_s).
     _failed_timing: tuple[str, str] | None = field(default=None, repr=False)
     _grace_s: float = field(default=0.0, repr=False)
-    # The run's failures while timing seen so far (TIMING_FAILURES in the store), and how often the process
-    # group was made anew after one (_renew_group).
+    # The run's failures seen so far (GROUP_FAILURES in the store), and how often the process group was made
+    # anew after one (_renew_group).
     _failures_seen: int = field(default=0, repr=False)
     _renewals: int = field(default=0, repr=False)
 
@@ -316,7 +320,9 @@ class DistState:
         found = self._sync(key, problem, what)
         left = {r: text[len(_LEFT):] for r, text in found.items() if text.startswith(_LEFT)}
         if left:
+            # Not here: the rank that left makes the group anew at `ready`, where the others come next.
             raise CaseAborted(f"{by_rank(left)} (left {self._case_id} before {what})")
+        self._renew_group(key)
         return found
 
     # --- one case in lockstep (suite.plugin.run_case) ---
@@ -341,9 +347,17 @@ class DistState:
         failed before reaching the one they are at): they wake at once (CaseAborted) and come here."""
         if problem is not None:
             leave(self.store, f"{self._case}/{self._case_seq + 1}", self.env.rank, problem["text"])
-        found = self._sync(f"{self._case}/ready", json.dumps(problem) if problem else None,
-                           f"{self._case_id} start of timing")
+        if problem is not None and problem.get("kind") == "fail":
+            # It may have left the others in a collective of the build or check, which then timed out.
+            self.count_failure()
+        key = f"{self._case}/ready"
+        found = self._sync(key, json.dumps(problem) if problem else None, f"{self._case_id} start of timing")
+        self._renew_group(key)
         return {r: json.loads(text) for r, text in found.items()}
+
+    def count_failure(self) -> None:
+        """Count a failure that may have closed the Gloo group, before this rank's next agreement."""
+        self.store.add(GROUP_FAILURES, 1)
 
     def _sync(self, key: str, problem: str | None, what: str) -> dict[int, str]:
         timeout, self._grace_s = self.timeout_s + self._grace_s, 0.0
@@ -352,30 +366,32 @@ class DistState:
         except RankTimeout as exc:
             raise RankTimeout(f"{exc}{self._timing_failure_note()}") from None
         self._failed_timing = None  # every rank came: the failure while timing is behind them all
-        self._renew_group()
         return found
 
-    def _renew_group(self) -> None:
-        """After a case failed while timing, a new Gloo process group, made by every rank at once.
+    def _renew_group(self, key: str) -> None:
+        """After a case failed, a new Gloo process group, made by every rank at once at agreement `key`.
 
-        The ranks that waited in the failed case's collective gave up after timeout_s, and Gloo closes a
-        group's connections on such a timeout: every later collective of that group fails at once ("Application
-        timeout caused pair closure"), so every later case would fail. Each rank counts the failure in the store
-        before it reaches its next agreement, so when an agreement completes every rank reads the same count,
-        and those that see it grow rebuild together. NCCL's watchdog ends the ranks instead (docs)."""
-        failures = self.store.add(TIMING_FAILURES, 0)
-        if failures == self._failures_seen:
-            return
-        self._failures_seen = failures
+        A rank that failed while timing, or in its build or check, may have left the others in a collective
+        that gave up after timeout_s, and Gloo closes a group's connections on such a timeout: every later
+        collective of that group fails at once ("Application timeout caused pair closure"), so every later case
+        would fail. Each rank counts such a failure before it reaches its next agreement; the rank completing
+        an agreement records the count there (sync), so every rank reads the same number and those that see it
+        grow rebuild together. Called only where every rank goes on (not an agreement a rank left, whose
+        ranks all come to `ready` next). NCCL's watchdog ends the ranks instead (docs)."""
         import torch.distributed as dist
 
-        if self.backend != "gloo" or not self.owns_group or not dist.is_initialized():
+        if self.backend != "gloo" or not self.owns_group:
             return
-        dist.destroy_process_group()
+        failures = int(self.store.get(f"{key}/failures"))
+        if failures == self._failures_seen:
+            return
+        if dist.is_initialized():
+            dist.destroy_process_group()
         self._renewals += 1
         dist.init_process_group("gloo", store=dist.PrefixStore(f"pg{self._renewals}", self.store),
                                 rank=self.env.rank, world_size=self.env.world_size,
                                 timeout=timedelta(seconds=self.timeout_s))
+        self._failures_seen = failures  # only once made: a failed start is tried again at the next agreement
 
     def timing_failed(self, text: str) -> dict[int, str]:
         """This rank failed while timing the case (no agreement is possible there: the others are inside a
@@ -384,7 +400,7 @@ class DistState:
         key = f"{self._case}/timing"
         number = self.store.add(f"{key}/count", 1)
         self.store.set(f"{key}/{number}", json.dumps([self.env.rank, text]))
-        self.store.add(TIMING_FAILURES, 1)  # before this rank reaches the next agreement (_renew_group)
+        self.count_failure()  # before this rank reaches the next agreement (_renew_group)
         self._failed_timing = (self._case, self._case_id)
         # The others leave the collective up to timeout_s after this rank left it: wait that much longer for
         # them at the next agreement.

@@ -44,6 +44,11 @@ FAULTS = textwrap.dedent("""
                     raise AssertionError("injected wrong result")
 
                 work.check = check
+            if fault == "precheck":
+                def check():
+                    raise RuntimeError("injected failure before the check's collective")
+
+                work.check = check
             if fault == "timing":
                 real_fn, calls = work.fn, []
 
@@ -175,6 +180,37 @@ def test_a_failure_while_timing_names_the_rank_that_failed_and_the_later_cases_s
     assert took < 60
 
 
+@pytest.mark.parametrize("env", [
+    {"FAULTS": "broadcast=timing,-reduce-=oom"},  # rank 1 then leaves the next case's build agreement
+    {"FAULTS": "broadcast=timing", "BEFORE_START": "-reduce-"},  # a rank leaves the next case before it starts
+])
+def test_the_group_is_made_anew_in_step_when_a_rank_leaves_the_case_after_a_timing_failure(tmp_path, env):
+    # The new group is made where every rank comes (the case's `ready`), not at an agreement one rank left:
+    # the others used to wait in the new group's start-up for a rank that was elsewhere, and every later case
+    # failed ("Default process group has not been initialized").
+    _, text, data, took = _torchrun(tmp_path, ["all_reduce", "broadcast", "reduce", "all_to_all"], 3, **env)
+    assert data is not None, text[-3000:]
+    assert sorted(b["name"] for b in data["benchmarks"]) == [
+        "test_collectives[gloo-all_reduce-float32-4KiB-inplace]",
+        "test_collectives[gloo-all_to_all-float32-4KiB-outofplace]",
+    ], text[-3000:]
+    assert "not been initialized" not in text and "did not arrive" not in text, text[-3000:]
+    assert took < 60
+
+
+def test_a_collective_that_timed_out_in_the_check_does_not_break_the_later_cases(tmp_path):
+    # Rank 1's check fails before its collective; rank 0 waits in it until timeout_s and Gloo closes the
+    # group's connections: the ranks make a new group at the case's `ready`, and reduce runs.
+    _, text, data, took = _torchrun(tmp_path, ["all_reduce", "broadcast", "reduce"], 3, FAULTS="broadcast=precheck")
+    assert data is not None, text[-3000:]
+    assert [b["name"] for b in data["benchmarks"]] == [
+        "test_collectives[gloo-all_reduce-float32-4KiB-inplace]",
+        "test_collectives[gloo-reduce-float32-4KiB-inplace]",
+    ], text[-3000:]
+    assert "pair closure" not in text, text[-3000:]
+    assert took < 60
+
+
 # --- the lockstep in threads (one store, fake ranks) ------------------------------------------------------
 
 
@@ -256,3 +292,22 @@ def test_clocks_held_on_another_rank_reach_the_json(tmp_path):
     assert proc.returncode == 0, text[-3000:]
     info = data["benchmarks"][0]["extra_info"]
     assert (info["clocks_held"], info["clocks_held_power"], info["clocks_held_rank"]) == (0.4, 0.4, 1)
+
+
+def test_every_rank_reads_the_failure_count_the_agreement_completed_with():
+    """A rank past an agreement may count a new failure before a slower rank reads the count: each reads the
+    number recorded as the agreement completed, so both make a new group at the same agreement or neither."""
+    import threading
+
+    passed = threading.Barrier(2)
+
+    def run(store, rank):
+        distributed.sync(store, "a", rank, 2, 5.0)
+        passed.wait()
+        if rank == 1:
+            store.add(distributed.GROUP_FAILURES, 1)  # already on to its next case, failing there
+        passed.wait()
+        return int(store.get("a/failures")), int(store.add(distributed.GROUP_FAILURES, 0))
+
+    results = _in_threads(run)
+    assert results[0] == results[1] == (0, 1), results
