@@ -727,7 +727,10 @@ class SlowestRankTimer:
         synchronize(device)
         start, end = self._start, self.clock()
         self._start = None
-        elapsed = torch.tensor([end - start], dtype=torch.float64, device=device)
+        # float64 where the device has it; float32 (7 significant digits of the round time) on an XPU, which
+        # may have no float64.
+        dtype = torch.float32 if device.type == "xpu" else torch.float64
+        elapsed = torch.tensor([end - start], dtype=dtype, device=device)
         dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
         # The same bits on every rank; start + elapsed is not (each node's clock rounds it its own way), so
         # what every rank must agree on (suite.cases.collectives' calibration) is computed from this.

@@ -128,10 +128,10 @@ def test_xccl_is_taken_only_when_asked_for_and_runs_each_rank_on_its_own_xpu(mon
         with pytest.raises(UserError, match="LOCAL_RANK 4 but this node shows 4 GPU"):
             distributed.rank_device("xccl", 4)
     assert distributed.rank_device("xccl", 3, gpu_count=1) == "xpu:0"
-    with use_platform(FakePlatform(gpus=2, kind="cuda")):
-        with pytest.raises(UserError, match="backend xccl needs a xpu device per rank and this node shows none: "
-                                            "set cases.collectives.backend: gloo"):
-            distributed.rank_device("xccl", 0)
+    no_xpu = pytest.raises(UserError, match="backend xccl needs a xpu device per rank and this node shows none: "
+                                            "set cases.collectives.backend: gloo")
+    with use_platform(FakePlatform(gpus=2, kind="cuda")), no_xpu:
+        distributed.rank_device("xccl", 0)
     config = parse_config({"cases": {"collectives": {"backend": "xccl"}}}, "x.yaml")
     monkeypatch.setattr(distributed, "_STATE", None)
     assert coll._backend_and_device(config, ["xpu:0"]) == ("xccl", "xpu:0")
@@ -159,6 +159,16 @@ def test_xccl_init_binds_the_rank_to_its_xpu_and_refuses_a_torch_without_xccl(mo
     monkeypatch.setattr(distributed, "xccl_version", lambda: "2021.15.0")
     described = state.describe()
     assert described["backend"] == "xccl" and described["xccl_version"] == "2021.15.0"
+
+
+def test_an_xpu_ranks_float64_reference_is_made_on_the_cpu():
+    """Intel's consumer and integrated GPUs have no float64: the sum every rank's check compares with is made
+    on the CPU for an XPU rank (on a CUDA or CPU rank, on its device as before)."""
+    total = coll._sum_of_ranks(2, 6, torch.bfloat16, "xpu:0")  # no XPU here: made on its device, this raises
+    assert total.device.type == "cpu" and total.dtype == torch.float64
+    assert torch.equal(total, coll.reduce_values(0, 6, torch.bfloat16, "cpu", 2).double()
+                       + coll.reduce_values(1, 6, torch.bfloat16, "cpu", 2).double())
+    assert coll._reference_device("cuda:3") == "cuda:3" and coll._reference_device("cpu") == "cpu"
 
 
 def test_the_oneccl_variables_are_recorded_with_the_launch():

@@ -137,10 +137,21 @@ def reduce_values(rank: int, count: int, dtype: torch.dtype, device: str, world_
     return base.add_(1 + parity * (rank % 2)).to(dtype)
 
 
+# Where a check's float64 reference may be computed: on the rank's device for these, on the CPU for the
+# rest (Intel's consumer and integrated GPUs, under XCCL, have no float64).
+FLOAT64_DEVICE_TYPES = ("cuda", "cpu")
+
+
+def _reference_device(device: str) -> str:
+    return device if torch.device(device).type in FLOAT64_DEVICE_TYPES else "cpu"
+
+
 def _sum_of_ranks(n: int, count: int, dtype: torch.dtype, device: str) -> torch.Tensor:
-    total = torch.zeros(count, dtype=torch.float64, device=device)
+    """Every rank's reduce_values summed in float64 (on the CPU where the device may lack float64)."""
+    at = _reference_device(device)
+    total = torch.zeros(count, dtype=torch.float64, device=at)
     for r in range(n):
-        total += reduce_values(r, count, dtype, device, n).to(torch.float64)
+        total += reduce_values(r, count, dtype, at, n).to(torch.float64)
     return total
 
 
@@ -229,6 +240,8 @@ def _buffers(op: str, inplace: bool, count: int, dtype: torch.dtype, device: str
 
 
 def _mismatch(result: torch.Tensor, expected: torch.Tensor, exact: bool, tolerance: float) -> str | None:
+    if result.device.type not in FLOAT64_DEVICE_TYPES:  # compared on the CPU, beside its reference
+        result, expected = result.detach().cpu(), expected.detach().cpu()
     if exact:
         bad = (result != expected.to(result.dtype)).nonzero()
         if bad.numel() == 0:
