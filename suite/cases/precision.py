@@ -25,8 +25,8 @@ TF32_MIN_CAPABILITY = (8, 0)
 # TF32 keeps 10 of float32's 23 mantissa bits: on the suite's normal data a TF32 matmul or convolution is off
 # float64 by ~3e-4 (inputs rounded to nearest) to ~8e-4 (truncated), relative, whatever the size; IEEE float32
 # by ~1e-7 to 1e-6 (simulated on the CPU at 64x128x128 to 256x16384x1024). A tf32 case closer than this ran
-# IEEE float32 math: the switch did not reach its kernel (a library that ignores it, a kernel without
-# tensor cores for that shape), and its time would be float32's under a tf32 label.
+# IEEE float32 math: TF32 math did not run (a library that ignores the switch, kernels without tensor cores
+# for that shape), and its time would be float32's under a tf32 label.
 TF32_MIN_ERROR = 2e-5
 
 
@@ -36,8 +36,9 @@ def require_tf32_math(precision: str, error: float, what: str) -> None:
     if precision == "tf32" and error < TF32_MIN_ERROR:
         raise SkipCase(
             f"{what}: tf32 was asked for but the result has IEEE float32 accuracy (relative error {error:.2g} "
-            f"against float64, where TF32 math gives ~3e-4): the TF32 switch did not reach this kernel, so its "
-            "time would be float32's; see the float32 case"
+            f"against float64, where TF32 math gives ~3e-4): TF32 math did not run (the library ignored the "
+            "switch, or chose kernels without tensor cores), so its time would be float32's; see the float32 "
+            "case"
         )
 
 
