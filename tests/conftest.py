@@ -10,7 +10,7 @@ from pathlib import Path
 # here, before any such run, they are never dropped.
 import numpy  # noqa: F401
 import pytest
-import torch  # noqa: F401
+import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
