@@ -101,16 +101,19 @@ def _mapping_no_duplicates(loader: _StrictLoader, node: yaml.MappingNode, deep: 
     seen: dict = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})", key_node.start_mark
-            )
         try:
-            seen[key] = key_node.start_mark.line
-        except TypeError:
+            first = seen.get(key)
+        except TypeError:  # a mapping or a list written as a key (`{a: 1}: 2`, a stray `}:`); its contents
+            # are not built yet here (the loader fills them later), so the line and column name it
+            kind = {dict: "mapping", list: "list"}.get(type(key), type(key).__name__)
             raise yaml.constructor.ConstructorError(
-                None, None, f"unhashable key {key!r}", key_node.start_mark
+                None, None, f"a key must be a name or a number, not a {kind}", key_node.start_mark
             ) from None
+        if first is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first at line {first + 1})", key_node.start_mark
+            )
+        seen[key] = key_node.start_mark.line
     return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
 
 

@@ -95,6 +95,17 @@ def test_load_config_file_errors(tmp_path):
     dup.write_text("devices: cpu\ntiming: {}\ndevices: all\n")
     with pytest.raises(UserError, match=r"duplicate key 'devices' \(first at line 1\)"):
         load_config(dup)
+    # A mapping or list as a key (a stray `}:` after a flow mapping, found by the mutation fuzzer): one line,
+    # not a TypeError traceback from the duplicate-key check.
+    for text, where, kind in [("cases:\n  conv:\n    shapes:\n      - {name: a, size: 1}: 2\n", "line 4, column 9",
+                                "mapping"),
+                               ("devices: cpu\n[cpu, gpus]: 1\n", "line 2, column 1", "list")]:
+        bad = tmp_path / f"key-{kind}.yaml"
+        bad.write_text(text)
+        with pytest.raises(UserError) as info:
+            load_config(bad)
+        assert str(info.value) == (f"{bad}: not valid YAML: {where}: a key must be a name or a number, not a "
+                                   f"{kind}")
     code = tmp_path / "evil.yaml"
     code.write_text("devices: !!python/object/apply:os.system ['echo hacked']\n")
     with pytest.raises(UserError, match="not valid YAML"):
