@@ -27,6 +27,7 @@ from pathlib import Path
 
 import yaml
 
+from suite.cases.ceiling.measure import IDLE_BEFORE_BURST_S
 from suite.checkrow import RATIO_TOLERANCE, CheckRow, judged, median, run_command, subprocess_env
 from suite.errors import UserError
 from suite.plan import DEFAULT_OVERHEAD_S, OVERHEAD_S, SESSION_OVERHEAD_S, TORCHRUN_OVERHEAD_S
@@ -85,6 +86,8 @@ IN_PROCESS_RUN_S = 1.5
 # The MAMF-style figure (150 calls of the best shape, ~5 ms each, with the L2 flushed); the ceiling's sweep
 # shapes get only the general compute warm-up (counted in _bench_s).
 MAMF_S = 1.5
+# The burst the ceiling step reads from an idle GPU: the pause, then 13 products of ~1.4 ms.
+BURST_S = IDLE_BEFORE_BURST_S + 0.5
 # NCCL's start with one rank, and the two Gloo ranks' collectives after torchrun's start.
 NCCL_START_S, GLOO_CASES_S = 3.0, 3.0
 # `pytest tests -m gpu`: collecting every test module (~5 s) and a dozen short in-process GPU tests.
@@ -136,9 +139,9 @@ STEP_ESTIMATES_S = {
     # pinned and pageable both ways and the same-device copy; three of them against events.
     "copy": _truth_s("copy", 5, 3, False),
     "habits": IN_PROCESS_RUN_S + 6 * _bench_s("habits", False),
-    "ceiling": IN_PROCESS_RUN_S + 4 * _bench_s("ceiling", True) + MAMF_S,
+    "ceiling": IN_PROCESS_RUN_S + 4 * _bench_s("ceiling", True) + MAMF_S + BURST_S,
     "conv": _truth_s("conv", 2, 2, True),  # fwd and fwd+bwd
-    "model": _truth_s("model", 1, 1, True),  # the LeNet step
+    "model": _truth_s("model", 1, 1, True),  # the LeNet step, ~10 ms
     "gpu tests": GPU_TESTS_S,
 }
 # Run first: what only this check shows (the suite's figures against references, OOM, SIGKILL, collectives);

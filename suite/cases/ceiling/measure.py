@@ -123,16 +123,24 @@ def annotate(output_json: dict) -> None:
 
 # --- GPU check --------------------------------------------------------------------------------------------
 
-# docs/reference.md: one H200 reaches ~790 TFLOP/s bf16 dense through PyTorch (8192^3, random data), read
-# mamf-finder's way; the same statistic on the GPU checked should come within 10% of it (mamf-finder's author
-# notes a 5%+ spread between the GPUs of one node).
-H200_BF16_MAMF = 790.0
+# docs/reference.md: one H200 reaches ~790 TFLOP/s bf16 dense through PyTorch (8192^3, random normal inputs)
+# as a burst from idle: the mean of 10 products after 3 warm-ups, the SM clock at its 1980 MHz boost. The
+# check reads the same statistic the same way and judges it against this figure, within 10% (mamf-finder's
+# author notes a 5%+ spread between the GPUs of one node). It is no sustained figure: on the check's H200
+# (700 W) the clocks fall within a quarter of a second to 1425-1605 MHz under the power limit; mamf-finder's
+# older statistic then reads ~700 and a 3 s run ~670 (scripts/h200_probe.py, issue 10's notes).
+H200_BF16_BURST = 790.0
 CEILING_TARGET = 0.90
+BURST_SHAPE = 8192
+BURST_WARMUP, BURST_CALLS = 3, 10
+# The GPU idles this long before the burst, so that it starts from the boost clock as the figure was read:
+# 4 s brought the H200 back to 1980 MHz after mamf-finder's statistic had held it at 1530-1605 MHz.
+IDLE_BEFORE_BURST_S = 4.0
 CHECK_SWEEP = ("4096x4096x4096", "8192x8192x8192", "8192x8192x16384", "12288x12288x12288")
 # The suite's sustained median against the MAMF-style mean of the same shape, on the same GPU in the same
 # process: the sustained figure is expected a few % lower (an H200 read 728-735 TFLOP/s over a 4 s window
-# where a short one read 745-752, and mamf-finder's 790; suite/timing.py's SUSTAINED_WARMUP_S), never much
-# higher (a round that does not wait for the GPU would be).
+# where a short one read 745-752; suite/timing.py's SUSTAINED_WARMUP_S), never much higher (a round that does
+# not wait for the GPU would be).
 SUSTAINED_OF_MAMF = (0.85, 1.05)
 MAMF_WARMUP = 50
 MAMF_ITERATIONS = 100
@@ -146,7 +154,7 @@ H200_SXM_POWER_W = 700.0
 
 
 def h200_target(name: str, power_limit_w: object = None) -> tuple[bool, str]:
-    """Whether the ceiling is judged against H200_BF16_MAMF on the GPU called `name` with this NVML power
+    """Whether the burst is judged against H200_BF16_BURST on the GPU called `name` with this NVML power
     limit (None: not read), and the note that says why or why not."""
     peak = find_gpu(name)
     if peak is None or peak.gpu != "H200 SXM":
@@ -161,37 +169,57 @@ def h200_target(name: str, power_limit_w: object = None) -> tuple[bool, str]:
 
 
 def gpu_checks(ctx) -> list:
-    """The sweep's best shape measured mamf-finder's way ("MAMF-style") against docs/reference.md's H200
-    figure, read the same way; the suite's ceiling (its best sustained median) against that MAMF-style
-    figure."""
+    """Three rows. A burst from idle (bf16 8192^3, mean of 10 after 3) against docs/reference.md's H200 figure,
+    read the same way: is the GPU and its software as fast as the published one? The sweep's best shape
+    measured mamf-finder's older way ("MAMF-style": mean of 100 after 50, L2 flushed) against that burst,
+    not judged: what the power limit leaves of it. The suite's ceiling (its best sustained median) against the
+    MAMF-style figure of the same shape, GPU and process: does the suite's timing lose or invent time?"""
+    import time
+
     import torch
 
     from suite.cases.common import randn
     from suite.cases.matmul.measure import flops
     from suite.checkrow import CheckRow, judged
-    from suite.devices import inventory
+    from suite.devices import ClockWatch, inventory, synchronize
     from suite.timing import reference_times
 
     dtype = ctx.pick("bfloat16", "float32")
+    tdtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
+    entry = next((d for d in inventory().devices if d.get("id") == ctx.device), {})
+    judge, why = h200_target(str(entry.get("name") or ctx.device), entry.get("power_limit_w"))
+
+    # The burst first, from an idle GPU: the check's earlier steps leave it warm.
+    n = ctx.pick(BURST_SHAPE, 128)
+    a = randn(n, n, dtype=tdtype, device=ctx.device, seed=1)
+    b = randn(n, n, dtype=tdtype, device=ctx.device, seed=2)
+    out = torch.empty(n, n, dtype=tdtype, device=ctx.device)
+
+    def square() -> None:
+        torch.matmul(a, b, out=out)
+
+    synchronize(ctx.device)
+    time.sleep(ctx.pick(IDLE_BEFORE_BURST_S, 0.0))
+    watch = ClockWatch([ctx.device])
+    reference_times(square, ctx.device, calls=BURST_WARMUP)
+    times = reference_times(square, ctx.device, calls=BURST_CALLS)
+    burst = flops(n, n, n) / (sum(times) / len(times)) / 1e12
+    burst_held = _held_note(watch.stop(), "during it")
+    del a, b, out
+
     sweep = list(ctx.pick(CHECK_SWEEP, ("64x64x64", "128x128x128")))
     benches = ctx.run_suite({"devices": [ctx.device], "cases": {"ceiling": {"dtypes": [dtype], "shapes": sweep}}},
                             "benchmarks/test_ceiling.py")
+    burst_row = CheckRow(
+        f"ceiling {dtype} {n}x{n}x{n}: burst from idle vs H200 figure", burst, H200_BF16_BURST, "TFLOP/s",
+        judged(ctx, burst >= CEILING_TARGET * H200_BF16_BURST) if judge else None,
+        f"mean of {BURST_CALLS} after {BURST_WARMUP}, {ctx.pick(IDLE_BEFORE_BURST_S, 0.0):g} s idle before, as "
+        f"the figure was read; {why}{burst_held}")
     if not benches:
-        return [CheckRow(f"ceiling {dtype}", None, None, "TFLOP/s", False, "no result (see the log)")]
-    info = max(benches, key=lambda b: b["extra_info"]["tflops"])["extra_info"]
-    entry = next((d for d in inventory().devices if d.get("id") == ctx.device), {})
-    judge, why = h200_target(str(entry.get("name") or ctx.device), entry.get("power_limit_w"))
+        return [burst_row, CheckRow(f"ceiling {dtype}", None, None, "TFLOP/s", False, "no result (see the log)")]
+    info = max(benches, key=lambda bench: bench["extra_info"]["tflops"])["extra_info"]
     ceiling = info["tflops"]
     shape = f"{info['m']}x{info['n']}x{info['k']}"
-    # What held the clocks while the best shape ran (NVML): the power limit is the usual cause of a ceiling
-    # below the reference on a full-power GPU, thermal slowdown the cooling's.
-    from suite.limits import limits_held
-
-    held = ", ".join(f"{name} {share:.0%}" for name, share in limits_held(info).items())
-    held_note = ("" if "clocks_held" not in info else
-                 f"; clocks held back (share of warm-up and timing, NVML): {held}" if held
-                 else "; no clock limit held it (NVML)")
-    tdtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
     a = randn(info["m"], info["k"], dtype=tdtype, device=ctx.device, seed=1)
     b = randn(info["k"], info["n"], dtype=tdtype, device=ctx.device, seed=2)
     out = torch.empty(info["m"], info["n"], dtype=tdtype, device=ctx.device)
@@ -200,21 +228,35 @@ def gpu_checks(ctx) -> list:
     def op() -> None:
         torch.matmul(a, b, out=out)
 
+    watch = ClockWatch([ctx.device])
     reference_times(op, ctx.device, calls=ctx.pick(MAMF_WARMUP, 2), before=flush.zero_)
     times = reference_times(op, ctx.device, calls=ctx.pick(MAMF_ITERATIONS, 5), before=flush.zero_)
     mamf = flops(info["m"], info["n"], info["k"]) / (sum(times) / len(times)) / 1e12
-    statistic = f"mean of {MAMF_ITERATIONS} after {MAMF_WARMUP}, L2 flushed"
-    # Like with like: the reference figure was read mamf-finder's way, so the MAMF-style figure is what is
-    # judged against it; the suite's own sustained figure is judged against the MAMF-style one.
+    mamf_held = _held_note(watch.stop(), "during it")
+    # What held the clocks while the suite's best shape ran (NVML): the power limit is the usual cause of a
+    # sustained figure below the burst on a full-power GPU, thermal slowdown the cooling's.
+    sustained_held = _held_note(info, "in the suite's warm-up and timing")
     low, high = SUSTAINED_OF_MAMF
     return [
-        CheckRow(f"ceiling {dtype} {shape}: MAMF-style mean vs H200 figure", mamf, H200_BF16_MAMF, "TFLOP/s",
-                 judged(ctx, mamf >= CEILING_TARGET * H200_BF16_MAMF) if judge else None,
-                 f"mamf-finder's statistic ({statistic}) on the sweep's best shape; {why}"),
+        burst_row,
+        CheckRow(f"ceiling {dtype} {shape}: MAMF-style mean vs the burst", mamf, burst, "TFLOP/s", None,
+                 f"mamf-finder's older statistic (mean of {MAMF_ITERATIONS} after {MAMF_WARMUP}, L2 flushed) on "
+                 f"the sweep's best shape: what the GPU holds past a burst, shown, not judged{mamf_held}"),
         CheckRow(f"ceiling {dtype} (sustained median, best of {len(sweep)}) vs MAMF-style mean", ceiling,
                  mamf, "TFLOP/s", judged(ctx, low <= ceiling / mamf <= high),
-                 f"at {shape}; expected {low:.2f}-{high:.2f} (sustained below a boosting mean){held_note}"),
+                 f"at {shape}; expected {low:.2f}-{high:.2f} (sustained below a boosting mean){sustained_held}"),
     ]
+
+
+def _held_note(info: dict, when: str) -> str:
+    """'; clocks held back <when> (NVML): power 94%' from a ClockWatch record (or a result's extra_info
+    holding one); '' where NVML told nothing."""
+    from suite.limits import limits_held
+
+    if "clocks_held" not in info:
+        return ""
+    held = ", ".join(f"{name} {share:.0%}" for name, share in limits_held(info).items())
+    return f"; clocks held back {when} (NVML): {held}" if held else f"; no clock limit held them {when} (NVML)"
 
 
 __all__ = ["CEILING_FAMILIES", "NAME", "annotate", "build", "ceilings", "enumerate_cases", "gpu_checks",
