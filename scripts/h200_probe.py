@@ -26,10 +26,10 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from suite.cases import family_module  # noqa: E402
-from suite.cases.precision import mode_for  # noqa: E402
-from suite.config import load_config  # noqa: E402
-from suite.devices import ClockWatch, resolve_spec  # noqa: E402
+from suite.cases import family_module
+from suite.cases.precision import mode_for
+from suite.config import load_config
+from suite.devices import ClockWatch, resolve_spec
 
 # `python scripts/h200_probe.py cpu` runs the same steps on the CPU (host clock for the events): a check that
 # the probe itself works before it spends GPU time.
