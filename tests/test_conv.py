@@ -158,5 +158,14 @@ def test_cuda_conv_checks_under_each_precision(precision, layout):
     with mode_for(case):
         assert torch.backends.cudnn.benchmark is True
         work = conv.build(case, None)
-        work.check()
+        if precision == "tf32":
+            # cuDNN's autotuner may pick kernels without tensor cores for all three passes of so small a
+            # layer (it did once in two runs on an H200: relative error 3.8e-7); the case then must be
+            # skipped as not TF32, never published as tf32. A wrong result still fails.
+            try:
+                work.check()
+            except SkipCase as exc:
+                assert "TF32 math did not run" in str(exc), exc
+        else:
+            work.check()
     assert work.extra.get("allow_tf32", False) is (precision == "tf32")
