@@ -248,6 +248,12 @@ def read_section(readme: Path, name: str = "h200") -> str | None:
     return found.group(1) if found else None
 
 
+def section_names(readme: Path = README) -> list[str]:
+    """The names of the evidence sections the README has markers for, in order (h200 first where it is)."""
+    pattern = re.escape(START).replace(re.escape("{name}"), r"([\w.-]+)")
+    return re.findall(pattern, readme.read_text(encoding="utf-8"))
+
+
 def _require_markers(readme: Path, name: str) -> None:
     if read_section(readme, name) is None:
         start, end = _markers(name)

@@ -10,21 +10,53 @@ from suite import evidence
 from tests.conftest import ROOT
 
 
-def test_the_readme_section_is_what_the_kept_files_give():
-    # Without kept files: the not-yet-run status; with them (tests/data/real/h200_*.json): their tables.
-    assert evidence.read_section(ROOT / "README.md") == evidence.section("h200"), (
-        "rewrite it with `python -m suite.evidence keep OUTDIR` (or show it with `python -m suite.evidence show`)")
+NAMES = evidence.section_names()
 
 
-def test_kept_h200_files_load_in_report_and_compare(tmp_path, capsys):
+def test_the_readme_has_the_h200_section():
+    assert NAMES[0] == "h200", NAMES
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_readme_section_is_what_the_kept_files_give(name):
+    # Without kept files: the not-yet-run status; with them (tests/data/real/<name>_*.json): their tables.
+    assert evidence.read_section(ROOT / "README.md", name) == evidence.section(name), (
+        f"rewrite it with `python -m suite.evidence keep OUTDIR --name {name}` (or show it with "
+        f"`python -m suite.evidence show --name {name}`)")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_kept_gpu_files_load_in_report_and_compare(name, tmp_path, capsys):
     from suite.cli import main
 
-    kept = [p for p in evidence.kept_paths("h200").values() if p.is_file() and p.name != "h200_gpu_check.json"]
+    kept = [p for source, p in evidence.kept_paths(name).items() if p.is_file() and source != "check.json"]
     if not kept:
-        pytest.skip("no H200 run kept yet (docs/gpu-check.md); the dry run's files are loaded in test_gpu_check")
+        pytest.skip(f"no {name} run kept yet (docs/gpu-check.md); the dry run's files are loaded in test_gpu_check")
     assert main(["report", *map(str, kept), "-o", str(tmp_path / "report.html")]) == 0
     capsys.readouterr()
     assert main(["compare", str(kept[0]), str(kept[0]), "--format", "json"]) == 0
+
+
+def test_the_kept_runs_compare_with_each_other(tmp_path, capsys):
+    """Two runs of the check on the H200 (the full one and the rerun of three steps) compare case by case:
+    compare's gate on real GPU figures, with only the cases both ran."""
+    from suite.cli import main
+
+    runs = [evidence.kept_paths(name)["results.json"] for name in NAMES]
+    runs = [p for p in runs if p.is_file()]
+    if len(runs) < 2:
+        pytest.skip("fewer than two GPU runs kept")
+    capsys.readouterr()
+    # The rerun measured a subset: without --allow-missing that fails the gate, in one line.
+    assert main(["compare", str(runs[0]), str(runs[1])]) == 1
+    assert "missing from the candidate" in capsys.readouterr().err
+    assert main(["compare", str(runs[0]), str(runs[1]), "--allow-missing", "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    common = {r["benchmark"]: r["status"] for r in out["results"] if r["status"] != "missing"}
+    # The ceiling's sweep and the LeNet step ran in both, minutes apart on one GPU: within compare's 5%.
+    assert common == {f"test_ceiling[cuda:0-bfloat16-{s}]": "unchanged" for s in (
+        "4096x4096x4096", "8192x8192x8192", "8192x8192x16384", "12288x12288x12288")} | {
+        "test_model[cuda:0-float32-lenet-b16384]": "unchanged"}
 
 
 def _bench(case: str, param: str, median: float, **info) -> dict:
