@@ -60,9 +60,9 @@ DRY_TIMING = {"warmup_s": 0.01, "compute_warmup_s": 0.01, "max_time": 0.05, "min
               "time_limit_s": 60}
 # The check aims to end within this many seconds of its process's start (review of issue 10: ~200-240 s on an
 # H200, so that a second run fits a 15-minute lease with the machine's start-up); a step whose estimate no
-# longer fits is not run and says so ("NOT RUN", not a failure). The estimates add up to ~237 s and leave out
+# longer fits is not run and says so ("NOT RUN", not a failure). The estimates add up to ~240 s and leave out
 # fixed costs a first run on a node pays (cuDNN's first load, the ceiling's random inputs, a driver without
-# persistence mode): the ~28 s above them are for those, so that the last step, the gpu tests, still runs.
+# persistence mode): the ~25 s above them are for those, so that the last step, the gpu tests, still runs.
 # scripts/gpu-check.sh passes GPU_CHECK_BUDGET_S as --budget-s and kills everything HARD_STOP_MARGIN_S later.
 BUDGET_S = 265
 HARD_STOP_MARGIN_S = 25
