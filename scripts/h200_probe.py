@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from suite.cases import family_module
+from suite.cases.ceiling.measure import _held_note
 from suite.cases.precision import mode_for
 from suite.config import load_config
 from suite.devices import ClockWatch, resolve_spec
@@ -64,9 +65,7 @@ def sm_clock() -> str:
 
 
 def held(watch: ClockWatch) -> str:
-    info = watch.stop()
-    shares = {k[len("clocks_held_"):]: v for k, v in info.items() if k.startswith("clocks_held_")}
-    return ", ".join(f"{k} {v:.0%}" for k, v in shares.items()) or f"none ({info.get('clocks_held', 0):.0%})"
+    return _held_note(watch.stop(), "during it").lstrip("; ") or "NVML told nothing"
 
 
 def model_cases(batches: list[int]):
