@@ -12,6 +12,7 @@ The config (`suite.config`) gets a `cases.<name>` key for every registered famil
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import weakref
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -117,6 +118,19 @@ def family_module(name: str) -> ModuleType:
     if hasattr(package, "__path__"):
         return importlib.import_module(f"{package.__name__}.measure")
     return package  # a single-module family (test fakes): config-less, measuring names at its top level
+
+
+def family_part(name: str, part: str) -> ModuleType | None:
+    """One optional module of a family's package (`read`: torch-free reading of its results; `charts`: its
+    report charts, matplotlib), or None where the family has none. Shared modules reach a family only
+    through this, so they never name one."""
+    package = _package(name)
+    if not hasattr(package, "__path__"):
+        return None
+    target = f"{package.__name__}.{part}"
+    if importlib.util.find_spec(target) is None:
+        return None
+    return importlib.import_module(target)
 
 
 def family_config(name: str) -> type | None:
