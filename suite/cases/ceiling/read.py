@@ -1,0 +1,11 @@
+"""How ceiling results are read (torch-free): headline rate, report title and note."""
+
+RATE = "tflops"  # the rate that says how fast this family is
+TITLE = "Compute ceiling"
+NOTE = (
+    "A sweep of matmul shapes per device and precision: the best sustained rate among these and the "
+    "matmul results is the measured ceiling that % of ceiling (matmul, conv, model) divides by. It is the"
+    " median of rounds of back-to-back calls after a sustained warm-up, not mamf-finder's MAMF (the mean "
+    "of single calls timed by events after an L2 flush, the best of a wide sweep), which reads higher: "
+    "about 790 TFLOP/s on an H200 SXM whose sustained rate is 728-735 (ml-engineering)."
+)
