@@ -27,8 +27,16 @@ def has_accelerator() -> bool:
 GPU_TEST_WARNINGS = "default::Warning"
 
 
+# A test that runs pytest on the benchmarks (in a child, or in process) pays torch's start-up and a real
+# timing run each time: it belongs to the slow tier (`pytest -m slow`, which .ci/run runs after the fast one).
+END_TO_END_FIXTURES = frozenset({"run_benchmarks", "pytester"})
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the markers set here
 def pytest_collection_modifyitems(config, items):
     for item in items:
+        if END_TO_END_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("gpu"):
             item.add_marker(pytest.mark.filterwarnings(GPU_TEST_WARNINGS))
     if any(item.get_closest_marker("gpu") for item in items) and not has_accelerator():
