@@ -18,6 +18,8 @@ SHIPPED = [(ROOT / "configs" / name).read_text() for name in ("default.yaml", "q
 # Together with the results-loader fuzz this stays well under a minute on a 2-core machine.
 EXAMPLES = 1000
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+# Long fuzzing: the slow tier (`pytest -m slow`).
+pytestmark = pytest.mark.slow
 
 scalars = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=True), st.text(max_size=12),

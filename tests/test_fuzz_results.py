@@ -18,6 +18,8 @@ PARTIAL = (DATA / "partial" / "crash.partial.jsonl").read_bytes()
 # 1000 truncations + 1000 random documents: 2000 inputs, well under a minute with the config fuzz.
 EXAMPLES = 1000
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+# Long fuzzing: the slow tier (`pytest -m slow`).
+pytestmark = pytest.mark.slow
 
 vocabulary = st.sampled_from(["benchmarks", "stats", "median", "iqr", "q1", "q3", "rounds", "extra_info", "case",
                               "device", "src", "dst", "bytes", "gbps", "tflops", "suite", "schema_version",
