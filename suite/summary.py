@@ -6,24 +6,24 @@ import os
 import time
 from collections import defaultdict
 
+from suite.cases import FAMILIES, family_read
 from suite.limits import limits_held
 from suite.timing import format_duration
-from suite.units import format_size
 
 # A family with at least this many benchmarks gets progress lines while it runs.
 PROGRESS_MIN_BENCHMARKS = 20
 # At most one progress line per family this often (and one when it finishes).
 PROGRESS_INTERVAL_S = 30.0
-# Widest grid shown; wider ones are cut with a note (a 9-device copy matrix has 9 columns).
+# Widest grid shown; wider ones are cut with a note (a 9-device matrix has 9 columns).
 MAX_COLUMNS = 12
 # Rows of the generic section (a family without a section of its own): enough to see it ran and its range; the
 # rest is in the JSON and the report.
 GENERIC_MAX_ROWS = 20
-# The rate a generic section shows, the first of these a result has (the plugin's rate keys; collectives' busbw).
+# The rate a generic section shows: the family's RATE, else the first of these a result has.
 RATE_KEYS = (("tflops", "TFLOP/s"), ("gbps", "GB/s"), ("busbw", "busbw GB/s"), ("samples_per_s", "samples/s"))
 
 
-def _num(value) -> float | None:
+def num(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -36,7 +36,7 @@ def format_time(seconds: float | None) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
-def _cell(value: float | None, digits: int = 3) -> str:
+def cell(value: float | None, digits: int = 3) -> str:
     if value is None:
         return "-"
     return f"{value:.{digits}g}" if value < 10**digits else f"{value:.0f}"
@@ -60,7 +60,7 @@ def grid(title: str, rows: dict, columns: list, corner: str = "") -> list[str]:
     return lines
 
 
-def _info(bench: dict) -> dict:
+def extra_info(bench: dict) -> dict:
     """A result's extra_info, {} where it has none (old, partial or hand-written files)."""
     info = bench.get("extra_info")
     return info if isinstance(info, dict) else {}
@@ -70,33 +70,39 @@ def _by_family(benchmarks: list[dict]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = defaultdict(list)
     for bench in benchmarks:
         if isinstance(bench, dict):
-            out[str(_info(bench).get("case") or "other")].append(bench)
+            out[str(extra_info(bench).get("case") or "other")].append(bench)
     return out
 
 
-def _median(bench: dict) -> float | None:
+def median_of(bench: dict) -> float | None:
     stats = bench.get("stats")
-    return _num(stats.get("median")) if isinstance(stats, dict) else None
+    return num(stats.get("median")) if isinstance(stats, dict) else None
 
 
-def _size(info: dict) -> int | None:
+def size_of(info: dict) -> int | None:
     size = info.get("size")
     return size if isinstance(size, int) and not isinstance(size, bool) and size > 0 else None
 
 
-def _compute(name: str, benches: list[dict], key, column) -> list[str]:
+def precision(info: dict) -> str:
+    """The precision a result ran in (older files named only the storage `dtype`)."""
+    return str(info.get("precision") or info.get("dtype"))
+
+
+def compute_grid(name: str, benches: list[dict], key, column) -> list[str]:
+    """TFLOP/s by `key(info)` rows and `column(info)` columns, each row's best % of ceiling / datasheet."""
     rows: dict = defaultdict(dict)
     columns: list = []
     pct: dict = {}
     for b in benches:
-        info = _info(b)
-        tf = _num(info.get("tflops"))
+        info = extra_info(b)
+        tf = num(info.get("tflops"))
         if tf is None:
             continue
         row, col = key(info), column(info)
         columns += [col] if col not in columns else []
-        rows[row][col] = _cell(tf)
-        ceil, sheet = _num(info.get("pct_of_ceiling")), _num(info.get("pct_of_datasheet"))
+        rows[row][col] = cell(tf)
+        ceil, sheet = num(info.get("pct_of_ceiling")), num(info.get("pct_of_datasheet"))
         best = pct.get(row)
         if best is None or tf > best[0]:
             pct[row] = (tf, ceil, sheet)
@@ -109,134 +115,13 @@ def _compute(name: str, benches: list[dict], key, column) -> list[str]:
     return grid(f"{name}: TFLOP/s (% of ceiling / datasheet: the row's best)", dict(rows), columns + extra)
 
 
-def _precision(info: dict) -> str:
-    """The precision a result ran in (older files named only the storage `dtype`)."""
-    return str(info.get("precision") or info.get("dtype"))
-
-
-def _shape(info: dict) -> str:
-    return f"{info.get('m')}x{info.get('n')}x{info.get('k')}"
-
-
-def _copy(benches: list[dict]) -> list[str]:
-    # Results without the keys the tables need (files from before `size`/`path` existed) are left out here.
-    uni = [
-        i for i in map(_info, benches)
-        if i.get("direction") == "uni" and _num(i.get("gbps")) and _size(i) and i.get("src") and i.get("dst")
-    ]
-    if not uni:
-        return []
-    largest = max(i["size"] for i in uni)
-    # The matrix at the largest size: pinned host memory where there is a choice (the link's speed), else
-    # whatever ran; non_blocking copies first (no host wait in the round).
-    rank = {"pinned": 0, "device": 0, "pageable": 1}
-    best: dict = {}
-    for i in uni:
-        if i["size"] != largest:
-            continue
-        key = (i["src"], i["dst"])
-        order = (rank.get(i.get("memory"), 2), not i.get("non_blocking"))
-        if key not in best or order < best[key][0]:
-            best[key] = (order, i)
-    devices = list(dict.fromkeys([s for s, _ in best] + [d for _, d in best]))
-    rows = {
-        src: {dst: _cell(best[(src, dst)][1]["gbps"]) for dst in devices if (src, dst) in best}
-        for src in devices
-    }
-    lines = grid(
-        f"copy: GB/s at {format_size(largest)} (rows: source, columns: destination; pinned host memory "
-        "where it ran)",
-        {s: r for s, r in rows.items() if r},
-        devices,
-        "src \\ dst",
-    )
-    # The size sweep of host<->device (or the host copy on a CPU-only machine), first accelerator.
-    accel = next((d for d in devices if d != "cpu"), None)
-    sweep: dict = defaultdict(dict)
-    columns: list = []
-    for i in uni:
-        path = i.get("path")
-        if path is None or accel is None and path != "host":
-            continue
-        if accel is not None and accel not in (i["src"], i["dst"]) or path in ("peer", "local"):
-            continue
-        col = f"{path} {i.get('memory', '-')}" + (" nb" if i.get("non_blocking") else "")
-        columns += [col] if col not in columns else []
-        sweep[i["size"]][col] = _cell(i["gbps"])
-    if sweep:
-        title = f"copy: GB/s by size, cpu<->{accel}" if accel else "copy: GB/s by size, cpu->cpu"
-        lines += grid(title, {format_size(s): sweep[s] for s in sorted(sweep)}, columns, "size")
-    return lines
-
-
-def _placement(benches: list[dict]) -> list[str]:
-    rows: dict = defaultdict(dict)
-    columns: list = []
-    for b in benches:
-        i = _info(b)
-        op = i.get("op")
-        columns += [op] if op not in columns else []
-        size = _size(i)
-        rows[f"{i.get('device')} {format_size(size)}" if size else i.get("device")][op] = format_time(_median(b))
-    return grid("placement: median time per call", dict(rows), columns, "device size")
-
-
-def _habits(benches: list[dict]) -> list[str]:
-    pairs: dict = defaultdict(dict)
-    for b in benches:
-        i = _info(b)
-        pairs[i.get("pair")][i.get("role")] = (i.get("variant"), _median(b))
-    lines = []
-    for pair, roles in pairs.items():
-        slow, fast = roles.get("slow"), roles.get("fast")
-        if not slow or not fast or not slow[1] or not fast[1]:
-            continue
-        ratio = slow[1] / fast[1]
-        # The slow habit winning is no finding to report as "0.2x slower": say it, and that it is unexpected.
-        verdict = f"{ratio:.1f}x slower" if ratio >= 1 else f"{1 / ratio:.1f}x faster (unexpected: noise?)"
-        lines.append(
-            f"  {pair}: {slow[0]} {format_time(slow[1])} vs {fast[0]} {format_time(fast[1])}: {verdict}"
-        )
-    return ["habits: the slow way against the fast way, equal work", *lines] if lines else []
-
-
-def _collectives(benches: list[dict]) -> list[str]:
-    rows: dict = defaultdict(dict)
-    columns: list = []
-    for b in benches:
-        i = _info(b)
-        bw = _num(i.get("busbw"))
-        if bw is None or _size(i) is None:
-            continue
-        col = f"{i.get('op')}" + (
-            "" if i.get("in_place") is None else (" ip" if i.get("in_place") else " oop")
-        )
-        columns += [col] if col not in columns else []
-        rows[(i.get("size"), i.get("dtype"))][col] = _cell(bw)
-    order = sorted(rows, key=lambda sd: (sd[0], str(sd[1])))
-    labelled = {f"{format_size(s)} {d}": rows[(s, d)] for s, d in order}
-    return grid("collectives: busbw GB/s (nccl-tests' definition)", labelled, columns, "size dtype")
-
-
-def _model(benches: list[dict]) -> list[str]:
-    rows: dict = defaultdict(dict)
-    columns: list = []
-    for b in benches:
-        i = _info(b)
-        rate = _num(i.get("samples_per_s"))
-        col = f"{i.get('model')}-b{i.get('batch_size')}"
-        columns += [col] if col not in columns else []
-        rows[f"{i.get('device')} {_precision(i)}"][col] = _cell(rate, 4)
-    return grid("model: samples/s", dict(rows), columns, "device dtype")
-
-
 def _stopping(benchmarks: list[dict]) -> list[str]:
     counts: dict = defaultdict(int)
     margins = []
     for b in benchmarks:
-        info = _info(b) if isinstance(b, dict) else {}
+        info = extra_info(b) if isinstance(b, dict) else {}
         counts[str(info.get("stopped_on") or "unknown")] += 1
-        if _num(info.get("margin")) is not None and info.get("stopped_on") == "time":
+        if num(info.get("margin")) is not None and info.get("stopped_on") == "time":
             margins.append(info["margin"])
     if not counts:
         return []
@@ -255,7 +140,7 @@ def _held(benchmarks: list[dict]) -> list[str]:
     more (NVML)."""
     seen: dict[str, list[float]] = defaultdict(list)
     for b in benchmarks:
-        info = _info(b) if isinstance(b, dict) else {}
+        info = extra_info(b) if isinstance(b, dict) else {}
         for limit, share in limits_held(info).items():
             if limit in _MACHINE_LIMITS and share >= 0.05:
                 seen[limit].append(share)
@@ -264,9 +149,9 @@ def _held(benchmarks: list[dict]) -> list[str]:
             for limit, shares in sorted(seen.items())]
 
 
-def _rate(info: dict) -> tuple[float, str] | None:
-    for key, unit in RATE_KEYS:
-        value = _num(info.get(key))
+def _rate(info: dict, first: str | None = None) -> tuple[float, str] | None:
+    for key, unit in sorted(RATE_KEYS, key=lambda ku: ku[0] != first):
+        value = num(info.get(key))
         if value is not None:
             return value, unit
     return None
@@ -276,13 +161,14 @@ def _generic(name: str, benches: list[dict]) -> list[str]:
     """Any family without a section of its own (or whose section finds none of its keys): each result's rate,
     else its median time, by the benchmark's parameter id."""
     rows: dict = {}
+    first = family_read(name, "RATE")
     for b in benches:
         label = str(b.get("param") or b.get("name") or "?")
-        rate = _rate(_info(b))
+        rate = _rate(extra_info(b), first)
         if rate is not None:
-            rows[label] = {"result": f"{_cell(rate[0])} {rate[1]}"}
-        elif _median(b) is not None:
-            rows[label] = {"result": f"{format_time(_median(b))} per call"}
+            rows[label] = {"result": f"{cell(rate[0])} {rate[1]}"}
+        elif median_of(b) is not None:
+            rows[label] = {"result": f"{format_time(median_of(b))} per call"}
     if not rows:
         return []
     shown = dict(list(rows.items())[:GENERIC_MAX_ROWS])
@@ -293,49 +179,21 @@ def _generic(name: str, benches: list[dict]) -> list[str]:
 
 
 def render(benchmarks: list[dict]) -> list[str]:
-    """The summary lines for finished benchmarks (pytest-benchmark JSON entries with our extra_info)."""
+    """The summary lines for finished benchmarks (pytest-benchmark JSON entries with our extra_info): each
+    family's own section (its read module's `summary`), else the generic one; registered families first."""
     families = _by_family(benchmarks)
     lines: list[str] = []
-    sections = [
-        (
-            "matmul",
-            lambda b: _compute("matmul", b, lambda i: f"{i.get('device')} {_precision(i)}", _shape),
-        ),
-        (
-            "ceiling",
-            lambda b: _compute(
-                "ceiling", b, lambda i: f"{i.get('device')}", lambda i: f"{_precision(i)} {_shape(i)}"
-            ),
-        ),
-        (
-            "conv",
-            lambda b: _compute(
-                "conv",
-                b,
-                lambda i: f"{i.get('device')} {_precision(i)} {i.get('layout')} {i.get('step')}",
-                lambda i: f"{i.get('layer')}",
-            ),
-        ),
-        ("model", _model),
-        ("copy", _copy),
-        ("placement", _placement),
-        ("habits", _habits),
-        ("collectives", _collectives),
-    ]
-    own = dict(sections)
-    for name in [n for n, _ in sections] + sorted(set(families) - set(own)):
-        benches = families.get(name)
-        if not benches:
-            continue
-        part = own[name](benches) if name in own else []
-        part = part or _generic(name, benches)
+    for name in [n for n in FAMILIES if n in families] + sorted(set(families) - set(FAMILIES)):
+        benches = families[name]
+        own = family_read(name, "summary")
+        part = (own(benches) if own else []) or _generic(name, benches)
         if part:
             lines += part + [""]
     return lines + _stopping(benchmarks) + _held(benchmarks)
 
 
 def shown_on_this_rank(env=os.environ) -> bool:
-    """Whether this process prints the summary: under torchrun (`suite collectives`) every rank runs the session,
+    """Whether this process prints the summary: under torchrun every rank runs the session,
     and only rank 0 (which writes the results) prints it; a run without RANK always does."""
     return env.get("RANK", "0").strip() in ("", "0")
 

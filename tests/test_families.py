@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from suite.cases import FAMILIES, family_config, family_module
+from suite.cases import FAMILIES, family_config, family_module, family_part
 from suite.config import json_schema, parse_config
 from suite.errors import UserError
+from suite.results import RATE_UNITS
 from suite.sections import CaseSection
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,11 +32,15 @@ def test_each_family_is_one_unit(name):
     # The package's measuring names are reachable from it (loaded on first use).
     package = sys.modules[f"suite.cases.{name}"]
     assert package.build is measure.build
+    # How its results are read, torch-free: its headline rate (one the table knows), title and note.
+    read = family_part(name, "read")
+    assert read.RATE in RATE_UNITS and read.TITLE and isinstance(read.NOTE, str)
 
 
 def test_config_and_every_family_section_stay_torch_free():
     code = ("import json, sys, suite.config, suite.cases as c\n"
             "[c.family_config(n) for n in c.FAMILIES]\n"
+            "[c.family_part(n, 'read') for n in c.FAMILIES]\n"
             "suite.config.json_schema()\n"
             "assert not suite.config.selects_nothing(suite.config.parse_config({}))\n"
             "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] == 'torch')))")
@@ -141,6 +146,21 @@ def test_a_registered_family_gets_its_config_section_and_schema(monkeypatch):
         parse_config({"cases": {"toy": {"cpu": {"value": 2}}}})
 
 
+def test_a_registered_family_gets_its_summary_rows_from_its_read_module_alone(monkeypatch):
+    from suite.summary import render
+
+    def toy(size, gbps):
+        return {"param": f"cpu-{size}", "stats": {"median": 1e-3},
+                "extra_info": {"case": "toy", "device": "cpu", "size": size, "gbps": gbps}}
+
+    rows = [toy(4096, 1.5), toy(2**20, 12.5)]
+    # Unregistered, its rows get the generic section.
+    assert render(rows)[0] == "toy: rate, or median time per call"
+    monkeypatch.setitem(FAMILIES, "toy", "tests.toy_family")
+    lines = render(rows)
+    assert lines[:3] == ["toy: Toy fills, GB/s by size", "  device  4KiB  1MiB", "  cpu      1.5  12.5"]
+
+
 def test_toy_family_end_to_end(pytester, monkeypatch):
     """A family outside the package: its package, one registration line, one thin test file, nothing else."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
@@ -165,8 +185,8 @@ def test_toy_family_end_to_end(pytester, monkeypatch):
     info = next(b["extra_info"] for b in data["benchmarks"] if b["name"] == "test_toy[cpu-1MiB]")
     assert info["case"] == "toy" and info["bytes"] == 2**20 and info["gbps"] > 0
     assert data["suite"]["config"]["cases"]["toy"]["value"] == 2.5
-    # The end-of-run summary has no section written for it, and shows it anyway (its rate).
-    result.stdout.fnmatch_lines(["toy: rate, or median time per call", "*cpu-1MiB*GB/s"])
+    # The end-of-run summary shows it in the section its read.py writes.
+    result.stdout.fnmatch_lines(["toy: Toy fills, GB/s by size", "*device*64KiB*1MiB", "  cpu *"])
 
     cfg.write_text(yaml.safe_dump({"cases": {"toy": {"sizez": [1]}}}))
     result = pytester.runpytest_subprocess("benchmarks", f"--suite-config={cfg}", "-p", "no:cacheprovider")

@@ -133,6 +133,33 @@ def family_part(name: str, part: str) -> ModuleType | None:
     return importlib.import_module(target)
 
 
+def family_read(name: str, attr: str, default: Any = None) -> Any:
+    """One attribute of the family's `read` module, or `default` where the family is not registered (a
+    foreign row, an old family's name in a results file) or has no read module or no such attribute.
+
+    The attributes a family's read.py may define, each optional (absent: the generic behaviour):
+      RATE         the extra_info rate key that says how fast it is (a key of suite.results.RATE_UNITS, all
+                   higher-is-better; its unit comes from there); absent: the first rate a result has
+      TITLE, NOTE  the report section's title and the note under it
+      OVERHEAD_S   seconds a benchmark costs beyond warm-up and timed rounds (suite.plan); absent: the default
+      TORCHRUN     the command that runs the family under torchrun, apart from `pytest benchmarks`; set, its
+                   cases run only there, the plan counts a torchrun launch, and health expects its results
+                   only from a torchrun job (and no other family's)
+      plan_config(config, devices) -> config   the config the plan enumerates its cases with
+      fixed_seconds(case, config) -> float      a fixed-round case's timed seconds (no max_time share)
+      summary(benchmarks) -> list[str]          its end-of-run summary lines from pytest-benchmark JSON
+                                                entries; [] (or absent): the generic rate-per-benchmark lines
+      MEASURES     {name: suite.health.expect.Measure} health may judge against expected figures; a measure
+                   several families declare takes results of each
+      like_ours(rows) -> rows                   of its rows in a results table, those measured the way the
+                                                suite measures (an imported tool's other variants left out)
+      compare_hint(base, cand, rows) -> str     a hint compare prints when the candidate misses benchmarks
+    """
+    if name not in FAMILIES:
+        return default
+    return getattr(family_part(name, "read"), attr, default)
+
+
 def family_config(name: str) -> type | None:
     """The family's config section class (torch-free), or None for a family without YAML keys."""
     return getattr(_package(name), "Config", None)

@@ -1,5 +1,10 @@
 """How ceiling results are read (torch-free): headline rate, report title and note."""
 
+from __future__ import annotations
+
+from suite.cases.matmul.read import shape
+from suite.summary import compute_grid, precision
+
 RATE = "tflops"  # the rate that says how fast this family is
 TITLE = "Compute ceiling"
 NOTE = (
@@ -9,3 +14,9 @@ NOTE = (
     "of single calls timed by events after an L2 flush, the best of a wide sweep), which reads higher: "
     "about 790 TFLOP/s on an H200 SXM whose sustained rate is 728-735 (ml-engineering)."
 )
+
+
+def summary(benches: list[dict]) -> list[str]:
+    return compute_grid(
+        "ceiling", benches, lambda i: f"{i.get('device')}", lambda i: f"{precision(i)} {shape(i)}"
+    )

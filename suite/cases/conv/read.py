@@ -1,5 +1,9 @@
 """How conv results are read (torch-free): headline rate, report title and note."""
 
+from __future__ import annotations
+
+from suite.summary import compute_grid, precision
+
 RATE = "tflops"  # the rate that says how fast this family is
 TITLE = "Convolutions"
 NOTE = (
@@ -7,3 +11,12 @@ NOTE = (
     " (cuDNN Winograd or FFT; oneDNN on the CPU against a small matmul sweep) can exceed 100% of the "
     "ceiling."
 )
+
+
+def summary(benches: list[dict]) -> list[str]:
+    return compute_grid(
+        "conv",
+        benches,
+        lambda i: f"{i.get('device')} {precision(i)} {i.get('layout')} {i.get('step')}",
+        lambda i: f"{i.get('layer')}",
+    )

@@ -1,8 +1,33 @@
 """How habits results are read (torch-free): headline rate, report title and note."""
 
+from __future__ import annotations
+
+from collections import defaultdict
+
+from suite.summary import extra_info, format_time, median_of
+
 RATE = "gbps"  # the rate that says how fast this family is
 TITLE = "Habits"
 NOTE = (
     "Each habit is measured both ways on the same work; the ratio is the slow way's median time over the "
     "fast way's."
 )
+
+
+def summary(benches: list[dict]) -> list[str]:
+    pairs: dict = defaultdict(dict)
+    for b in benches:
+        i = extra_info(b)
+        pairs[i.get("pair")][i.get("role")] = (i.get("variant"), median_of(b))
+    lines = []
+    for pair, roles in pairs.items():
+        slow, fast = roles.get("slow"), roles.get("fast")
+        if not slow or not fast or not slow[1] or not fast[1]:
+            continue
+        ratio = slow[1] / fast[1]
+        # The slow habit winning is no finding to report as "0.2x slower": say it, and that it is unexpected.
+        verdict = f"{ratio:.1f}x slower" if ratio >= 1 else f"{1 / ratio:.1f}x faster (unexpected: noise?)"
+        lines.append(
+            f"  {pair}: {slow[0]} {format_time(slow[1])} vs {fast[0]} {format_time(fast[1])}: {verdict}"
+        )
+    return ["habits: the slow way against the fast way, equal work", *lines] if lines else []
