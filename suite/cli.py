@@ -15,13 +15,13 @@ from suite.errors import UserError
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "devices": ("suite.devices", "show what try_gpu()/try_all_gpus() return and the device inventory"),
+    "devices": ("suite.devices.command", "show what try_gpu()/try_all_gpus() return and the device inventory"),
     "report": ("suite.report.command", "build one self-contained HTML report from results files or folders"),
     "compare": ("suite.compare", "compare two results files or folders; exit 1 on a regression or a missing "
                 "baseline benchmark or machine, 2 when nothing is compared"),
     "health": ("suite.health.command", "is each node as fast as it should be? exit 1 if one is flagged"),
     "schema": ("suite.config", "print the JSON Schema of the YAML config (for editors)"),
-    "accuracy": ("suite.accuracy", "the suite's figures against torch.utils.benchmark.Timer (and a plain "
+    "accuracy": ("suite.tools.accuracy", "the suite's figures against torch.utils.benchmark.Timer (and a plain "
                  "torch.distributed loop), paired in one run: one table of ratios"),
     "plan": ("suite.plan", "how many benchmarks a config selects per family and how long they take (--gpus N)"),
 }

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from suite import devices as dev
-from suite.devices import use_platform
+from suite.devices import machine, numa, nvml, use_platform
+from suite.limits import CLOCK_LIMITS
 from tests.fakes import FakePlatform
 
 
@@ -53,7 +54,7 @@ def test_missing_reason_names_what_the_machine_has():
 
 def test_peer_matrix_and_inventory():
     with use_platform(FakePlatform(gpus=3, peer={(0, 1), (1, 0)})):
-        matrix = dev.peer_matrix()
+        matrix = machine.peer_matrix()
         assert matrix == {
             "cuda:0": {"cuda:1": True, "cuda:2": False},
             "cuda:1": {"cuda:0": True, "cuda:2": False},
@@ -114,7 +115,7 @@ def test_real_accelerator_inventory_and_sync():
     ("1234-abcd", "NVIDIA A100-SXM4-40GB", "MIG-1234-abcd", "MIG-1234-abcd"),
 ])
 def test_uuid_spelled_as_nvml_wants_it(raw, name, visible, want):
-    assert dev.nvml_uuid(raw, name, visible) == want
+    assert nvml.nvml_uuid(raw, name, visible) == want
 
 
 class FakeNvml:
@@ -179,7 +180,7 @@ def test_nvml_reads_the_link_of_the_gpu_and_labels_current_and_max(uuid, monkeyp
     import sys
 
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
-    info = dev._nvml_info(0, uuid)
+    info = nvml.nvml_info(0, uuid)
     assert info["pcie_gen_current"] == 1 and info["pcie_gen_max"] == 5, info
     assert "pcie_gen" not in info, "an unlabelled generation reads as the link's capability"
     assert info["power_limit_w"] == 700.0 and info["driver_version"] == "580.159.03"
@@ -264,7 +265,7 @@ def _uuids(n):
 def test_nvswitch_node_every_pair_is_nv18():
     every = {(i, j) for i in range(8) for j in range(8) if i != j}
     fake = TopologyNvml(8, links={i: ["switch"] * 18 for i in range(8)}, p2p=every)
-    links = dev.nvml_links(_uuids(8), fake)
+    links = nvml.nvml_links(_uuids(8), fake)
     assert set(links) == every and set(links.values()) == {"NV18"} and fake.shut
 
 
@@ -275,7 +276,7 @@ def test_pcie_node_with_nvlink_bridges_names_each_pair():
     level = {frozenset({0, 1}): 10, frozenset({2, 3}): 30}
     fake = TopologyNvml(4, links=bridges, p2p={(0, 1), (1, 0), (2, 3), (3, 2)},
                         level=lambda i, j: level.get(frozenset({i, j}), 50))
-    links = dev.nvml_links(_uuids(4), fake)
+    links = nvml.nvml_links(_uuids(4), fake)
     assert links[(0, 1)] == links[(1, 0)] == links[(2, 3)] == links[(3, 2)] == "NV4"
     assert links[(0, 2)] == links[(3, 1)] == "SYS"
 
@@ -283,17 +284,17 @@ def test_pcie_node_with_nvlink_bridges_names_each_pair():
 @pytest.mark.parametrize("level, name", [(0, "PIX"), (10, "PIX"), (20, "PXB"), (30, "PHB"), (40, "NODE"),
                                          (50, "SYS"), (60, None)])
 def test_pcie_levels_are_named_as_nvidia_smi_names_them(level, name):
-    links = dev.nvml_links(_uuids(2), TopologyNvml(2, level=lambda i, j: level))
+    links = nvml.nvml_links(_uuids(2), TopologyNvml(2, level=lambda i, j: level))
     assert links.get((0, 1)) == name and links.get((1, 0)) == name
 
 
 def test_switch_links_without_nvlink_p2p_are_the_pcie_path():
     # Both GPUs wired to NVSwitches, but NVML says NVLink P2P does not work between them (fabric not up).
     fake = TopologyNvml(2, links={0: ["switch"] * 18, 1: ["switch"] * 18}, p2p=set(), level=lambda i, j: 40)
-    assert dev.nvml_links(_uuids(2), fake) == {(0, 1): "NODE", (1, 0): "NODE"}
+    assert nvml.nvml_links(_uuids(2), fake) == {(0, 1): "NODE", (1, 0): "NODE"}
     # An old driver that cannot answer the P2P query: the switch links count.
     fake = TopologyNvml(2, links={0: ["switch"] * 12, 1: ["switch"] * 12}, p2p=None)
-    assert dev.nvml_links(_uuids(2), fake) == {(0, 1): "NV12", (1, 0): "NV12"}
+    assert nvml.nvml_links(_uuids(2), fake) == {(0, 1): "NV12", (1, 0): "NV12"}
 
 
 @pytest.mark.parametrize("uuids, fake", [
@@ -304,7 +305,7 @@ def test_switch_links_without_nvlink_p2p_are_the_pcie_path():
     (("GPU-0", "GPU-7"), TopologyNvml(2)),  # NVML does not know the UUID
 ])
 def test_nvml_links_tell_nothing_rather_than_guess(uuids, fake):
-    assert dev.nvml_links(uuids, fake) == {}
+    assert nvml.nvml_links(uuids, fake) == {}
 
 
 def test_links_reach_the_inventory_and_the_devices_command(capsys):
@@ -338,7 +339,7 @@ def test_inventory_counts_a_gpus_active_nvlinks(links, active, to_switch, monkey
     import sys
 
     monkeypatch.setitem(sys.modules, "pynvml", TopologyNvml(4, links=links))
-    info = dev._nvml_info(3, "GPU-3")
+    info = nvml.nvml_info(3, "GPU-3")
     assert (info["nvlinks_active"], info["nvlinks_to_switch"]) == (active, to_switch)
 
 
@@ -352,9 +353,9 @@ def test_nvlinks_nvml_cannot_read_are_not_called_zero(monkeypatch):
 
     fake.nvmlDeviceGetNvLinkState = unknown
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    assert "nvlinks_active" not in dev._nvml_info(1, "GPU-1")
+    assert "nvlinks_active" not in nvml.nvml_info(1, "GPU-1")
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())  # no NVLink calls at all
-    assert "nvlinks_active" not in dev._nvml_info(0, "GPU-parent")
+    assert "nvlinks_active" not in nvml.nvml_info(0, "GPU-parent")
 
 
 def test_the_real_platform_asks_nvml_by_uuid_in_torchs_order(monkeypatch):
@@ -390,7 +391,7 @@ def test_an_unreadable_nvlink_is_skipped_not_the_end_of_the_count(monkeypatch):
         return state(h, link)
 
     fake.nvmlDeviceGetNvLinkState = flaky
-    assert dev.nvml_links(_uuids(2), fake) == {(0, 1): "NV3", (1, 0): "NV3"}
+    assert nvml.nvml_links(_uuids(2), fake) == {(0, 1): "NV3", (1, 0): "NV3"}
 
 
 def test_clock_watch_reports_the_largest_share_a_limit_held_a_gpu(monkeypatch):
@@ -484,10 +485,10 @@ def test_real_nvml_counts_links_and_clock_limits():
         # designed, and this says so. A call that is gone (deprecated in CUDA 13) is the suite's to fix.
         import pynvml
 
-        handle = plat._nvml_handle(gpu.index or 0)
+        handle = plat.kinds["cuda"]._handle(gpu.index or 0)
         assert handle is not None, "NVML gave no handle for a whole GPU (by its UUID)"
         try:
-            pynvml.nvmlDeviceGetViolationStatus(handle, dev.CLOCK_LIMITS["power"])
+            pynvml.nvmlDeviceGetViolationStatus(handle, CLOCK_LIMITS["power"])
         except pynvml.NVMLError as exc:
             denied = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_NO_PERMISSION)
             if exc.value in denied:
@@ -514,7 +515,7 @@ def test_real_nvml_counts_links_and_clock_limits():
     # The field values answer in the same unit as the (deprecated) call, where the driver has both.
     import pynvml
 
-    fields = dev.nvml_field_seconds(pynvml, plat._nvml_handle(gpu.index or 0), {"power": 74})
+    fields = nvml.nvml_field_seconds(pynvml, plat.kinds["cuda"]._handle(gpu.index or 0), {"power": 74})
     if "power" in fields and "power" in after:
         assert abs(fields["power"] - after["power"]) <= 1.0 + 0.01 * after["power"], (fields, after)
     entry = next(d for d in dev.inventory().devices if d["id"] == dev.device_id(gpu))
@@ -539,22 +540,22 @@ def test_numa_nodes_of_the_process_and_of_a_gpu(tmp_path):
                      {"0000:18:00.0": 0, "0000:9a:00.0": 1, "0000:00:04.0": -1, "10000:01:00.0": 1,
                       "0000:01:00.0": 0})
     status = "Name:\tpython\nCpus_allowed_list:\t0-63\nMems_allowed_list:\t0-1\n"
-    assert dev.numa_of_process(root, cpus={0, 1, 2}, status=status) == {
+    assert numa.numa_of_process(root, cpus={0, 1, 2}, status=status) == {
         "numa_nodes": 2, "numa_nodes_used": [0], "numa_mems_allowed": [0, 1]}
-    assert dev.numa_of_process(root, cpus={3, 40, 50}, status="")["numa_nodes_used"] == [0, 1]
-    assert dev.numa_node_of_pci((0, 0x9A, 0), root) == 1  # sysfs names: lower-case hex
-    assert dev.numa_node_of_pci((0, 0x18, 0), root) == 0
-    assert dev.numa_node_of_pci((0x10000, 1, 0), root) == 1  # a VMD domain past 0xffff is not 0000:01:00.0
-    assert dev.numa_node_of_pci((0, 0, 4), root) is None  # -1: the platform does not say
-    assert dev.numa_node_of_pci((0, 0x77, 0), root) is None and dev.numa_node_of_pci(None, root) is None
-    assert dev.numa_of_process(tmp_path / "nothing") == {}
-    assert "numa_nodes_used" in dev.numa_of_process() or dev.numa_of_process() == {}  # this machine, real
+    assert numa.numa_of_process(root, cpus={3, 40, 50}, status="")["numa_nodes_used"] == [0, 1]
+    assert numa.numa_node_of_pci((0, 0x9A, 0), root) == 1  # sysfs names: lower-case hex
+    assert numa.numa_node_of_pci((0, 0x18, 0), root) == 0
+    assert numa.numa_node_of_pci((0x10000, 1, 0), root) == 1  # a VMD domain past 0xffff is not 0000:01:00.0
+    assert numa.numa_node_of_pci((0, 0, 4), root) is None  # -1: the platform does not say
+    assert numa.numa_node_of_pci((0, 0x77, 0), root) is None and numa.numa_node_of_pci(None, root) is None
+    assert numa.numa_of_process(tmp_path / "nothing") == {}
+    assert "numa_nodes_used" in numa.numa_of_process() or numa.numa_of_process() == {}  # this machine, real
 
 
 def test_inventory_records_each_gpus_numa_node_from_nvml(tmp_path, monkeypatch):
     import sys
 
-    monkeypatch.setattr(dev, "SYS", _sys_tree(tmp_path, {0: "0-3", 1: "4-7"}, {"0000:13:00.0": 1}))
+    monkeypatch.setattr(numa, "SYS", _sys_tree(tmp_path, {0: "0-3", 1: "4-7"}, {"0000:13:00.0": 1}))
     monkeypatch.setitem(sys.modules, "pynvml", TopologyNvml(4))
-    assert dev._nvml_info(3, "GPU-3")["numa_node"] == 1  # TopologyNvml puts GPU 3 at bus 0x13
-    assert "numa_node" not in dev._nvml_info(2, "GPU-2")  # /sys does not know its bus
+    assert nvml.nvml_info(3, "GPU-3")["numa_node"] == 1  # TopologyNvml puts GPU 3 at bus 0x13
+    assert "numa_node" not in nvml.nvml_info(2, "GPU-2")  # /sys does not know its bus

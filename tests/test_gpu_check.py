@@ -332,7 +332,7 @@ def test_the_ceiling_is_judged_against_the_h200_figure_on_a_full_power_sxm_only(
 
 
 def test_nvml_records_the_gpus_own_pcie_generation_beside_the_links(monkeypatch):
-    from suite import devices as dev
+    from suite.devices.nvml import nvml_info
     from tests.test_devices import FakeNvml
 
     class GenFiveGpuInGenFourSlot(FakeNvml):
@@ -343,10 +343,10 @@ def test_nvml_records_the_gpus_own_pcie_generation_beside_the_links(monkeypatch)
             return self._link("gpu_gen_max", h, 5)
 
     monkeypatch.setitem(sys.modules, "pynvml", GenFiveGpuInGenFourSlot())
-    info = dev._nvml_info(0, "GPU-parent")
+    info = nvml_info(0, "GPU-parent")
     assert info["pcie_gen_max"] == 4 and info["pcie_gen_gpu_max"] == 5
     monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())  # an older nvidia-ml-py: the link's max only
-    assert "pcie_gen_gpu_max" not in dev._nvml_info(0, "GPU-parent")
+    assert "pcie_gen_gpu_max" not in nvml_info(0, "GPU-parent")
 
 
 def test_gpu_tests_show_torch_warnings_instead_of_failing(pytester):

@@ -13,7 +13,7 @@ import torch
 
 from suite import devices as dev
 from suite.config import load_config
-from suite.devices import use_platform
+from suite.devices import host, kinds, numa, nvml, use_platform
 from tests.fakes import FakePlatform
 from tests.test_devices import _sys_tree
 
@@ -42,9 +42,9 @@ def affinity(monkeypatch):
         state["cpus"] = set(cpus)
         state["calls"].append(set(cpus))
 
-    monkeypatch.setattr(dev.os, "sched_getaffinity", lambda pid: set(state["cpus"]))
-    monkeypatch.setattr(dev.os, "sched_setaffinity", set_affinity)
-    monkeypatch.setattr(dev, "_empty_host_cache", lambda: state.__setitem__("emptied", state["emptied"] + 1))
+    monkeypatch.setattr(host.os, "sched_getaffinity", lambda pid: set(state["cpus"]))
+    monkeypatch.setattr(host.os, "sched_setaffinity", set_affinity)
+    monkeypatch.setattr(host, "_empty_host_cache", lambda: state.__setitem__("emptied", state["emptied"] + 1))
     return state
 
 
@@ -99,19 +99,19 @@ def test_a_refused_affinity_binds_nothing(affinity, two_sockets, monkeypatch):
     def refuse(pid, cpus):
         raise OSError(22, "Invalid argument")
 
-    monkeypatch.setattr(dev.os, "sched_setaffinity", refuse)
+    monkeypatch.setattr(host.os, "sched_setaffinity", refuse)
     with use_platform(NumaPlatform(1, {0: 1})), dev.host_near("cuda:0", two_sockets, BOTH) as node:
         assert node is None and dev.bound_host_node() is None
 
 
 def test_a_gpus_node_comes_from_torchs_pci_address_else_nvml(tmp_path, monkeypatch):
-    monkeypatch.setattr(dev, "SYS", _sys_tree(tmp_path, {0: "0-3", 1: "4-7"}, {"0000:9a:00.0": 1}))
+    monkeypatch.setattr(numa, "SYS", _sys_tree(tmp_path, {0: "0-3", 1: "4-7"}, {"0000:9a:00.0": 1}))
     props = {0: types.SimpleNamespace(pci_domain_id=0, pci_bus_id=0x9A, pci_device_id=0),
              1: types.SimpleNamespace()}  # an older torch: no PCI address
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: props[d.index])
-    monkeypatch.setattr(dev.Platform, "properties", lambda self, d: {"uuid": f"GPU-{d.index}"})
+    monkeypatch.setattr(kinds.Cuda, "properties", lambda self, d: {"uuid": f"GPU-{d.index}"})
     asked = []
-    monkeypatch.setattr(dev, "_nvml_info", lambda i, uuid: asked.append(uuid) or {"numa_node": 0})
+    monkeypatch.setattr(nvml, "nvml_info", lambda i, uuid: asked.append(uuid) or {"numa_node": 0})
     plat = dev.Platform()
     assert plat.numa_node(torch.device("cuda", 0)) == 1 and asked == []
     assert plat.numa_node(torch.device("cuda", 1)) == 0 and asked == ["GPU-1"]
@@ -172,13 +172,13 @@ def test_the_context_comes_first_and_the_affinity_is_restored_before_the_threads
                                                                                  monkeypatch):
     order = []
     plat = NumaPlatform(2, {1: 1})
-    real_sync, real_threads, real_set = plat.synchronize, torch.set_num_threads, dev.os.sched_setaffinity
+    real_sync, real_threads, real_set = plat.synchronize, torch.set_num_threads, host.os.sched_setaffinity
     monkeypatch.setattr(plat, "synchronize", lambda d: order.append(f"context {d}") or real_sync(d))
     monkeypatch.setattr(torch, "set_num_threads", lambda n: order.append(f"threads {n}") or real_threads(n))
-    monkeypatch.setattr(dev.os, "sched_setaffinity", lambda pid, c: order.append(f"cpus {sorted(c)}")
+    monkeypatch.setattr(host.os, "sched_setaffinity", lambda pid, c: order.append(f"cpus {sorted(c)}")
                         or real_set(pid, c))
-    monkeypatch.setattr(dev.gc, "collect", lambda: order.append("collect"))
-    monkeypatch.setattr(dev, "_empty_host_cache", lambda: order.append("empty"))
+    monkeypatch.setattr(host.gc, "collect", lambda: order.append("collect"))
+    monkeypatch.setattr(host, "_empty_host_cache", lambda: order.append("empty"))
     threads = torch.get_num_threads()
     with use_platform(plat), dev.host_near("cuda:1", two_sockets, BOTH):
         pass
@@ -198,7 +198,7 @@ def test_a_cpuset_that_moved_meanwhile_still_unbinds(affinity, two_sockets, monk
         affinity["cpus"] = left
 
     cpuset = {0, 1, 6, 7}
-    monkeypatch.setattr(dev.os, "sched_setaffinity", kernel)
+    monkeypatch.setattr(host.os, "sched_setaffinity", kernel)
     with use_platform(NumaPlatform(1, {0: 0})), dev.host_near("cuda:0", two_sockets, BOTH) as node:
         assert node == 0 and affinity["cpus"] == {0, 1}
         cpuset = {2, 3}  # the job's cpuset moved to other CPUs while the case ran: {0, 1, 6, 7} is refused
@@ -215,7 +215,7 @@ def test_emptying_the_host_cache_tries_each_name_until_one_works(monkeypatch):
     monkeypatch.setattr(torch._C, "_host_emptyCache", raising, raising=False)
     monkeypatch.setattr(torch._C, "_accelerator_emptyHostCache", lambda: called.append("accelerator"),
                         raising=False)
-    dev._empty_host_cache()
+    host._empty_host_cache()
     assert called == ["host", "accelerator"]
 
 

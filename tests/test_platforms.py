@@ -13,7 +13,7 @@ import torch
 
 from suite import devices as dev
 from suite.cases.precision import mode_record, precision_mode, unsupported_reason
-from suite.devices import Platform, use_platform
+from suite.devices import Platform, machine, use_platform
 from suite.report.tables import machine_views
 from suite.results import load_results
 from tests.conftest import ROOT
@@ -218,7 +218,7 @@ def mac(monkeypatch):
             raise state["answer"]
         return subprocess.CompletedProcess(cmd, 0, stdout=state["answer"], stderr="")
 
-    monkeypatch.setattr(dev._pyplatform, "system", lambda: "Darwin")
+    monkeypatch.setattr("platform.system", lambda: "Darwin")
     monkeypatch.setattr(subprocess, "run", run)
     monkeypatch.setattr(torch.mps, "recommended_max_memory", lambda: 36 * 2**30, raising=False)
     return state
@@ -246,7 +246,7 @@ def test_an_apple_gpu_whose_chip_macos_does_not_tell_keeps_the_old_name(mac, ans
 
 def test_off_macos_sysctl_is_not_asked(mac, monkeypatch):
     assert Platform().properties(torch.device("mps"))["name"] == "Apple M3 Max (MPS)"
-    monkeypatch.setattr(dev._pyplatform, "system", lambda: "Linux")
+    monkeypatch.setattr("platform.system", lambda: "Linux")
     assert Platform().properties(torch.device("mps"))["name"] == "Apple MPS"
     assert len(mac["calls"]) == 1, "only on macOS"
 
@@ -273,7 +273,7 @@ def test_xpu_peer_access_asks_torch_where_it_can(monkeypatch):
 
 def test_xpu_peer_matrix_reaches_the_inventory():
     with use_platform(FakePlatform(gpus=2, kind="xpu", peer={(0, 1)})):
-        assert dev.peer_matrix() == {"xpu:0": {"xpu:1": True}, "xpu:1": {"xpu:0": False}}
+        assert machine.peer_matrix() == {"xpu:0": {"xpu:1": True}, "xpu:1": {"xpu:0": False}}
         inv = dev.inventory()
     xpu = {d["id"]: d for d in inv.devices if d["kind"] == "xpu"}
     assert xpu["xpu:0"]["peer_access"] == {"xpu:1": True}

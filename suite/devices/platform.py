@@ -1,0 +1,117 @@
+"""The device seam: `Platform`, what torch can see, asked of one small class per device kind (kinds.py).
+
+The rest of the suite has a single code path through it, and tests swap in a fake multi-GPU machine
+(`use_platform`, tests/fakes.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import platform as _pyplatform
+from typing import Iterator
+
+import torch
+
+from suite.devices.kinds import Cpu, Cuda, Mps, Xpu
+
+
+class Platform:
+    """What torch can see on this machine; the only place that asks torch about accelerators."""
+
+    @functools.cached_property
+    def kinds(self) -> dict[str, Cpu]:
+        # One set per platform: what a kind remembers (NVML handles, the Mac's chip) is this platform's.
+        return {"cuda": Cuda(), "xpu": Xpu(), "mps": Mps(), "cpu": Cpu()}
+
+    def _of(self, device: torch.device) -> Cpu:
+        return self.kinds.get(device.type) or self.kinds["cpu"]
+
+    def count(self, kind: str) -> int:
+        return self.kinds[kind].count() if kind in self.kinds else 0
+
+    def synchronize(self, device: torch.device) -> None:
+        self._of(device).synchronize(device)
+
+    def properties(self, device: torch.device) -> dict:
+        """Name, memory and, where the backend says, capability and multiprocessor count."""
+        return self._of(device).properties(device)
+
+    def can_access_peer(self, a: torch.device, b: torch.device) -> bool:
+        """Peer access joins two distinct devices of one kind only."""
+        return a.type == b.type and a != b and self._of(a).can_access_peer(a, b)
+
+    def tf32_supported(self, device: torch.device) -> bool | None:
+        """Whether torch says this CUDA or ROCm GPU has TF32 math; None where this torch cannot tell."""
+        return self._of(device).tf32_supported(device)
+
+    def link(self, a: torch.device, b: torch.device) -> str | None:
+        """What connects two GPUs, named as `nvidia-smi topo -m` names it ('NV18', 'PIX', 'SYS'); None where
+        NVML cannot tell (no nvidia-ml-py or driver, a MIG instance, not two distinct CUDA devices)."""
+        return self._of(a).link(a, b) if a.type == b.type and a != b else None
+
+    def clock_limits(self, device: torch.device) -> dict[str, float] | None:
+        """Seconds, counted by NVML since the driver loaded, that each of suite.limits.CLOCK_LIMITS held this
+        GPU's clocks down (a limit it does not report is left out); None where NVML cannot tell."""
+        return self._of(device).clock_limits(device)
+
+    def mem_get_info(self, device: torch.device) -> tuple[int, int] | None:
+        """(free, total) bytes on an accelerator, None where the backend cannot tell."""
+        return self._of(device).mem_get_info(device)
+
+    def empty_cache(self, device: torch.device) -> None:
+        self._of(device).empty_cache(device)
+
+    def supports_pinned_memory(self) -> bool:
+        return any(kind.pinned_memory and self.count(name) > 0 for name, kind in self.kinds.items())
+
+    def numa_node(self, device: torch.device) -> int | None:
+        """The NUMA node of a GPU's PCI slot; None where the platform does not say, and for other devices."""
+        return self._of(device).numa_node(device)
+
+    def software(self) -> dict:
+        cuda = torch.version.cuda
+        hip = getattr(torch.version, "hip", None)
+        dnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+        ccl = None
+        if (cuda or hip) and torch.distributed.is_available() and torch.distributed.is_nccl_available():
+            with contextlib.suppress(Exception):
+                ccl = ".".join(str(v) for v in torch.cuda.nccl.version())
+        # On ROCm torch's cudnn and nccl modules answer with MIOpen's and RCCL's versions: recorded under
+        # those names, so that no one compares an MIOpen number with a cuDNN one. RCCL numbers its releases
+        # after the NCCL API it implements (2.22.3), which is what torch.cuda.nccl.version() gives.
+        return {
+            "torch": torch.__version__,
+            "cuda": cuda,
+            "hip": hip,
+            "cudnn": str(dnn) if dnn and not hip else None,
+            "miopen": str(dnn) if dnn and hip else None,
+            "nccl": ccl if not hip else None,
+            "rccl": ccl if hip else None,
+            "python": _pyplatform.python_version(),
+        }
+
+
+_platform: Platform = Platform()
+
+
+def current_platform() -> Platform:
+    return _platform
+
+
+@contextlib.contextmanager
+def use_platform(platform: Platform) -> Iterator[Platform]:
+    """Swap the platform (tests: a fake multi-GPU machine), restoring the real one afterwards."""
+    global _platform
+    previous, _platform = _platform, platform
+    try:
+        yield platform
+    finally:
+        _platform = previous
+
+
+def synchronize(*devices: torch.device | str) -> None:
+    """Wait until all work queued on the given devices has finished."""
+    plat = current_platform()
+    for dev in devices:
+        plat.synchronize(torch.device(dev))
