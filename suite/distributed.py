@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from suite import pb_adapter
 from suite.config import resolved
 from suite.errors import UserError
 
@@ -772,9 +773,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_terminal_summary(terminalreporter) -> None:
     env = LaunchEnv.from_environ()
-    session = getattr(terminalreporter.config, "_benchmarksession", None)
-    if env is not None and env.rank != 0 and session is not None:
-        session.groups = []  # rank 0 shows the table; the times are the same on every rank
+    if env is not None and env.rank != 0:
+        pb_adapter.no_table(terminalreporter.config)  # rank 0 shows the table; the times are the same everywhere
 
 
 def join_group(suite_config, devices: list[str]) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from suite import pb_adapter
 from suite.errors import UserError
 
 SUFFIX = ".partial.jsonl"
@@ -41,12 +42,6 @@ def partial_path(json_path: str | Path) -> Path:
     path = Path(json_path)
     stem = path.name[: -len(".json")] if path.name.endswith(".json") else path.name
     return path.with_name(stem + SUFFIX)
-
-
-def _dumps(obj: dict) -> str:
-    from pytest_benchmark.utils import safe_dumps
-
-    return safe_dumps(obj, ensure_ascii=True)
 
 
 class PartialWriter:
@@ -74,7 +69,7 @@ class PartialWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             mode = "a" if self.append else "w"
             self._fh = open(self.path, mode, encoding="utf-8")  # noqa: SIM115 - kept open for the run
-        self._fh.write(_dumps(obj) + "\n")
+        self._fh.write(pb_adapter.dumps(obj) + "\n")
         self._fh.flush()
         if durable:
             os.fsync(self._fh.fileno())
@@ -144,6 +139,20 @@ def rewrite_clean(path: Path, run: PartialRun) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text("".join(line + "\n" for line in run.lines), encoding="utf-8")
     os.replace(tmp, path)
+
+
+def write_json_atomically(path: Path, doc: dict) -> None:
+    """Write the results JSON to a temporary file renamed into place: an OSError (a full disk) leaves the
+    earlier file as it was. A symlinked path: its target is written, the link kept."""
+    path = path.resolve()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(pb_adapter.dumps(doc, indent=4).encode())
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def check_writable(json_path: Path) -> None:
@@ -353,19 +362,14 @@ class PartialState:
                 print(line, file=sys.stderr)
 
     def _header(self) -> dict:
-        from pytest_benchmark import __version__ as pb_version
-
-        hook = self.config.hook
-        machine_info = hook.pytest_benchmark_generate_machine_info(config=self.config)
-        hook.pytest_benchmark_update_machine_info(config=self.config, machine_info=machine_info)
-        commit_info = hook.pytest_benchmark_generate_commit_info(config=self.config)
+        made = pb_adapter.header(self.config)
         return {
             "partial": True,
-            "machine_info": machine_info,
-            "commit_info": commit_info,
+            "machine_info": made["machine_info"],
+            "commit_info": made["commit_info"],
             "suite": self.suite_block(),
             "datetime": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "version": pb_version,
+            "version": made["version"],
         }
 
     def select(self, config, items: list) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-import gc
 import os
 import re
 import shlex
@@ -27,25 +26,17 @@ import torch  # noqa: E402 - after taking the start time
 
 from suite import SCHEMA_VERSION, __version__  # noqa: E402
 from suite import devices as dev  # noqa: E402
+from suite import pb_adapter  # noqa: E402
 from suite.budget import RunState  # noqa: E402
-from suite.cases import FAMILIES, Case, SkipCase, family_module  # noqa: E402
+from suite.cases import FAMILIES, Case, family_module  # noqa: E402
 from suite.cases.ceiling import annotate  # noqa: E402 - pct_of_ceiling / pct_of_datasheet on compute results
 from suite.config import DEFAULT_CONFIG, SuiteConfig, load_config, nothing_selected, resolved  # noqa: E402
 from suite.errors import UserError  # noqa: E402
-from suite.partial import PartialState  # noqa: E402
+from suite.partial import PartialState, write_json_atomically  # noqa: E402
 from suite.requirements import old_pytest_benchmark  # noqa: E402
+from suite.run import Outcome, measure_case  # noqa: E402
 from suite.summary import render  # noqa: E402
-from suite.timing import (  # noqa: E402
-    SyncTimer,
-    cap_fixed_rounds_by_time,
-    cap_rounds_by_time,
-    min_round_seconds,
-    parse_duration,
-    stopping_info,
-    warm_up,
-    warmup_seconds,
-)
-from suite.units import gbps, tflops  # noqa: E402
+from suite.timing import SyncTimer, min_round_seconds, parse_duration  # noqa: E402
 
 _CONFIG = pytest.StashKey[SuiteConfig]()
 _CONFIG_PATH = pytest.StashKey[str]()
@@ -54,12 +45,7 @@ _CASES = pytest.StashKey[dict]()
 _PARTIAL = pytest.StashKey[PartialState]()
 _RUN = pytest.StashKey[RunState]()
 _MISSING = pytest.StashKey[list]()  # selected devices this machine lacks (warned about at the start)
-_FAILED = pytest.StashKey[set]()  # nodeids of tests that did not pass: their benchmarks are not results
-_NOTHING = pytest.StashKey[str]()  # the line saying a run with --benchmark-json measured nothing
-_NOT_STORED = pytest.StashKey[str]()  # an interrupted run's --benchmark-save that was not stored, and why
-_INTERRUPTED = pytest.StashKey[str]()  # the line saying what an interrupted run (Ctrl-C) kept, and how to go on
-_UNSAVED = pytest.StashKey[str]()  # the line saying the results JSON could not be written, and what was kept
-_TERMINATED = pytest.StashKey[bool]()  # SIGTERM arrived: the run ends as Ctrl-C ends it, with exit status 143
+_OUTCOME = pytest.StashKey[Outcome]()  # what the run ended with: the end-of-run lines and exit status
 _SIGTERM_HANDLER = pytest.StashKey[object]()  # this run's SIGTERM handler, to restore the default after it
 
 # Our timing settings (config `timing`) map onto these pytest-benchmark marker keywords; a user who passes
@@ -161,7 +147,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_DEVICES] = devices
     config.stash[_MISSING] = dev.missing_devices(devices)
     config.stash[_CASES] = {}
-    config.stash[_FAILED] = set()
+    config.stash[_OUTCOME] = Outcome()
     run = config.stash[_RUN] = RunState(started=_STARTED.pop() if _STARTED else time.monotonic())
     try:
         budget = config.getoption("suite_budget")
@@ -227,7 +213,7 @@ def _stop_on_sigterm(config: pytest.Config) -> None:
 
     def stop(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
-        config.stash[_TERMINATED] = True
+        config.stash.setdefault(_OUTCOME, Outcome()).terminated = True
         raise Terminated("SIGTERM: stopping the run (a second SIGTERM kills it at once)")
 
     signal.signal(signal.SIGTERM, stop)
@@ -356,257 +342,12 @@ def suite_config(request: pytest.FixtureRequest) -> SuiteConfig:
     return request.config.stash[_CONFIG]
 
 
-def _oom_reason(exc: BaseException, case: Case) -> str | None:
-    text = str(exc)
-    is_oom = isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or (
-        isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text.lower())
-    )
-    if not is_oom:
-        return None
-    plat = dev.current_platform()
-    free = []
-    gc.collect()  # what earlier cases left in reference cycles is freed before free memory is read
-    for name in case.devices:
-        device = torch.device(name)
-        plat.empty_cache(device)
-        info = plat.mem_get_info(device)
-        if info:
-            free.append(f"{name} has {info[0] / 2**30:.1f} GiB free of {info[1] / 2**30:.1f} GiB")
-    detail = f" ({'; '.join(free)})" if free else ""
-    return f"out of memory for {case.id}{detail}: use smaller sizes for this device"
-
-
-def run_case(case: Case, benchmark, config: SuiteConfig) -> dict:
-    """Skip if a device is missing; build; check once; warm up; time with `benchmark`; return extra_info."""
-    # Imported here: benchmarks/conftest.py registers it as a plugin after this one.
-    from suite import distributed
-
-    # Under torchrun every rank runs the case in lockstep (suite.distributed): a rank that failed or skipped
-    # alone would leave the others waiting in a collective, or at the next agreement, until timeout_s.
-    lockstep = distributed.current()
-    if lockstep is None:
-        return _run_case(case, benchmark, config, None)
-    lockstep.begin_case(case.id)
-    try:
-        return _run_case(case, benchmark, config, lockstep)
-    finally:
-        lockstep.end_case()
-
-
-def _run_case(case: Case, benchmark, config: SuiteConfig, lockstep) -> dict:
-    if lockstep is None:  # under torchrun a missing device is a problem to agree on (_start_in_lockstep)
-        for name in case.devices:
-            reason = dev.missing_reason(name)
-            if reason:
-                pytest.skip(reason)
-    family = family_module(case.family)
-    # Out of memory anywhere (inputs, check, autotuning workspaces in warm-up, allocations in the timed op) is a
-    # skip with the reason; pytest-benchmark drops a benchmark that raised, so nothing partial is saved.
-    try:
-        try:
-            if lockstep is None:
-                work = family.build(case, config)
-                work.check()
-                # Whether a power, thermal, board or reliability limit held its GPUs' clocks down while it was
-                # warmed up and timed (NVML's counters, read outside the timed rounds).
-                watch = dev.ClockWatch(case.devices)
-            else:
-                work, watch = _start_in_lockstep(case, family, config, lockstep)
-            try:
-                if work.pedantic is not None:
-                    # Fixed rounds and warm-up from the case (collectives: every rank must run the same calls
-                    # in lockstep; time-based warm-up and calibration would differ between ranks and hang
-                    # them).
-                    benchmark.pedantic(work.fn, **work.pedantic)
-                else:
-                    timer = SyncTimer([torch.device(d) for d in case.devices])
-                    warm_up(work.fn, timer, config.timing.warmup_s)
-                    benchmark(work.fn)
-            except BaseException as exc:
-                if lockstep is not None:
-                    _failed_in_lockstep(exc, case, lockstep)
-                raise
-        except SkipCase as exc:
-            pytest.skip(str(exc))
-        except (RuntimeError, MemoryError) as exc:
-            reason = _oom_reason(exc, case)
-            if reason is None:
-                raise
-            pytest.skip(reason)
-    except BaseException:
-        # The error (or skip) raised first is the one to report; a failing synchronisation must not replace it.
-        with contextlib.suppress(Exception):
-            dev.synchronize(*case.devices)
-        raise
-    held: dict = {}
-    try:
-        # pytest-benchmark makes one more, untimed call after the timed rounds, and side streams may still
-        # copy into this case's buffers: wait for all of it, so no work of this case is queued when its
-        # tensors are freed (the caching allocator would hand them to the next case) or when the next case
-        # starts timing.
-        dev.synchronize(*case.devices)
-        held = watch.stop()
-    finally:
-        if lockstep is not None:
-            # Rank 0 records the worst GPU of any rank (it alone writes); every rank posts, even after an
-            # error here, as rank 0 waits for each.
-            held = lockstep.gather_clocks(held)
-
-    info: dict = {"case": case.family, **case.info}
-    stats = getattr(benchmark, "stats", None)
-    median = stats.stats.median if stats is not None else None
-    for key in ("flops", "bytes", "traffic_bytes", "samples"):
-        value = getattr(work, key)
-        if value is not None:
-            info[key] = value
-    if median:
-        if work.flops is not None:
-            info["tflops"] = tflops(work.flops, median)
-        if work.bytes is not None:
-            info["gbps"] = gbps(work.bytes, median)
-        if work.traffic_bytes is not None:
-            info["traffic_gbps"] = gbps(work.traffic_bytes, median)
-        if work.samples is not None:
-            info["samples_per_s"] = work.samples / median
-    info.update(work.extra)
-    info.update(held)
-    if median and work.derive is not None:
-        info.update(work.derive(median))
-    if stats is not None:
-        info.update(stopping_info(stats, pedantic=work.pedantic is not None))
-    benchmark.extra_info.update(info)
-    return info
-
-
-def _problem(exc: BaseException, case: Case) -> dict:
-    """A rank's own problem with a case, for the other ranks: a skip (as run_case would skip) or a failure."""
-    if isinstance(exc, pytest.skip.Exception):
-        return {"kind": "skip", "text": str(exc.msg)}
-    if isinstance(exc, SkipCase):
-        return {"kind": "skip", "text": str(exc)}
-    reason = _oom_reason(exc, case) if isinstance(exc, (RuntimeError, MemoryError)) else None
-    if reason is not None:
-        return {"kind": "skip", "text": reason}
-    if isinstance(exc, pytest.fail.Exception):
-        return {"kind": "fail", "text": str(exc.msg)}
-    lines = str(exc).strip().splitlines()
-    return {"kind": "fail", "text": f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__}
-
-
-def _start_in_lockstep(case: Case, family, config: SuiteConfig, lockstep):
-    """Build, check and start the ClockWatch on every rank, then agree before timing: if any rank failed or
-    skipped, every rank fails (or, if all of them only skipped, skips) the case with the ranks' reasons, and
-    the run goes on in step with the next case. Returns (work, watch) when every rank is ready."""
-    from suite.distributed import CaseAborted, RankTimeout, describe_outcome
-
-    own: BaseException | None = None
-    problem = None
-    try:
-        for name in case.devices:
-            reason = dev.missing_reason(name)
-            if reason:
-                pytest.skip(reason)
-        work = family.build(case, config)
-        work.check()
-    except (KeyboardInterrupt, SystemExit, RankTimeout):
-        raise  # the run ends, or a rank is gone: the agreement below would wait for it in vain
-    except CaseAborted as exc:
-        own = exc  # another rank left the case: its reason comes with the agreement below
-    except BaseException as exc:  # noqa: BLE001 - whatever it is, the other ranks must hear of it
-        own, problem = exc, _problem(exc, case)
-    outcome = lockstep.ready(problem)
-    if not outcome:
-        if own is not None:
-            raise own
-        # Started once every rank is ready: waiting for the slowest rank is no part of the window.
-        return work, dev.ClockWatch(case.devices)
-    kind = "fail" if any(o["kind"] == "fail" for o in outcome.values()) else "skip"
-    if (
-        problem is not None
-        and problem["kind"] == kind
-        and {o["text"] for o in outcome.values()} == {problem["text"]}
-    ):
-        raise own  # this rank's own error, alone or the same on every rank: with its traceback
-    message = describe_outcome(outcome, lockstep.env.world_size)
-    if kind == "skip":
-        pytest.skip(message)
-    raise pytest.fail.Exception(message, pytrace=False) from own
-
-
-def _left_before_start(case: Case, lockstep, exc: BaseException) -> None:
-    """Tell the other ranks, at the case's agreements, that this rank fails `case` before it starts."""
-    from suite.distributed import RankTimeout
-
-    lockstep.begin_case(case.id)
-    try:
-        lockstep.ready(_problem(exc, case))
-    except (RankTimeout, RuntimeError):  # the others are gone or the store is: this rank's error says enough
-        pass
-    finally:
-        lockstep.end_case()
-
-
-def _failed_in_lockstep(exc: BaseException, case: Case, lockstep) -> None:
-    """A rank failed while timing, where no agreement is possible: the others wait for it inside a collective
-    until timeout_s, then fail too. Each posts its error; a rank that sees another's names that rank first."""
-    from suite.distributed import by_rank
-
-    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-        return
-    problem = _problem(exc, case)
-    try:
-        others = lockstep.timing_failed(problem["text"])
-    except RuntimeError:  # the store is gone too: this rank's own error is what there is to say
-        return
-    if others:
-        raise pytest.fail.Exception(
-            f"failed while timing on {by_rank(others)}; this rank failed after it, waiting in a collective: "
-            f"{problem['text']}", pytrace=False
-        ) from exc
-
-
 @pytest.fixture
 def measure(request: pytest.FixtureRequest, benchmark):
-    """`measure(case)`: run one case through the suite's measurement rules into `benchmark`."""
-    config = request.config.stash[_CONFIG]
-
-    def _measure(case: Case) -> dict:
-        from suite import distributed
-
-        lockstep = distributed.current()
-        for name in case.devices:
-            reason = dev.missing_reason(name)
-            if reason and lockstep is None:  # under torchrun every rank must skip it: run_case
-                pytest.skip(reason)
-        try:
-            state = request.config.stash.get(_PARTIAL, None)
-            if state is not None:
-                state.measure_starts(request.node.nodeid)
-            timing = config.timing_for(case.family)
-            # The case's own timing (its family's `timing:` keys; a sustained warm-up for compute on
-            # accelerators).
-            timing = timing.model_copy(update={"warmup_s": warmup_seconds(case, timing)})
-            request.config.stash[_RUN].warmups[request.node.nodeid] = timing.warmup_s
-            cap_fixed_rounds_by_time(benchmark)
-            cap_rounds_by_time(benchmark)
-        except Exception as exc:
-            if lockstep is not None:
-                # This rank fails before the case starts (the partial file cannot be written, say): the other
-                # ranks hear it at the case's agreements, as from a failed build, not after timeout_s.
-                _left_before_start(case, lockstep, exc)
-            raise
-        info = run_case(case, benchmark, config.model_copy(update={"timing": timing}))
-        if benchmark.stats is not None and case.family in FAMILIES and _has_max_time(benchmark):
-            # The max_time this benchmark ran under: the config's, or less under a budget (never more).
-            benchmark.extra_info["max_time"] = info["max_time"] = benchmark._max_time
-        return info
-
-    return _measure
-
-
-def _has_max_time(benchmark) -> bool:
-    """Whether max_time bounded the timed rounds (not for fixed rounds: benchmark.pedantic)."""
-    return getattr(benchmark, "_mode", None) == "benchmark(...)" and hasattr(benchmark, "_max_time")
+    """`measure(case)`: run one case through the suite's measurement rules into `benchmark` (suite.run)."""
+    stash = request.config.stash
+    return functools.partial(measure_case, benchmark=benchmark, config=stash[_CONFIG], nodeid=request.node.nodeid,
+                             partial=stash.get(_PARTIAL, None), budget=stash[_RUN])
 
 
 # --- JSON additions ----------------------------------------------------------------------------------
@@ -630,7 +371,7 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
             (bench.get("stats") or {}).pop("data", None)
     # A test that did not pass (pytest-timeout's Failed mid-timing, a failing check or teardown) leaves
     # pytest-benchmark a result of interrupted rounds: it is no measurement.
-    failed = config.stash.get(_FAILED, set())
+    failed = config.stash[_OUTCOME].failed if _OUTCOME in config.stash else set()
     if failed and "benchmarks" in output_json:
         output_json["benchmarks"] = [b for b in output_json["benchmarks"] if b.get("fullname") not in failed]
     state = config.stash.get(_PARTIAL, None)
@@ -697,8 +438,8 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     run = item.config.stash.get(_RUN, None)
     if run is not None and report.when == "call":
         run.timed(item.nodeid, stats)
-    if report.failed and _FAILED in item.config.stash:
-        item.config.stash[_FAILED].add(item.nodeid)
+    if report.failed and _OUTCOME in item.config.stash:
+        item.config.stash[_OUTCOME].failed.add(item.nodeid)
     state = item.config.stash.get(_PARTIAL, None)
     if state is None:
         return
@@ -739,84 +480,75 @@ def pytest_sessionfinish_save(session: pytest.Session):
     complete-looking JSON (with the interrupted one half-timed), and the partial file would then be dropped,
     leaving nothing to resume. The JSON is not written; the partial file keeps every finished benchmark, and
     one line says how to go on."""
-    state = session.config.stash.get(_PARTIAL, None)
-    bs = getattr(session.config, "_benchmarksession", None)
-    terminated = _TERMINATED in session.config.stash
+    config = session.config
+    state = config.stash.get(_PARTIAL, None)
+    outcome = config.stash.setdefault(_OUTCOME, Outcome())
     # The tests are over: a SIGTERM from here on ends the process at once, as it did before the run handled it.
     # An exception raised inside pytest-benchmark's save would be a traceback, and killing loses nothing: the
     # JSON is renamed into place whole or not at all, and the partial file holds every result until then.
-    _default_sigterm(session.config)
-    if bs is not None and getattr(bs, "json", None) and hasattr(bs, "save_json"):
-        bs.save_json = functools.partial(_save_json_atomically, session, Path(bs.json))
+    _default_sigterm(config)
+    pb_adapter.write_json_with(config, functools.partial(_save_json, config))
     interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
-    stored = bs is not None and (getattr(bs, "save", None) or getattr(bs, "autosave", None))
-    if interrupted and stored:
-        # pytest-benchmark would store the benchmarks finished so far, and the one cut off mid-timing, as a
-        # whole run: --benchmark-compare takes the latest stored run as its baseline.
-        bs.save = bs.autosave = None
-        session.config.stash[_NOT_STORED] = (
+    # pytest-benchmark would store the benchmarks finished so far, and the one cut off mid-timing, as a whole
+    # run: --benchmark-compare takes the latest stored run as its baseline.
+    if interrupted and pb_adapter.store_nothing(config):
+        outcome.not_stored = (
             "[suite] nothing stored by --benchmark-save/--benchmark-autosave: a run cut short would become the "
             "baseline --benchmark-compare takes; run it again whole to store it")
     if interrupted and state is not None and state.writer is not None:
-        if bs is not None:
-            bs.json = None
-            # A benchmark interrupted before its first round has no statistics to show either.
-            bs.benchmarks[:] = [b for b in bs.benchmarks if b.stats is not None and b.stats.data]
+        # No JSON; a benchmark interrupted before its first round has no statistics to show either.
+        pb_adapter.write_no_json(config)
         kept = state.finished_count()
         where = f"kept in {state.writer.path}; rerun the same command with --suite-resume to run the rest"
-        how = "stopped by SIGTERM" if terminated else "interrupted"
-        session.config.stash[_INTERRUPTED] = (
+        how = "stopped by SIGTERM" if outcome.terminated else "interrupted"
+        outcome.interrupted = (
             f"[suite] {how}: {kept} finished benchmark(s) {where}" if kept else
             f"[suite] {how} before any benchmark finished: no results written to "
-            f"{session.config.getoption('benchmark_json')}"
+            f"{config.getoption('benchmark_json')}"
         )
     result = yield
-    if _UNSAVED in session.config.stash:
+    if outcome.unsaved:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-    if terminated:
+    if outcome.terminated:
         session.exitstatus = TERMINATED_EXIT
     return result
 
 
-def _save_json_atomically(session: pytest.Session, path: Path, output_json: dict) -> None:
-    from pytest_benchmark.utils import safe_dumps
-
-    path = path.resolve()  # a symlinked --benchmark-json: its target is written, the link kept
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def _save_json(config: pytest.Config, path, output_json: dict) -> None:
+    """--benchmark-json written whole or not at all; a write that fails is one line in the run's outcome."""
     try:
-        tmp.write_bytes(safe_dumps(output_json, ensure_ascii=True, indent=4).encode())
-        os.replace(tmp, path)
+        write_json_atomically(Path(path), output_json)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        state = session.config.stash.get(_PARTIAL, None)
+        state = config.stash.get(_PARTIAL, None)
         kept = (f"the {state.finished_count()} benchmark(s) written to {state.writer.path} are kept; free space "
                 "and rerun the same command with --suite-resume to write it" if state and state.writer else
                 "nothing measured could be kept")
-        session.config.stash[_UNSAVED] = f"[suite] cannot write {path} ({exc.strerror or exc}): {kept}"
+        where = Path(path).resolve()
+        config.stash.setdefault(_OUTCOME, Outcome()).unsaved = f"[suite] cannot write {where} ({exc.strerror or exc}): {kept}"
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    state = session.config.stash.get(_PARTIAL, None)
-    bs = getattr(session.config, "_benchmarksession", None)
-    if state is None or state.writer is None or bs is None or _INTERRUPTED in session.config.stash:
+    config = session.config
+    state = config.stash.get(_PARTIAL, None)
+    outcome = config.stash.setdefault(_OUTCOME, Outcome())
+    if state is None or state.writer is None or pb_adapter.session(config) is None or outcome.interrupted:
         return
-    option = session.config.option
-    listing = any(getattr(option, name, False) for name in ("collectonly", "setupplan", "setuponly"))
-    if not bs.benchmarks and not state.reused and session.exitstatus == pytest.ExitCode.OK:
-        out = session.config.getoption("benchmark_json")
+    measured = pb_adapter.measured(config)
+    listing = any(getattr(config.option, name, False) for name in ("collectonly", "setupplan", "setuponly"))
+    if not measured and not state.reused and session.exitstatus == pytest.ExitCode.OK:
+        out = config.getoption("benchmark_json")
         if listing:
             pass  # --co, --setup-plan: nothing was to run; pytest's own exit status stands
-        elif getattr(bs, "disabled", False):
-            session.config.stash[_NOTHING] = (
+        elif pb_adapter.disabled(config):
+            outcome.nothing = (
                 "[suite] nothing measured: benchmarks are disabled (--benchmark-disable: each ran once, "
                 f"untimed); no results written to {out}")
             session.exitstatus = NOTHING_MEASURED_EXIT
         else:
             # Every selected case skipped (no such device, -k matched only skips): pytest-benchmark writes no
             # JSON, and a silent exit 0 would pass for a run that measured something.
-            session.config.stash[_NOTHING] = (
+            outcome.nothing = (
                 f"[suite] nothing measured: every selected case was skipped (pytest -rs shows why); no results "
                 f"written to {out}"
             )  # said in the terminal summary, after pytest's progress line has ended
@@ -826,15 +558,15 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         state.writer.close()
         state.writer.path.unlink(missing_ok=True)
         return
-    if not bs.benchmarks and state.reused:
+    if not measured and state.reused:
         # Everything was already measured: pytest-benchmark has nothing to save, so the JSON is made from the
         # partial file's own header and benchmarks.
         header = dict(state.previous.header or {})
         header.pop("partial", None)
         header["benchmarks"] = state.reused
-        header["suite"] = _suite_block(session.config)
-        _save_json_atomically(session, Path(session.config.getoption("benchmark_json")), header)
-        if _UNSAVED in session.config.stash:
+        header["suite"] = _suite_block(config)
+        _save_json(config, config.getoption("benchmark_json"), header)
+        if outcome.unsaved:
             return  # the exit status is set by pytest_sessionfinish_save, around this hook
         if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
             # pytest's "no tests" once --suite-resume deselected every test: they were measured, and the JSON
@@ -890,33 +622,31 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         reporter.write_line(
             "[suite] warning: --benchmark-timer is ignored: the suite's timer synchronises the devices at both "
             "ends of every round (a plain clock would time the launches only)", yellow=True)
-    bs = getattr(config, "_benchmarksession", None)
     # pytest-benchmark draws its histograms, its comparison and its cProfile tables with its table: a user who
     # asked for one of them gets that table too, as with --suite-summary=both.
     table_asked = any(config.getoption(name, None) for name in _TABLE_OPTIONS)
-    if bs is not None and config.getoption("suite_summary") == "rates" and not table_asked:
+    if config.getoption("suite_summary") == "rates" and not table_asked:
         # Our summary replaces pytest-benchmark's table (kept with --suite-summary=both or off); --benchmark-json
         # and the comparison checks are unaffected.
-        bs.quiet = True
+        pb_adapter.quiet(config)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     from suite.summary import shown_on_this_rank
 
-    if _NOTHING in config.stash:
-        terminalreporter.write_line(config.stash[_NOTHING], red=True)
-    if _NOT_STORED in config.stash:
-        terminalreporter.write_line(config.stash[_NOT_STORED], yellow=True)
-    if _INTERRUPTED in config.stash:
-        terminalreporter.write_line(config.stash[_INTERRUPTED], yellow=True)
+    outcome = config.stash.get(_OUTCOME, None) or Outcome()
+    if outcome.nothing:
+        terminalreporter.write_line(outcome.nothing, red=True)
+    if outcome.not_stored:
+        terminalreporter.write_line(outcome.not_stored, yellow=True)
+    if outcome.interrupted:
+        terminalreporter.write_line(outcome.interrupted, yellow=True)
         return
 
     if _RUN not in config.stash or config.getoption("suite_summary") == "off" or not shown_on_this_rank():
         return
-    bs = getattr(config, "_benchmarksession", None)
-    failed = config.stash.get(_FAILED, set())
-    benchmarks = [copy.deepcopy(b.as_dict(include_data=False)) for b in getattr(bs, "benchmarks", [])
-                  if not b.has_error and b.stats and b.fullname not in failed]
+    benchmarks = [copy.deepcopy(b.as_dict(include_data=False)) for b in pb_adapter.measured(config)
+                  if not b.has_error and b.stats and b.fullname not in outcome.failed]
     state = config.stash.get(_PARTIAL, None)
     if state is not None:
         benchmarks += copy.deepcopy(state.reused)
@@ -932,5 +662,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 @pytest.hookimpl(trylast=True, specname="pytest_terminal_summary")
 def pytest_terminal_summary_unsaved(terminalreporter, config: pytest.Config) -> None:
     """Last, after every table: the results JSON could not be written (a full disk), and what was kept."""
-    if _UNSAVED in config.stash:
-        terminalreporter.write_line(config.stash[_UNSAVED], red=True)
+    outcome = config.stash.get(_OUTCOME, None)
+    if outcome is not None and outcome.unsaved:
+        terminalreporter.write_line(outcome.unsaved, red=True)

@@ -10,7 +10,6 @@ synchronisation is at most 1/N of a round.
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 import re
 import statistics
@@ -318,16 +317,16 @@ def relative_margin(data: list[float], confidence: float) -> float | None:
     suite reports is their median; a margin within the target says the rounds agree, not where the median
     lies). None with fewer than two rounds or a zero mean. pytest-benchmark's own loop uses the normal
     quantile, which with 5 rounds claims 99% for an interval that holds ~94% of the time; the suite's loop
-    (cap_rounds_by_time) stops on this one."""
+    (suite.pb_adapter.cap_rounds_by_time) stops on this one."""
     if len(data) < 2:
         return None
     mean = statistics.fmean(data)
     if mean <= 0:
         return None
-    return _t_margin(confidence, len(data), statistics.stdev(data), mean)
+    return t_margin(confidence, len(data), statistics.stdev(data), mean)
 
 
-def _t_margin(confidence: float, n: int, stdev: float, mean: float) -> float:
+def t_margin(confidence: float, n: int, stdev: float, mean: float) -> float:
     """The mean's relative margin of error of n rounds, Student-t: what relative_margin reports and the
     precision loop stops on."""
     return student_t(confidence, n - 1) * stdev / math.sqrt(n) / mean
@@ -353,98 +352,6 @@ def stopping_info(stats, pedantic: bool = False) -> dict:
     else:
         info["stopped_on"] = "time"
     return info
-
-
-class _TimeUp(Exception):
-    """Raised inside pytest-benchmark's precision loop to end it once max_time of wall time has passed."""
-
-
-# The arguments of pytest-benchmark's private `_run_until_precise` (5.x) that the suite's loop replaces.
-PRECISE_LOOP_ARGS = ("runner", "loops_range", "stats", "max_rounds")
-
-
-def cap_rounds_by_time(benchmark, clock: Callable[[], float] = time.perf_counter) -> bool:
-    """Make `benchmark` (a pytest-benchmark fixture) stop its precision loop after max_time of wall time, and
-    on a Student-t margin.
-
-    pytest-benchmark fixes the number of rounds from one calibration round (rounds = max_time / that round). On a
-    shared machine whose speed changes, later rounds can be many times slower (a default run on the project's
-    2-core VM spent 17 s on a benchmark with max_time 1 s), which no time budget survives. So the loop ends,
-    between rounds, once min_rounds are in and max_time has passed.
-
-    Where the fixture's loop takes the arguments it has in pytest-benchmark 5.x, it is replaced by the same
-    loop (Welford's running mean and variance, checked after every round from min_rounds on) with the
-    Student-t quantile in place of the normal one (relative_margin): stopping after 5 rounds needs a margin
-    1.8x tighter. Elsewhere the fixture's own loop runs, only ended at max_time (and stopping_info still
-    judges its margin with t). Applies when precision stopping is on; returns whether it could be applied.
-    """
-    original = getattr(benchmark, "_run_until_precise", None)
-    max_time, min_rounds = getattr(benchmark, "_max_time", None), getattr(benchmark, "_min_rounds", None)
-    if original is None or max_time is None or min_rounds is None:
-        return False
-    try:
-        ours = tuple(inspect.signature(original).parameters) == PRECISE_LOOP_ARGS
-    except (TypeError, ValueError):
-        ours = False
-
-    def precise_loop(runner, loops_range, stats, max_rounds):
-        precision, confidence = benchmark._precision, benchmark._confidence  # read when the loop starts
-        start, mean, m2 = clock(), 0.0, 0.0
-        for n in range(1, max_rounds + 1):
-            if n - 1 >= max(min_rounds, 2) and clock() - start >= max_time:
-                return
-            duration = runner(loops_range)
-            stats.update(duration)
-            delta = duration - mean
-            mean += delta / n
-            m2 += delta * (duration - mean)
-            if n >= min_rounds and n >= 2 and mean > 0:
-                if _t_margin(confidence, n, math.sqrt(m2 / (n - 1)), mean) <= precision:
-                    return
-
-    def run_until_precise(runner, *args, **kwargs):  # pytest-benchmark's private (runner, loops_range, ...)
-        start, rounds = clock(), 0
-
-        def runner_within_time(loops):
-            nonlocal rounds
-            if rounds >= max(min_rounds, 2) and clock() - start >= max_time:
-                raise _TimeUp
-            rounds += 1
-            return runner(loops)
-
-        try:
-            original(runner_within_time, *args, **kwargs)
-        except _TimeUp:
-            pass
-
-    benchmark._run_until_precise = precise_loop if ours else run_until_precise
-    return True
-
-
-# pytest-benchmark's precision loop ends once the margin is within the target; a target below zero is never
-# met, so with precision off the loop runs the calibrated rounds, ended at max_time by cap_rounds_by_time.
-NEVER_PRECISE = -1.0
-
-
-def cap_fixed_rounds_by_time(benchmark) -> bool:
-    """With precision off, make pytest-benchmark's fixed rounds stop at max_time of wall time too.
-
-    With precision off pytest-benchmark runs the rounds fixed by one calibration round in a plain loop that
-    cap_rounds_by_time cannot end: a machine that slows down after calibration overruns max_time (and any
-    budget) many times. This runs them through the precision loop instead, with a target never met, once the
-    result's options are recorded (they keep precision off; stopped_on says "time").
-    """
-    make_stats = getattr(benchmark, "_make_stats", None)
-    if make_stats is None or getattr(benchmark, "_precision", 0.0) is not None:
-        return False
-
-    def make_stats_then_loop(*args, **kwargs):
-        stats = make_stats(*args, **kwargs)
-        benchmark._precision, benchmark._confidence = NEVER_PRECISE, DEFAULT_CONFIDENCE
-        return stats
-
-    benchmark._make_stats = make_stats_then_loop
-    return True
 
 
 def process_age() -> float:

@@ -84,16 +84,16 @@ FAULTS = textwrap.dedent("""
             devices.ClockWatch.stop = lambda self: clocks[RANK]
         before = os.environ.get("BEFORE_START")  # rank 0 fails in the measure fixture, before run_case
         if before and RANK == "0":
-            import suite.plugin as plugin
+            import suite.run as run
 
-            real_warmup = plugin.warmup_seconds
+            real_warmup = run.warmup_seconds
 
             def warmup_seconds(case, timing):
                 if before in case.id:
                     raise OSError("injected: disk full writing the partial file")
                 return real_warmup(case, timing)
 
-            plugin.warmup_seconds = warmup_seconds
+            run.warmup_seconds = warmup_seconds
 
 
     @pytest.hookimpl(tryfirst=True)

@@ -1,4 +1,4 @@
-"""run_case (suite.plugin): the case's devices are drained after timing, also when the case fails or skips;
+"""run_case (suite.run): the case's devices are drained after timing, also when the case fails or skips;
 the all-GPUs matmul takes its per-device rates after its timed rounds (fake multi-GPU machine)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from suite import devices as dev
 from suite.cases import FAMILIES, Work, make_case
-from suite.plugin import run_case
+from suite.run import run_case
 from tests.fakes import FakeAsyncDevice, FakeClock, FakePlatform
 
 CONFIG = SimpleNamespace(timing=SimpleNamespace(warmup_s=0.0))

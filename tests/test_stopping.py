@@ -3,15 +3,13 @@ wall-time cap, durations."""
 
 from __future__ import annotations
 
-import inspect
 import statistics
 from pathlib import Path
 
 import pytest
 
+from suite.pb_adapter import cap_rounds_by_time
 from suite.timing import (
-    PRECISE_LOOP_ARGS,
-    cap_rounds_by_time,
     format_duration,
     parse_duration,
     relative_margin,
@@ -64,15 +62,6 @@ def test_relative_margin_is_the_student_t_interval():
 ])
 def test_student_t_matches_the_published_table(confidence, df, table):
     assert student_t(confidence, df) == pytest.approx(table, abs=1e-3)
-
-
-def test_the_suites_loop_replaces_pytest_benchmarks_own():
-    """pytest-benchmark's private loop still takes what the suite's replacement takes: an upgrade that changes
-    it falls back to wrapping its loop (normal quantile), and this test says so."""
-    from pytest_benchmark.fixture import BenchmarkFixture
-
-    params = tuple(inspect.signature(BenchmarkFixture._run_until_precise).parameters)
-    assert params == ("self", *PRECISE_LOOP_ARGS)
 
 
 class _Stats:
@@ -226,8 +215,8 @@ def test_with_precision_off_the_fixed_rounds_stop_at_max_time_too(pytester):
     pytester.makepyfile(
         """
         import json
-        from suite.timing import cap_fixed_rounds_by_time
-        from suite.timing import SyncTimer, cap_rounds_by_time, stopping_info
+        from suite.pb_adapter import cap_fixed_rounds_by_time, cap_rounds_by_time
+        from suite.timing import SyncTimer, stopping_info
         from tests.fakes import FakeClock
 
         def test_fake(benchmark):
