@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from suite.cases import FAMILIES, family_read
 from suite.errors import UserError
 from suite.report.tables import format_time
 from suite.results import (
-    FAMILY_RATE,
     FOREIGN_CASE,
     NOTHING_MEASURED,
     PARTIAL_SUFFIX,
@@ -93,7 +93,7 @@ def parse_thresholds(values: list[str] | str | None) -> tuple[float, dict[str, f
 
 def check_families(thresholds: dict[str, float], present: set[str]) -> None:
     """A per-family threshold names a family of the suite or of the results compared: a typo is an error."""
-    known = set(FAMILY_RATE) | {FOREIGN_CASE} | present
+    known = set(FAMILIES) | {FOREIGN_CASE} | present
     for family in thresholds:
         if family not in known:
             raise UserError(
@@ -303,35 +303,6 @@ def pair_sides(
         )
     return (sorted(pairs, key=lambda p: p[0][0]), [base.runs[k][0] for k in rest_base],
             [cand.runs[k][0] for k in rest_cand])
-
-
-def _links(table: pd.DataFrame) -> bool:
-    """Whether a run's copies recorded what joins their GPU pairs (the `link` column, from NVML)."""
-    return "link" in table and bool((table["link"].map(type) == str).any())
-
-
-def _peer_copies(table: pd.DataFrame) -> pd.DataFrame:
-    """A run's copies from one accelerator to another (the copies a link joins)."""
-    if not {"case", "src", "dst"} <= set(table.columns):
-        return table.iloc[0:0]
-    copies = table[table["case"] == "copy"]
-    peer = [isinstance(s, str) and isinstance(d, str) and s != d and not s.startswith("cpu")
-            and not d.startswith("cpu") for s, d in zip(copies["src"], copies["dst"])]
-    return copies[pd.Series(peer, index=copies.index, dtype=bool)]
-
-
-def unlinked_peers_missing(base: pd.DataFrame, cand: pd.DataFrame, rows: list[Row]) -> bool:
-    """Whether the baseline's peer copies missing from the candidate point to a candidate without NVML.
-
-    A copy run sweeps one GPU pair per link kind, and learns the links from NVML: a baseline whose peer
-    copies recorded a link and a candidate whose own peer copies recorded none swept different pairs. A
-    candidate with no peer copy at all (a run killed before them, a config without them) says nothing of
-    NVML, so no hint blames it.
-    """
-    base_peers, cand_peers = _peer_copies(base), _peer_copies(cand)
-    missing = {r.benchmark for r in rows if r.status == "missing"}
-    return (bool(missing & set(base_peers["name"])) and _links(base_peers)
-            and not cand_peers.empty and not _links(cand_peers))
 
 
 def history_ranges(history: pd.DataFrame, metric: str, device_map: dict[str, str] | None = None
@@ -669,7 +640,7 @@ def run(args: argparse.Namespace) -> int:
         if before and after and before != after:
             print(f"warning: different hardware ({before} against {after}): differences are the hardware's, "
                   "not a regression of one machine", file=sys.stderr)
-    pairs, unlinked = [], False
+    pairs, hints = [], {}  # hints: the families' missing_hint texts, each once, in order
     base_keys = {label: key for key, (label, _) in base.runs.items()}
     for (base_label, base_table), (cand_label, cand_table) in matched:
         rows = compare_tables(base_table, cand_table, metric=args.metric, threshold=threshold,
@@ -678,8 +649,11 @@ def run(args: argparse.Namespace) -> int:
         pairs.append(Pair(base_label, cand_label, rows, base.partial.get(base_label, ""),
                           cand.partial.get(cand_label, ""), base.launches.get(base_label, ""),
                           cand.launches.get(cand_label, "")))
-        # Which GPU pairs a copy run sweeps depends on the links NVML told it (one pair per link kind).
-        unlinked |= unlinked_peers_missing(base_table, cand_table, rows)
+        for family in FAMILIES:
+            hint = family_read(family, "missing_hint")
+            text = hint(base_table, cand_table, rows) if hint else ""
+            if text:
+                hints[text] = None
     stopped = {p.cand_partial: stopped_in(p.cand_partial)
                for p in pairs if p.cand_partial and p.count("missing")}
     for p in pairs:
@@ -725,8 +699,6 @@ def run(args: argparse.Namespace) -> int:
                        "--suite-resume with the run's --suite-config) to measure the rest, or " + fix)
         print(f"compare: {what} of the baseline missing from the candidate ({cause}): failing; {fix}",
               file=sys.stderr)
-        if unlinked:
-            print("compare: the baseline's copies recorded the GPU links (NVML) and the candidate's did not: "
-                  "its size sweep covered one peer pair per link, the candidate's one pair in all; install "
-                  "nvidia-ml-py where the candidate runs, or pass --allow-missing", file=sys.stderr)
+        for hint in hints:
+            print(f"compare: {hint}", file=sys.stderr)
     return code

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from suite import SCHEMA_VERSION, __version__
+from suite.cases import FAMILIES, family_read
 from suite.errors import UserError
 from suite.units import GB, TFLOP
 
@@ -33,18 +34,15 @@ RATE_UNITS: dict[str, str] = {
     "samples_per_s": "samples/s",
 }
 
-# The rate that says how fast a family is, where it has several (a model reports TFLOP/s and samples/s; what
-# users compare is samples/s). The one definition used by the table's `metric`, report, compare and health.
-FAMILY_RATE: dict[str, str] = {
-    "matmul": "tflops",
-    "ceiling": "tflops",
-    "conv": "tflops",
-    "model": "samples_per_s",
-    "copy": "gbps",
-    "placement": "gbps",
-    "habits": "gbps",
-    "collectives": "busbw",
-}
+
+def family_rates() -> dict[str, str]:
+    """family -> the rate that says how fast it is (its read module's RATE), where it has several (a model
+    reports TFLOP/s and samples/s; what users compare is samples/s). The one definition used by the table's
+    `metric`, report, compare and health."""
+    rates = {name: family_read(name, "RATE") for name in FAMILIES}
+    return {name: rate for name, rate in rates.items() if rate in RATE_UNITS}
+
+
 # Keys that name the device(s) a benchmark ran on: two benchmarks equal but for these measured the same thing
 # on different devices (the peers a straggler is judged against).
 DEVICE_KEYS = ("device", "src", "dst", "gpus")
@@ -435,8 +433,8 @@ def match_key(
 
 
 def rate_name(case: str, values: Mapping[str, float]) -> str | None:
-    """Which rate column says how fast a benchmark of `case` is: FAMILY_RATE's, else the first one present."""
-    preferred = FAMILY_RATE.get(case)
+    """Which rate column says how fast a benchmark of `case` is: its family's, else the first one present."""
+    preferred = family_read(case, "RATE")
     if preferred and not _missing(values.get(preferred)):
         return preferred
     return next((k for k in RATE_UNITS if not _missing(values.get(k))), None)
@@ -461,7 +459,7 @@ def benchmark_keys(table: pd.DataFrame, device_map: Mapping[str, str] | None = N
 
 
 def route_kind(src: object, dst: object) -> str:
-    """h2d, d2h, local (one device), peer, or host (cpu to cpu): what a copy's bandwidth is limited by."""
+    """h2d, d2h, local (one device), peer, or host (cpu to cpu): what limits bytes moved from src to dst."""
     if not isinstance(src, str) or not isinstance(dst, str):
         return ""
     if src == "cpu" and dst == "cpu":
@@ -473,23 +471,15 @@ def route_kind(src: object, dst: object) -> str:
     return "local" if src == dst else "peer"
 
 
-def copy_engine_rows(rows: pd.DataFrame) -> pd.DataFrame:
-    """`rows` keeping, of an imported route that nvbandwidth measured several ways, the way the suite copies.
-
-    The suite's copies are cudaMemcpy (copy-engine) copies that torch issues on the source GPU's stream
-    (ATen's copy_device_to_device). nvbandwidth measures a GPU pair by its `_ce` and `_sm` (an SM copy kernel)
-    tests, and each of those as a write (issued from the source's context, as torch does) and a read (from the
-    destination's context, PREFER_DST_CONTEXT in testcases_ce.cpp). The better of them would not be like the
-    suite's figure, and could hide a slow path: copy engine wins over SM kernel, then write over read; a route
-    measured one way only keeps it."""
-    if "engine" not in rows or not rows["engine"].isin(["ce", "sm"]).any():
-        return rows
-    keys = [k for k in ("label", "src", "dst", "direction") if k in rows]
-    route = pd.Series(["\x1f".join(map(str, r)) for r in zip(*(rows[k] for k in keys))], index=rows.index)
-    test = rows["test"].where(rows["test"].map(type) == str, "") if "test" in rows else pd.Series("", rows.index)
-    # 0 = copy engine, issued by the source; 1 = copy engine, by the destination; 2, 3 = the same by SM kernel.
-    rank = (rows["engine"] == "sm").astype(int) * 2 + test.str.contains("_read", regex=False).astype(int)
-    return rows[rank == rank.groupby(route).transform("min")]
+def like_ours(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` less the variants of an imported figure that the suite does not measure (each family's
+    `like_ours`), so that an imported figure is judged and drawn like the suite's own."""
+    for family in FAMILIES:
+        keep = family_read(family, "like_ours")
+        mine = rows["case"] == family
+        if keep is not None and mine.any():
+            rows = rows[~mine | rows.index.isin(keep(rows[mine]).index)]
+    return rows
 
 
 def route_kinds(src: pd.Series, dst: pd.Series) -> pd.Series:
@@ -842,11 +832,11 @@ def _frame(parts: list[tuple[int, dict[str, list]]], extra: list[str]) -> pd.Dat
             values.extend(columns.get(key) or [math.nan] * n)
         data[key] = np.array(values, dtype="float64") if key in numeric else values
     cases = np.array(data["case"], dtype=object)
-    # The headline rate: the family's own (FAMILY_RATE) where present, else the first rate present.
+    # The headline rate: the family's own (family_rates) where present, else the first rate present.
     metric_name = np.full(total, None, dtype=object)
     for key in reversed(RATE_UNITS):
         metric_name[~np.isnan(data[key])] = key
-    for case, key in FAMILY_RATE.items():
+    for case, key in family_rates().items():
         metric_name[(cases == case) & ~np.isnan(data[key])] = key
     metric = np.full(total, np.nan)
     for key in RATE_UNITS:

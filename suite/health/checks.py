@@ -9,15 +9,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from suite.cases import family_read
 from suite.compare import NOISE_IQR_SHARE
 from suite.limits import limits_held
-from suite.health.expect import HOST_LINKS, MEASURES, OK_AT_PCT, Expectations, Measure
+from suite.health.expect import HOST_LINKS, OK_AT_PCT, Expectations, Measure, measures
 from suite.results import (
     FOREIGN_CASE,
     OUR_TOOL,
     LoadedResults,
-    copy_engine_rows,
     latest_runs,
+    like_ours,
     peer_keys,
     route_kinds,
 )
@@ -188,8 +189,8 @@ def _held(row) -> str:
 def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
     """The latest run of each node and tool, with node, subject device, its model, speed and noise."""
     table = loaded.table
-    # An imported nvbandwidth route's copy-engine figure, not the better of it and its SM kernel's: like ours.
-    rows = copy_engine_rows(table[table["label"].isin(labels) & (table["case"] != FOREIGN_CASE)]).copy()
+    # An imported figure measured the suite's way, not the better of the ways a tool measured it.
+    rows = like_ours(table[table["label"].isin(labels) & (table["case"] != FOREIGN_CASE)]).copy()
     machines = loaded.machines
     rows["node"] = rows["label"].map({k: m.node for k, m in machines.items()})
     rows["route_"] = route_kinds(rows["src"], rows["dst"])
@@ -286,7 +287,7 @@ def _expected(
     """pct_of_expected per qualifying row; low/missing findings; per-node tables of the judged figures."""
     pct = pd.Series(np.nan, index=rows.index)
     measured_families = rows.groupby("label")["case"].unique().map(set).to_dict()
-    for measure_name, measure in MEASURES.items():
+    for measure_name, measure in measures().items():
         mask = rows["case"].isin(measure.families) & (
             rows[measure.rate] > 0 if measure.rate in rows else False
         )
@@ -412,10 +413,10 @@ def _no_figure(
 
 def _could_measure(machine, measure: Measure) -> bool:
     """Whether a run launched as this one was could hold the measure's results, whatever its config asked:
-    a torchrun job runs only the collectives (its config still lists every family), a single process never
-    runs them, and a job on 2 nodes has no 1-node result."""
-    collectives = "collectives" in measure.families
-    if bool(machine.distributed) != collectives and machine.tool == OUR_TOOL:
+    a torchrun job runs only the families that run under torchrun (its config still lists every family), a
+    single process never runs them, and a job on 2 nodes has no 1-node result."""
+    torchrun = any(family_read(family, "TORCHRUN") for family in measure.families)
+    if bool(machine.distributed) != torchrun and machine.tool == OUR_TOOL:
         return False
     nnodes = dict(measure.where).get("nnodes")
     return nnodes is None or not machine.distributed or machine.distributed.get("nnodes") in (None, nnodes)
@@ -686,7 +687,9 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
             shown = "; ".join(m.wrong_results[:MAX_EXAMPLES])
             extra = len(m.wrong_results) - MAX_EXAMPLES
             text = f"{m.tool} data check failed: {shown}" + (f"; … {extra} more" if extra > 0 else "")
-            findings.append(Finding("wrong", m.node, "", "collectives", text))
+            # The family is the tool's: an importer reads one tool's output as one family's results.
+            family = min(set(loaded.table.loc[loaded.table["label"] == label, "case"]), default="")
+            findings.append(Finding("wrong", m.node, "", family, text))
         node = nodes.setdefault(m.node, NodeVerdict(m.node, m.gpu_model, [], []))
         node.labels.append(label)
         node.tools.append(m.tool)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
 
+from suite.cases import FAMILIES, family_read
 from suite.errors import UserError
 
 SHIPPED = Path(__file__).resolve().parent.parent / "expectations.yaml"
@@ -15,71 +16,33 @@ SHIPPED = Path(__file__).resolve().parent.parent / "expectations.yaml"
 # 55.4 GB/s; MAMF varies 5%+ between GPUs of one node); PyTorch's copy and matmul paths may cost up to ~10%
 # more than a dedicated tool. Below 80% is beyond both: a link at lower width, a throttled clock.
 OK_AT_PCT = 80.0
-# Matmul counts only at 2*4096^3 FLOP or more: MAMF's best shapes are large; smaller ones do not fill the GPU.
-MIN_MATMUL_FLOPS = 2 * 4096**3
-# Copies count only from 64 MiB: host links reach their plateau by 32-64 MB (bandwidthTest uses 32 MB,
-# nvbandwidth 512 MiB buffers).
-MIN_COPY_BYTES = 64 * 2**20
-# All-reduce counts only from 256 MiB, the largest size of the default config. NCCL's busbw climbs to 1-8 GB
-# and 256 MB is below its peak (nccl-tests maintainers, issue 212): the best judged size is compared, and
-# the tolerance above is what absorbs the shortfall of a run that stops at 256 MiB.
-MIN_COLLECTIVE_BYTES = 256 * 2**20
-
-
 @dataclass(frozen=True)
 class Measure:
-    """Which results a named measurement is taken from: family, rate, filters, smallest size."""
+    """Which results a named measurement is taken from: rate, filters, smallest size; its families."""
 
-    families: tuple[str, ...]
     rate: str
     unit: str
     where: tuple[tuple[str, object], ...] = ()
-    route: str = ""  # copy route kind (h2d, d2h, local, peer); empty for compute and collectives
+    route: str = ""  # route kind of src -> dst results (h2d, d2h, local, peer); empty for others
     min_flops: float = 0.0
     min_bytes: float = 0.0
-    per_machine: bool = False  # judged per machine and world size (collectives), not per device
+    per_machine: bool = False  # judged per machine and world size (a run across ranks), not per device
+    families: tuple[str, ...] = ()  # the families that declare it (measures() fills this in)
 
 
-MEASURES: dict[str, Measure] = {
-    "matmul_bf16": Measure(
-        ("matmul", "ceiling"), "tflops", "TFLOP/s", (("precision", "bfloat16"),), min_flops=MIN_MATMUL_FLOPS
-    ),
-    "matmul_fp16": Measure(
-        ("matmul", "ceiling"), "tflops", "TFLOP/s", (("precision", "float16"),), min_flops=MIN_MATMUL_FLOPS
-    ),
-    "matmul_tf32": Measure(
-        ("matmul", "ceiling"), "tflops", "TFLOP/s", (("precision", "tf32"),), min_flops=MIN_MATMUL_FLOPS
-    ),
-    "h2d": Measure(
-        ("copy",),
-        "gbps",
-        "GB/s",
-        (("memory", "pinned"), ("direction", "uni")),
-        "h2d",
-        min_bytes=MIN_COPY_BYTES,
-    ),
-    "d2h": Measure(
-        ("copy",),
-        "gbps",
-        "GB/s",
-        (("memory", "pinned"), ("direction", "uni")),
-        "d2h",
-        min_bytes=MIN_COPY_BYTES,
-    ),
-    "same_device": Measure(
-        ("copy",), "gbps", "GB/s", (("direction", "uni"),), "local", min_bytes=MIN_COPY_BYTES
-    ),
-    "peer": Measure(("copy",), "gbps", "GB/s", (("direction", "uni"),), "peer", min_bytes=MIN_COPY_BYTES),
-    # One node only: the figures are NVLink within a node; across nodes the network decides.
-    "all_reduce_busbw": Measure(
-        ("collectives",),
-        "busbw",
-        "GB/s",
-        (("op", "all_reduce"), ("nnodes", 1)),
-        min_bytes=MIN_COLLECTIVE_BYTES,
-        per_machine=True,
-    ),
-}
+
+
+def measures() -> dict[str, Measure]:
+    """name -> Measure, of every registered family's read module (MEASURES), in registry order; a measure
+    several families declare takes the results of each."""
+    out: dict[str, Measure] = {}
+    for family in FAMILIES:
+        for name, measure in family_read(family, "MEASURES", {}).items():
+            known = out[name].families if name in out else ()
+            out[name] = replace(measure, families=(*known, family))
+    return out
+
+
 HOST_LINKS = ("h2d", "d2h")
 MODEL_KEYS = ("name", "match", "host_link")
 ENTRY_KEYS = ("model", "link", "measure", "value", "source", "gpus")
@@ -153,10 +116,11 @@ def _list(where: str, data: dict, key: str) -> list:
 def _merge(into: Expectations, data: object, where: str) -> None:
     if not isinstance(data, dict):
         raise _fail(where, "top level must be a mapping with `models` and/or `expect`")
-    unknown = set(data) - {"version", "models", "expect"}
+    # gpu_check: the GPU check's own figures (suite/expectations.yaml), which health does not read.
+    unknown = set(data) - {"version", "models", "expect", "gpu_check"}
     if unknown:
         names = ", ".join(sorted(map(str, unknown)))
-        raise _fail(where, f"unknown key(s) {names}; allowed: version, models, expect")
+        raise _fail(where, f"unknown key(s) {names}; allowed: version, models, expect, gpu_check")
     for i, model in enumerate(_list(where, data, "models")):
         if not isinstance(model, dict) or not all(
             isinstance(model.get(k), str) and model[k] for k in ("name", "match")
@@ -173,8 +137,9 @@ def _merge(into: Expectations, data: object, where: str) -> None:
             raise _fail(where, f"expect[{i}] is not a mapping")
         _unknown(where, f"expect[{i}]", entry, ENTRY_KEYS)
         measure = entry.get("measure")
-        if measure not in MEASURES:
-            raise _fail(where, f"expect[{i}].measure {measure!r} is not one of {', '.join(MEASURES)}")
+        known = measures()
+        if measure not in known:
+            raise _fail(where, f"expect[{i}].measure {measure!r} is not one of {', '.join(known)}")
         value = entry.get("value")
         if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
             raise _fail(where, f"expect[{i}].value {value!r} is not a positive number")
@@ -186,12 +151,13 @@ def _merge(into: Expectations, data: object, where: str) -> None:
         if link and measure not in HOST_LINKS:
             raise _fail(where, f"expect[{i}]: `link` figures are for {' and '.join(HOST_LINKS)} only")
         gpus = entry.get("gpus")
-        if MEASURES[measure].per_machine != (gpus is not None):
+        if known[measure].per_machine != (gpus is not None):
+            per_machine = ", ".join(n for n, m in known.items() if m.per_machine)
             raise _fail(
                 where,
                 f"expect[{i}]: `gpus` is required for {measure}"
-                if MEASURES[measure].per_machine
-                else f"expect[{i}]: `gpus` only applies to all_reduce_busbw",
+                if known[measure].per_machine
+                else f"expect[{i}]: `gpus` only applies to {per_machine}",
             )
         if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
             raise _fail(where, f"expect[{i}].gpus {gpus!r} is not a GPU count (a whole number, e.g. 8)")

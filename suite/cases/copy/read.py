@@ -6,6 +6,7 @@ from collections import defaultdict
 
 from suite.summary import cell, extra_info, grid, num, size_of
 from suite.units import format_size
+from suite.health.expect import Measure
 
 RATE = "gbps"  # the rate that says how fast this family is
 TITLE = "Copies between host and devices"
@@ -84,3 +85,72 @@ def _sweep(uni: list[dict], accel: str | None) -> list[str]:
         return []
     title = f"copy: GB/s by size, cpu<->{accel}" if accel else "copy: GB/s by size, cpu->cpu"
     return grid(title, {format_size(s): sweep[s] for s in sorted(sweep)}, columns, "size")
+
+
+def _links(table) -> bool:
+    """Whether a run's copies recorded what joins their GPU pairs (the `link` column, from NVML)."""
+    return "link" in table and bool((table["link"].map(type) == str).any())
+
+
+def _peer_copies(table):
+    """A run's copies from one accelerator to another (the copies a link joins), of a results table."""
+    if not {"case", "src", "dst"} <= set(table.columns):
+        return table.iloc[0:0]
+    copies = table[table["case"] == "copy"]
+    peer = [isinstance(s, str) and isinstance(d, str) and s != d and not s.startswith("cpu")
+            and not d.startswith("cpu") for s, d in zip(copies["src"], copies["dst"])]
+    return copies.loc[peer]
+
+
+def missing_hint(base, cand, rows) -> str:
+    """compare's hint where the baseline's peer copies missing from the candidate point to a candidate
+    without NVML, else "".
+
+    A copy run sweeps one GPU pair per link kind, and learns the links from NVML: a baseline whose peer
+    copies recorded a link and a candidate whose own peer copies recorded none swept different pairs. A
+    candidate with no peer copy at all (a run killed before them, a config without them) says nothing of
+    NVML, so no hint blames it.
+    """
+    base_peers, cand_peers = _peer_copies(base), _peer_copies(cand)
+    missing = {r.benchmark for r in rows if r.status == "missing"}
+    if (missing & set(base_peers["name"]) and _links(base_peers) and not cand_peers.empty
+            and not _links(cand_peers)):
+        return ("the baseline's copies recorded the GPU links (NVML) and the candidate's did not: its size "
+                "sweep covered one peer pair per link, the candidate's one pair in all; install nvidia-ml-py "
+                "where the candidate runs, or pass --allow-missing")
+    return ""
+
+
+def copy_engine_rows(rows):
+    """`rows` keeping, of an imported route that nvbandwidth measured several ways, the way the suite copies.
+
+    The suite's copies are cudaMemcpy (copy-engine) copies that torch issues on the source GPU's stream
+    (ATen's copy_device_to_device). nvbandwidth measures a GPU pair by its `_ce` and `_sm` (an SM copy kernel)
+    tests, and each of those as a write (issued from the source's context, as torch does) and a read (from the
+    destination's context, PREFER_DST_CONTEXT in testcases_ce.cpp). The better of them would not be like the
+    suite's figure, and could hide a slow path: copy engine wins over SM kernel, then write over read; a route
+    measured one way only keeps it."""
+    import pandas as pd
+
+    if "engine" not in rows or not rows["engine"].isin(["ce", "sm"]).any():
+        return rows
+    keys = [k for k in ("label", "src", "dst", "direction") if k in rows]
+    route = pd.Series(["\x1f".join(map(str, r)) for r in zip(*(rows[k] for k in keys))], index=rows.index)
+    test = rows["test"].where(rows["test"].map(type) == str, "") if "test" in rows else pd.Series("", rows.index)
+    # 0 = copy engine, issued by the source; 1 = copy engine, by the destination; 2, 3 = the same by SM kernel.
+    rank = (rows["engine"] == "sm").astype(int) * 2 + test.str.contains("_read", regex=False).astype(int)
+    return rows[rank == rank.groupby(route).transform("min")]
+
+
+like_ours = copy_engine_rows  # the hook suite.results.like_ours calls on a table's copy rows
+
+# Health judges copies only from 64 MiB: host links reach their plateau by 32-64 MB (bandwidthTest uses
+# 32 MB, nvbandwidth 512 MiB buffers).
+MIN_COPY_BYTES = 64 * 2**20
+_PINNED_UNI = (("memory", "pinned"), ("direction", "uni"))
+MEASURES = {
+    "h2d": Measure("gbps", "GB/s", _PINNED_UNI, "h2d", min_bytes=MIN_COPY_BYTES),
+    "d2h": Measure("gbps", "GB/s", _PINNED_UNI, "d2h", min_bytes=MIN_COPY_BYTES),
+    "same_device": Measure("gbps", "GB/s", (("direction", "uni"),), "local", min_bytes=MIN_COPY_BYTES),
+    "peer": Measure("gbps", "GB/s", (("direction", "uni"),), "peer", min_bytes=MIN_COPY_BYTES),
+}
