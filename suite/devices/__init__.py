@@ -1,26 +1,16 @@
-"""Devices: try_gpu/try_all_gpus, device specs, synchronisation, NUMA placement and the machine inventory.
+"""Devices: which ones (try_gpu, specs), the seam to them (Platform), NVML, NUMA and the machine inventory.
 
-Everything that differs between CUDA, MPS, XPU and the CPU goes through one seam, `Platform` (platform.py,
-one class per kind in kinds.py), so the rest of the suite has a single code path and tests can swap in a fake
-multi-GPU machine (`use_platform`). NVML is read in nvml.py, /sys's NUMA nodes in numa.py.
+Everything that differs between CUDA, MPS, XPU and the CPU goes through `Platform`, one small class per kind
+behind it, so the rest of the suite has a single code path and tests swap in a fake multi-GPU machine
+(`use_platform`).
 """
 
 from suite.devices.clocks import ClockWatch
 from suite.devices.host import bound_host_node, host_near
 from suite.devices.machine import inventory
 from suite.devices.platform import Platform, current_platform, synchronize, use_platform
-from suite.devices.specs import (
-    accelerators,
-    available_devices,
-    check_spec,
-    device_id,
-    missing_devices,
-    missing_reason,
-    present_devices,
-    resolve_spec,
-    try_all_gpus,
-    try_gpu,
-)
+from suite.devices.specs import (accelerators, available_devices, check_spec, device_id, missing_devices,
+                                 missing_reason, present_devices, resolve_spec, try_all_gpus, try_gpu)
 
 __all__ = [
     "ClockWatch", "Platform", "accelerators", "available_devices", "bound_host_node", "check_spec",

@@ -29,14 +29,10 @@ def _empty_host_cache() -> None:
     CUDA builds have had _host_emptyCache since torch 2.5; torch 2.12 added _accelerator_emptyHostCache (which
     raises where no accelerator is current): each is tried in turn until one works."""
     for name in ("_host_emptyCache", "_accelerator_emptyHostCache"):
-        empty = getattr(torch._C, name, None)
-        if empty is None:
-            continue
-        try:
-            empty()
-        except Exception:  # noqa: BLE001 - the next name, or the blocks stay cached (then no worse than unbound)
-            continue
-        return
+        # Missing or raising: the next name, or the blocks stay cached (then no worse than unbound).
+        with contextlib.suppress(Exception):
+            getattr(torch._C, name)()
+            return
 
 
 # PYTORCH_CUDA_ALLOC_CONF settings under which the pinned pages are not placed by the bound thread: pages

@@ -13,7 +13,7 @@ from suite.devices import numa, nvml
 
 
 class Cpu:
-    """The CPU, and the answer of every kind where its backend has nothing to say."""
+    """The CPU, and what every kind answers where its backend has nothing to do or to tell."""
 
     name = "cpu"
     # Whether a device of this kind being present makes pinned (page-locked) host memory available.
@@ -22,32 +22,17 @@ class Cpu:
     def count(self) -> int:
         return 0
 
-    def synchronize(self, device: torch.device) -> None:
-        pass  # the CPU runs torch ops synchronously: nothing to wait for
-
     def properties(self, device: torch.device) -> dict:
         raise ValueError(f"not an accelerator: {device}")
 
     def can_access_peer(self, a: torch.device, b: torch.device) -> bool:
         return False
 
-    def tf32_supported(self, device: torch.device) -> bool | None:
-        return None
+    def _nothing(self, *devices: torch.device) -> None:
+        """Nothing to wait for or free (the CPU runs torch ops synchronously), or nothing the backend tells."""
 
-    def link(self, a: torch.device, b: torch.device) -> str | None:
-        return None
-
-    def clock_limits(self, device: torch.device) -> dict[str, float] | None:
-        return None
-
-    def mem_get_info(self, device: torch.device) -> tuple[int, int] | None:
-        return None
-
-    def empty_cache(self, device: torch.device) -> None:
-        pass
-
-    def numa_node(self, device: torch.device) -> int | None:
-        return None
+    synchronize = empty_cache = _nothing
+    tf32_supported = link = clock_limits = mem_get_info = numa_node = _nothing
 
 
 class _Accelerator(Cpu):
@@ -152,7 +137,7 @@ class Cuda(_Accelerator):
             if all(isinstance(v, int) for v in address):
                 node = numa.numa_node_of_pci(address)  # type: ignore[arg-type]
             else:
-                node = nvml.nvml_info(device.index or 0, self.properties(device).get("uuid")).get("numa_node")
+                node = nvml.nvml_info(device.index or 0, self._uuid(device.index)).get("numa_node")
             self._numa_nodes[device.index] = node
         return self._numa_nodes[device.index]
 

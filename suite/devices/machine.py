@@ -21,22 +21,11 @@ def _cpu_info() -> dict:
     text = ""
     with contextlib.suppress(OSError):
         text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    name = ""
-    pairs: set[tuple[str, str]] = set()
-    phys = core = None
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        key, value = key.strip(), value.strip()
-        if key == "model name" and not name:  # /proc/cpuinfo's key for the CPU's brand string
-            name = value
-        elif key == "physical id":
-            phys = value
-        elif key == "core id":
-            core = value
-        elif not key and phys is not None and core is not None:
-            pairs.add((phys, core))
-    if phys is not None and core is not None:
-        pairs.add((phys, core))
+    # One block of "key : value" lines per logical CPU.
+    cpus = [{k.strip(): v.strip() for k, _, v in (line.partition(":") for line in block.splitlines())}
+            for block in text.split("\n\n")]
+    name = next((c["model name"] for c in cpus if c.get("model name")), "")  # the CPU's brand string
+    pairs = {(c["physical id"], c["core id"]) for c in cpus if "physical id" in c and "core id" in c}
     if not name:
         with contextlib.suppress(Exception):
             import cpuinfo  # py-cpuinfo: slow (it may start a subprocess), so only where /proc lacks a name

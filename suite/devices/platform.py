@@ -1,8 +1,4 @@
-"""The device seam: `Platform`, what torch can see, asked of one small class per device kind (kinds.py).
-
-The rest of the suite has a single code path through it, and tests swap in a fake multi-GPU machine
-(`use_platform`, tests/fakes.py).
-"""
+"""The device seam, `Platform`: what torch can see, asked of one small class per device kind (kinds.py)."""
 
 from __future__ import annotations
 
