@@ -1,4 +1,4 @@
-"""One small class per device kind (CPU, CUDA/ROCm, XPU, MPS): how torch, and for CUDA NVML, answer `Platform`."""
+"""One small class per device kind (CPU, CUDA/ROCm, XPU, MPS): what torch (and NVML) tell `Platform`."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class Cpu:
         return False
 
     def _nothing(self, *devices: torch.device) -> None:
-        """Nothing to wait for or free (the CPU runs torch ops synchronously), or nothing the backend tells."""
+        """Nothing to wait for (torch runs CPU ops synchronously) or free, or nothing the backend tells."""
 
     synchronize = empty_cache = _nothing
     tf32_supported = link = clock_limits = mem_get_info = numa_node = _nothing

@@ -70,8 +70,8 @@ def _session(nvml=None) -> Iterator:
 
 
 def held_seconds(handle) -> dict[str, float] | None:
-    """Seconds, counted since the driver loaded, that each of CLOCK_LIMITS held this GPU's clocks below what it
-    was asked to run at (a limit it does not report is left out); None where it reports none."""
+    """Seconds, counted since the driver loaded, that each of CLOCK_LIMITS held this GPU's clocks below what
+    it was asked to run at (a limit it does not report is left out); None where it reports none."""
     import pynvml
 
     held = {}

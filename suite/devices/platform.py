@@ -18,7 +18,7 @@ class Platform:
     @functools.cached_property
     def kinds(self) -> dict[str, Cpu]:
         # One set per platform: what a kind remembers (NVML handles, the Mac's chip) is this platform's.
-        return {"cuda": Cuda(), "xpu": Xpu(), "mps": Mps(), "cpu": Cpu()}
+        return {kind.name: kind for kind in (Cuda(), Xpu(), Mps(), Cpu())}
 
     def _of(self, device: torch.device) -> Cpu:
         return self.kinds.get(device.type) or self.kinds["cpu"]

@@ -1,4 +1,4 @@
-"""Which devices: try_gpu/try_all_gpus, the suite's device ids, and a device spec ('all', 'gpus', 'cuda:1')."""
+"""Which devices: try_gpu/try_all_gpus, the suite's device ids, device specs ('all', 'gpus', 'cuda:1')."""
 
 from __future__ import annotations
 
@@ -35,7 +35,10 @@ def accelerators() -> list[torch.device]:
     found: list[torch.device] = []
     for kind in ACCELERATOR_KINDS:
         n = plat.count(kind)
-        found += [torch.device("mps")] * min(n, 1) if kind == "mps" else [torch.device(kind, i) for i in range(n)]
+        if kind == "mps":
+            found += [torch.device("mps")] * min(n, 1)
+        else:
+            found += [torch.device(kind, i) for i in range(n)]
     return found
 
 
@@ -58,7 +61,7 @@ def device_id(device: torch.device | str) -> str:
 
 
 def normalize_device_name(name: str) -> str:
-    """Validate one device name and give its canonical spelling (`cuda` -> `cuda:0`); ValueError if malformed."""
+    """Validate one device name and give its canonical spelling (`cuda` -> `cuda:0`); ValueError if not."""
     text = str(name).strip().lower()
     match = _DEVICE_RE.match(text)
     if not match:
@@ -125,8 +128,8 @@ def missing_reason(name: str) -> str | None:
         return None
     if len(present) > 1:
         return f"{name} is not available on this machine (it has: {', '.join(present)})"
-    return (f"{name} is not available on this machine (it has the CPU only; torch {torch.__version__} sees no "
-            "accelerator)")
+    return (f"{name} is not available on this machine (it has the CPU only; torch {torch.__version__} "
+            "sees no accelerator)")
 
 
 def missing_devices(devices: list[str]) -> list[str]:
