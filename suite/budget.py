@@ -11,9 +11,9 @@ from suite.config import SuiteConfig
 from suite.plan import (
     DEFAULT_OVERHEAD_S,
     END_RESERVE_S,
-    OVERHEAD_S,
     budget_error,
     fixed_seconds,
+    overheads,
     runs_here,
     shareable,
 )
@@ -42,7 +42,7 @@ class BudgetSchedule:
     what is left over (time left - predicted fixed costs of it and every later benchmark - their least timed
     times - END_RESERVE_S), and never more than the config's max_time: a budget only shortens a run. Time a
     benchmark leaves unused goes to the ones after it, time one overruns comes out of theirs. A family's
-    overhead and round length measured so far replace the priors (OVERHEAD_S; min_time per round) for the
+    overhead and round length measured so far replace the priors (its OVERHEAD_S; min_time per round) for the
     benchmarks still to come: a round is at least one call, which can be far longer than min_time.
     """
 
@@ -59,7 +59,7 @@ class BudgetSchedule:
         self.pending = list(items)
         self.started = started  # clock() reading at the start of the run (the process's start)
         self.clock = clock
-        self.overhead = dict(overhead or OVERHEAD_S)
+        self.overhead = dict(overhead or overheads())
         self.observed: dict[str, list[float]] = {}  # family -> overheads seen
         self.rounds_s: dict[str, list[float]] = {}  # family -> round lengths seen (median of each benchmark)
         # Their medians, kept up to date by finish(): start() reads them for every pending benchmark, and

@@ -10,41 +10,23 @@ from pathlib import Path
 import torch
 
 from suite import devices as dev
-from suite.cases import FAMILIES, Case, family_module
+from suite.cases import FAMILIES, Case, family_module, family_read
 from suite.config import DEFAULT_CONFIG, SuiteConfig, load_config
 from suite.errors import UserError
 from suite.timing import format_duration, min_round_seconds, parse_duration, warmup_seconds
 
-# Seconds one benchmark costs beyond its warm-up and its timed rounds: pytest's setup, call and teardown,
-# building inputs, the correctness check (float64 references on the host), pytest-benchmark's calibration,
-# the partial-results line. Measured by scripts/bench_timing.py (pytest's per-test durations minus the timed
-# rounds minus the warm-up, median per family) on the project's 2-core CPU, shared and loaded, with the default
-# config; the same figures are assumed for a GPU, whose checks run the same references on the host (the CPU's
-# slow calls inflate ceiling and model here, so this errs long).
-OVERHEAD_S = {
-    "matmul": 0.11,
-    "ceiling": 1.3,
-    "conv": 0.45,
-    "model": 1.8,
-    "copy": 0.04,
-    "placement": 0.02,
-    "habits": 0.4,
-    "collectives": 0.02,
-}
-# A family not measured above.
+# Seconds one benchmark costs beyond its warm-up and its timed rounds (pytest's setup, call and teardown,
+# building inputs, the check, calibration, the partial-results line): each family's read module's OVERHEAD_S,
+# measured by scripts/bench_timing.py (see suite/cases/matmul/read.py); overheads() collects them.
+# A family without an OVERHEAD_S of its own.
 DEFAULT_OVERHEAD_S = 0.06
 # A case that is skipped (a missing device, pinned memory without an accelerator): pytest's bookkeeping only.
 SKIP_OVERHEAD_S = 0.005
 # Interpreter start, importing torch, collection, the inventory, writing the JSON and the summary: measured
 # as the wall time of `pytest benchmarks` minus the sum of its per-test durations (scripts/bench_timing.py: 5.0 s).
 SESSION_OVERHEAD_S = 5.0
-# A torchrun launch of the collectives (every rank imports torch and joins the process group).
+# A torchrun launch of a family that runs under it (every rank imports torch and joins the process group).
 TORCHRUN_OVERHEAD_S = 15.0
-# Collectives run fixed rounds, so their time depends on the link: the plan assumes this algbw (GB/s) and
-# this latency per call. NCCL: well below an 8-GPU NVLink node's ~270 GB/s all_reduce algbw
-# (docs/reference.md), near a PCIe node's; Gloo on a CPU moves well under 1 GB/s (README).
-ASSUMED_COLLECTIVE_GBPS = {"nccl": 20.0, "xccl": 20.0, "gloo": 0.5}  # xccl: assumed like NCCL, unmeasured
-ASSUMED_COLLECTIVE_LATENCY_S = {"nccl": 50e-6, "xccl": 50e-6, "gloo": 200e-6}
 # What a budget holds back after the last benchmark: pytest-benchmark's and our end of session (JSON, machine
 # info, the summary) and the interpreter's exit with torch loaded; 1.8 s + 1.7 s measured on the loaded 2-core VM.
 END_RESERVE_S = 3.0
@@ -73,37 +55,37 @@ class NodePlatform(dev.Platform):
         return self.gpus > 0
 
 
-def _collectives_backend(config: SuiteConfig, devices: list[str]) -> str:
-    from suite import distributed
+def overheads() -> dict[str, float]:
+    """family -> its OVERHEAD_S, for the families that measured theirs, in registry order."""
+    found = {name: family_read(name, "OVERHEAD_S") for name in FAMILIES}
+    return {name: seconds for name, seconds in found.items() if seconds is not None}
 
-    state = distributed.current()
-    if state is not None:
-        return state.backend
-    setting = config.cases.collectives.backend
-    if setting != "auto":
-        return setting
-    return "nccl" if any(d.startswith("cuda") for d in devices) else "gloo"
+
+def overhead_s(family: str) -> float:
+    return family_read(family, "OVERHEAD_S", DEFAULT_OVERHEAD_S)
+
+
+def __getattr__(name: str):
+    # `suite.plan.OVERHEAD_S`, the name docs/timing.md and scripts/bench_timing.py use: the registry's figures
+    # now, so that a family registered after this import is in it.
+    if name == "OVERHEAD_S":
+        return overheads()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def select(config: SuiteConfig, devices: list[str]) -> dict[str, list[Case]]:
     """family -> its cases (enumerate_cases of each family, as the plugin parametrises them)."""
     out = {}
     for family in FAMILIES:
-        cfg = config
-        if family == "collectives" and config.cases.collectives.backend == "auto":
-            # The plan judges a node by its devices (NCCL for GPUs), not by what this process's torch sees.
-            backend = _collectives_backend(config, devices)
-            section = config.cases.collectives.model_copy(update={"backend": backend})
-            cfg = config.model_copy(
-                update={"cases": config.cases.model_copy(update={"collectives": section})}
-            )
+        plan_config = family_read(family, "plan_config")
+        cfg = plan_config(config, devices) if plan_config else config
         out[family] = family_module(family).enumerate_cases(cfg, devices)
     return out
 
 
 def runs_here(case: Case) -> bool:
-    """False for a case this process will skip (collectives outside torchrun, a missing device, ...)."""
-    if case.family == "collectives":
+    """False for a case this process will skip (a TORCHRUN family's outside torchrun, a missing device, ...)."""
+    if family_read(case.family, "TORCHRUN"):
         from suite import distributed
 
         return distributed.current() is not None
@@ -117,27 +99,16 @@ def fixed_seconds(case: Case, config: SuiteConfig) -> float:
     """What a benchmark costs whatever its timed rounds: overhead and warm-up (fixed-round cases: all of it)."""
     if not runs_here(case):
         return SKIP_OVERHEAD_S
-    base = OVERHEAD_S.get(case.family, DEFAULT_OVERHEAD_S)
-    if case.family == "collectives":
-        return base + collective_seconds(case, config)
+    base = overhead_s(case.family)
+    fixed_rounds = family_read(case.family, "fixed_seconds")
+    if fixed_rounds:
+        return base + fixed_rounds(case, config)
     return base + warmup_seconds(case, config.timing_for(case.family))
 
 
-def collective_seconds(case: Case, config: SuiteConfig) -> float:
-    """Fixed rounds of a collective at the assumed link speed (ASSUMED_COLLECTIVE_GBPS)."""
-    p = case.info
-    section = config.cases.collectives.for_device(p["device"])
-    calls = (section.warmup_rounds + section.rounds) * section.iterations
-    backend = p.get("backend", "gloo")
-    per_call = ASSUMED_COLLECTIVE_LATENCY_S.get(backend, 1e-4) + p["size"] / (
-        ASSUMED_COLLECTIVE_GBPS.get(backend, 1.0) * 1e9
-    )
-    return calls * per_call
-
-
 def shareable(case: Case) -> bool:
-    """Whether the case's timed rounds follow max_time (and so a budget); collectives run fixed rounds."""
-    return case.family != "collectives" and runs_here(case)
+    """Whether the case's timed rounds follow max_time (and so a budget); a fixed_seconds family's do not."""
+    return family_read(case.family, "fixed_seconds") is None and runs_here(case)
 
 
 @dataclass
@@ -146,7 +117,7 @@ class FamilyPlan:
     runs: int = 0  # benchmarks this process measures (the rest are skipped here)
     estimated_s: float = 0.0
     minimum_s: float = 0.0
-    separate: bool = False  # runs in its own command (collectives under torchrun)
+    separate: bool = False  # runs in its own command under torchrun (its read module's TORCHRUN)
 
     def as_dict(self) -> dict:
         return {
@@ -182,7 +153,7 @@ class Plan:
     @property
     def run_minimum_s(self) -> float:
         """The least the budgeted `pytest benchmarks` run takes: its session and benchmarks, the end reserve;
-        a separate torchrun run (collectives) is not in it."""
+        a separate torchrun run is not in it."""
         in_run = sum(f.minimum_s for f in self.families.values() if not f.separate)
         return self.session_s + END_RESERVE_S + in_run
 
@@ -200,10 +171,10 @@ class Plan:
             "budget_s": self.budget_s,
             "max_time_per_benchmark_s": self.share_s,
             "assumptions": {
-                "overhead_s": OVERHEAD_S,
+                "overhead_s": overheads(),
                 "session_overhead_s": SESSION_OVERHEAD_S,
                 "torchrun_overhead_s": TORCHRUN_OVERHEAD_S,
-                "collective_gbps": ASSUMED_COLLECTIVE_GBPS,
+                **{k: v for name in FAMILIES for k, v in family_read(name, "PLAN_ASSUMPTIONS", {}).items()},
                 "every_benchmark_runs_to_max_time": True,
             },
             "families": {name: f.as_dict() for name, f in self.families.items()},
@@ -219,40 +190,42 @@ def make_plan(
 ) -> Plan:
     """The plan of `config` on `devices`: an upper bound, every benchmark running its timed rounds to max_time.
 
-    `measure_collectives`: count the collectives as measured (a torchrun run); default: on a GPU node plan.
+    `measure_collectives`: count the families that run under torchrun (TORCHRUN) as measured; default: on a
+    plan of a node of 2 GPUs or more.
     """
     plan = Plan(devices=devices, gpus=gpus, budget_s=budget_s)
     selected = select(config, devices)
-    # Collectives need two ranks at least (a world of one skips every case).
+    # A torchrun job needs two ranks at least (a world of one skips every case).
     with_torchrun = (gpus or 0) >= 2 if measure_collectives is None else measure_collectives
     fixed_total, shared = 0.0, 0
     for family, cases in selected.items():
         timing = config.timing_for(family)
-        fp = FamilyPlan(benchmarks=len(cases), separate=family == "collectives")
+        fp = FamilyPlan(benchmarks=len(cases), separate=bool(family_read(family, "TORCHRUN")))
+        fixed_rounds = family_read(family, "fixed_seconds")
         for case in cases:
-            here = runs_here(case) or (family == "collectives" and with_torchrun and len(devices) > 0)
+            here = runs_here(case) or (fp.separate and with_torchrun and len(devices) > 0)
             if not here:
                 fp.estimated_s += SKIP_OVERHEAD_S
                 fp.minimum_s += SKIP_OVERHEAD_S
                 continue
             fp.runs += 1
-            if family == "collectives":
-                cost = OVERHEAD_S["collectives"] + collective_seconds(case, config)
+            if fixed_rounds:
+                cost = overhead_s(family) + fixed_rounds(case, config)
                 fp.estimated_s += cost
                 fp.minimum_s += cost
                 continue
-            fixed = OVERHEAD_S.get(family, DEFAULT_OVERHEAD_S) + warmup_seconds(case, timing)
+            fixed = overhead_s(family) + warmup_seconds(case, timing)
             fp.estimated_s += fixed + timing.max_time
             fp.minimum_s += fixed + timing.min_rounds * min_round_seconds(case, timing)
             fixed_total += fixed
             shared += 1
-        if family == "collectives" and fp.runs:
+        if fp.separate and fp.runs:
             fp.estimated_s += TORCHRUN_OVERHEAD_S
             fp.minimum_s += TORCHRUN_OVERHEAD_S
         plan.families[family] = fp
     if budget_s is not None:
         # The time left after the fixed costs is shared out equally over the benchmarks that follow max_time.
-        # The budget is for one `pytest benchmarks` run; a separate torchrun run (collectives) is not in it.
+        # The budget is for one `pytest benchmarks` run; a separate torchrun run is not in it.
         pool = budget_s - END_RESERVE_S - plan.session_s - fixed_total
         plan.share_s = pool / shared if shared else None
         if plan.share_s is not None and plan.share_s > 0:
@@ -275,21 +248,10 @@ LONG_OVER_S = 1.0
 
 
 def case_flops(case: Case) -> int | None:
-    """Floating-point operations of one call of a matmul, ceiling or conv case, from its parameters alone
-    (nothing is built); None for other families."""
-    p = case.info
-    if case.family in ("matmul", "ceiling") and all(isinstance(p.get(k), int) for k in "mnk"):
-        from suite.cases.matmul.measure import flops
-
-        return flops(p["m"], p["n"], p["k"])  # all GPUs at once: each runs this, side by side
-    if case.family == "conv":
-        from suite.cases.conv.measure import flops
-
-        try:
-            return flops(p)
-        except (KeyError, TypeError):
-            return None
-    return None
+    """Floating-point operations of one call of the case, from its parameters alone (nothing is built): its
+    family's read module's `call_flops`; None for a family without one."""
+    call_flops = family_read(case.family, "call_flops")
+    return call_flops(case.info) if call_flops else None
 
 
 class Rates:
@@ -492,9 +454,9 @@ def render(plan: Plan, long: list[LongCall] | None = None) -> str:
         f"{'family':<12} {'benchmarks':>10} {'measured':>9} {'at most':>9}",
     ]
     for name, fp in plan.families.items():
-        note = "  (separate torchrun run: python -m suite collectives)" if fp.separate and fp.runs else ""
+        note = f"  (separate torchrun run: {family_read(name, 'TORCHRUN')})" if fp.separate and fp.runs else ""
         if fp.separate and not fp.runs:
-            note = "  (skipped here: collectives need torchrun)"
+            note = f"  (skipped here: {name} need torchrun)"
         lines.append(
             f"{name:<12} {fp.benchmarks:>10} {fp.runs:>9} {format_duration(fp.estimated_s):>9}{note}"
         )
@@ -540,10 +502,10 @@ def render(plan: Plan, long: list[LongCall] | None = None) -> str:
             )
         if len(long) > MAX_LONG_SHOWN:
             lines.append(f"  ... and {len(long) - MAX_LONG_SHOWN} more (--json lists them all)")
-    overheads = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in OVERHEAD_S.items())
+    assumed = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in overheads().items())
     lines.append(
         f"Per-benchmark overhead assumed (pytest, build, check, calibration; measured on a 2-core CPU by "
-        f"scripts/bench_timing.py as test duration - timed rounds - warm-up): {overheads}; session "
+        f"scripts/bench_timing.py as test duration - timed rounds - warm-up): {assumed}; session "
         f"{SESSION_OVERHEAD_S:.0f} s."
     )
     return "\n".join(lines)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from suite.summary import compute_grid, precision
 
 RATE = "tflops"  # the rate that says how fast this family is
+# Seconds a benchmark costs beyond warm-up and timed rounds (suite.plan; measured as matmul's OVERHEAD_S).
+OVERHEAD_S = 0.45
 TITLE = "Convolutions"
 NOTE = (
     "TFLOP/s counts the direct convolution's multiply-adds (fwd+bwd: 3 × the forward). A faster algorithm"
@@ -20,3 +22,13 @@ def summary(benches: list[dict]) -> list[str]:
         lambda i: f"{i.get('device')} {precision(i)} {i.get('layout')} {i.get('step')}",
         lambda i: f"{i.get('layer')}",
     )
+
+
+def call_flops(params: dict) -> int | None:
+    """FLOP of one call, from the case's parameters alone (the plan's long-call estimate; imports torch)."""
+    from suite.cases.conv.measure import flops
+
+    try:
+        return flops(params)
+    except (KeyError, TypeError):
+        return None

@@ -7,6 +7,8 @@ from collections import defaultdict
 from suite.summary import extra_info, format_time, median_of
 
 RATE = "gbps"  # the rate that says how fast this family is
+# Seconds a benchmark costs beyond warm-up and timed rounds (suite.plan; measured as matmul's OVERHEAD_S).
+OVERHEAD_S = 0.4
 TITLE = "Habits"
 NOTE = (
     "Each habit is measured both ways on the same work; the ratio is the slow way's median time over the "

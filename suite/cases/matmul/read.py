@@ -6,12 +6,28 @@ from suite.summary import compute_grid, precision
 from suite.health.expect import Measure
 
 RATE = "tflops"  # the rate that says how fast this family is
+# Seconds one benchmark costs beyond its warm-up and its timed rounds (suite.plan): pytest's setup, call and
+# teardown, building inputs, the correctness check (float64 references on the host), pytest-benchmark's
+# calibration, the partial-results line. Measured by scripts/bench_timing.py (pytest's per-test durations minus
+# the timed rounds minus the warm-up, median per family) on the project's 2-core CPU, shared and loaded, with
+# the default config; the same figures are assumed for a GPU, whose checks run the same references on the host
+# (the CPU's slow calls inflate ceiling and model here, so this errs long). Each family's OVERHEAD_S is this.
+OVERHEAD_S = 0.11
 TITLE = "Matmul"
 NOTE = ""
 
 
 def shape(info: dict) -> str:
     return f"{info.get('m')}x{info.get('n')}x{info.get('k')}"
+
+
+def call_flops(params: dict) -> int | None:
+    """FLOP of one call, from the case's parameters alone (the plan's long-call estimate; imports torch)."""
+    if not all(isinstance(params.get(k), int) for k in "mnk"):
+        return None
+    from suite.cases.matmul.measure import flops
+
+    return flops(params["m"], params["n"], params["k"])  # all GPUs at once: each runs this, side by side
 
 
 def summary(benches: list[dict]) -> list[str]:
