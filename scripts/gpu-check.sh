@@ -9,13 +9,13 @@
 # cases), gpu-check.log, and quick.partial.jsonl only if the quick run was cut short. Exit status: 0 every
 # check that ran passed (steps out of time are NOT RUN, said in the table, and no failure), 1 a check failed,
 # 2 no GPU (without --dry-run), 3 the carried wheels could not be installed or the suite's requirements are
-# not met (suite/requirements.py names each and its fix), 124 the hard stop killed it.
+# not met (suite/tools/requirements.py names each and its fix), 124 the hard stop killed it.
 # Environment: PYTHON (default python3), GPU_CHECK_WHEELS (default .whl), GPU_CHECK_BUDGET_S (default 265),
 # GPU_CHECK_HARD_STOP_S (default budget + 25). docs/gpu-check.md.
 set -uo pipefail
 
-# The check starts no step that no longer fits its budget (suite.gpu_check.BUDGET_S); the hard stop kills it,
-# whatever it does, soon after, so that the whole command ends before 6 minutes and a rerun fits the lease.
+# The check starts no step that no longer fits its budget (suite.tools.gpu_check.BUDGET_S); the hard stop kills
+# it, whatever it does, soon after, so that the whole command ends before 6 minutes and a rerun fits the lease.
 BUDGET_S=${GPU_CHECK_BUDGET_S:-265}
 HARD_STOP_MARGIN_S=25
 KILL_AFTER_S=15
@@ -75,11 +75,11 @@ EOF
     [ ! -d "$wheel_dir" ] || wheel_dir=$(cd "$wheel_dir" && pwd)
     wheels=("$wheel_dir"/*.whl)
     if [ ${#wheels[@]} -gt 0 ]; then
-        # Only what the node lacks or has older (suite/requirements.py): a newer package of the node's own
+        # Only what the node lacks or has older (suite/tools/requirements.py): a newer package of the node's own
         # stays in front, where the node's other packages expect it.
         echo "== choosing among ${#wheels[@]} carried wheel(s) in $wheel_dir"
         # From the checkout: `python -m` looks in the current folder first, where another `suite` may be.
-        chosen=$(cd "$root" && PYTHONPATH="$root" "$python" -m suite.requirements wheels "$wheel_dir") \
+        chosen=$(cd "$root" && PYTHONPATH="$root" "$python" -m suite.tools.requirements wheels "$wheel_dir") \
             || { echo "gpu-check: could not read the carried wheels in $wheel_dir"; exit 3; }
         wheels=()
         [ -z "$chosen" ] || mapfile -t wheels <<< "$chosen"
@@ -103,7 +103,7 @@ EOF
     fi
     # Whatever was carried, the suite must find what pyproject asks for; if not, nothing below could run.
     echo "== the suite's requirements, with the carried wheels in front"
-    (cd "$root" && PYTHONPATH="$root:$site${PYTHONPATH:+:$PYTHONPATH}" "$python" -m suite.requirements check \
+    (cd "$root" && PYTHONPATH="$root:$site${PYTHONPATH:+:$PYTHONPATH}" "$python" -m suite.tools.requirements check \
         --extra test) \
         || { echo "gpu-check: the suite's requirements are not met here (above); nothing was run"; exit 3; }
 } 2>&1 | tee "$log"
@@ -113,10 +113,11 @@ status=${PIPESTATUS[0]}
 export PYTHONPATH="$root:$site${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 cd "$root" || exit 1
-echo "== suite.gpu_check ${dry[*]} ${only[*]} (budget ${BUDGET_S} s, hard stop after ${HARD_STOP_S} s)" | tee -a "$log"
+echo "== suite.tools.gpu_check ${dry[*]} ${only[*]} (budget ${BUDGET_S} s, hard stop after ${HARD_STOP_S} s)" \
+    | tee -a "$log"
 # Its output goes to the console as well as the log: if the command is killed from outside, what it printed
 # up to then is still on the console.
-timeout --kill-after="$KILL_AFTER_S" "$HARD_STOP_S" "$python" -m suite.gpu_check "${dry[@]}" "${only[@]}" \
+timeout --kill-after="$KILL_AFTER_S" "$HARD_STOP_S" "$python" -m suite.tools.gpu_check "${dry[@]}" "${only[@]}" \
     --out "$out" --budget-s "$BUDGET_S" --no-table 2>&1 | tee -a "$log"
 status=${PIPESTATUS[0]}
 echo "== finished with status $status after $((SECONDS - start)) s; log: $log" | tee -a "$log"

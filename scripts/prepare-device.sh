@@ -39,7 +39,7 @@ echo "+ $python -m pip ${args[*]} --no-deps $pytest_benchmark"
 
 # Check what came: one version of each package, all that the node needs, pydantic-core at exactly pydantic's
 # pin, pytest-benchmark new enough.
-(cd "$root" && PYTHONPATH="$root" "$python" -m suite.requirements carried "$dest")
+(cd "$root" && PYTHONPATH="$root" "$python" -m suite.tools.requirements carried "$dest")
 total=0
 for w in "$dest"/*.whl; do
     size=$(stat -c %s "$w")

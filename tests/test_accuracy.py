@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from suite.accuracy import FAMILIES, HEADER, MIN_PAIRS_FOR_RATIO, QUICK_ROUNDS, Pair, Target, summarise, table
+from suite.tools.accuracy import HEADER, QUICK_ROUNDS, table
+from suite.tools.accuracy import families as accuracy_families
+from suite.tools.paired import MIN_PAIRS_FOR_RATIO, Pair, Target, summarise
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +39,7 @@ def test_quick_run_prints_one_row_per_target_with_finite_positive_ratios():
     families = [row["family"] for row in rows]
     # Every target of the four scripts this command replaced, in family order.
     assert families == ["matmul", "ceiling", "conv", "copy"] + ["placement"] * 4 + ["collectives"]
-    assert set(families) == set(FAMILIES)
+    assert set(families) == set(accuracy_families())
     assert QUICK_ROUNDS < MIN_PAIRS_FOR_RATIO
     for row in rows:
         low, high = (float(x) for x in row["pair ratios"].split("-"))
@@ -54,7 +56,7 @@ def test_unknown_family_is_one_line_naming_the_families():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        f"error: no accuracy check for 'habits'; families with one: {', '.join(FAMILIES)}"]
+        f"error: no accuracy check for 'habits'; families with one: {', '.join(accuracy_families())}"]
 
 
 def pairs(title: str, target: Target, values: list[tuple[float, float]]) -> list[Pair]:

@@ -1,4 +1,4 @@
-"""suite/evidence.py: the README's GPU section is written from the kept files of a GPU check, never by hand."""
+"""suite/tools/evidence.py: the README's GPU section is written from the kept files of a GPU check, never by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from suite import evidence
+from suite.tools import evidence
 from tests.conftest import ROOT
 
 
@@ -21,8 +21,8 @@ def test_the_readme_has_the_h200_section():
 def test_the_readme_section_is_what_the_kept_files_give(name):
     # Without kept files: the not-yet-run status; with them (tests/data/real/<name>_*.json): their tables.
     assert evidence.read_section(ROOT / "README.md", name) == evidence.section(name), (
-        f"rewrite it with `python -m suite.evidence keep OUTDIR --name {name}` (or show it with "
-        f"`python -m suite.evidence show --name {name}`)")
+        f"rewrite it with `python -m suite.tools.evidence keep OUTDIR --name {name}` (or show it with "
+        f"`python -m suite.tools.evidence show --name {name}`)")
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -1,4 +1,4 @@
-"""The GPU check (suite/gpu_check.py, scripts/gpu-check.sh): its CPU dry run end to end, so a broken step
+"""The GPU check (suite/tools/gpu_check.py, scripts/gpu-check.sh): its CPU dry run end to end, so a broken step
 shows in CI and not in a scarce minute on a GPU; its table, budget, order, verdicts and merged results."""
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ import zipfile
 
 import pytest
 
-from suite import gpu_check
-from suite.cases.ceiling.measure import H200_BF16_BURST, h200_target
+from suite.cases.ceiling.checks import BURST_TFLOPS, burst_target
 from suite.cli import main as suite_main
-from suite.gpu_check import CheckContext, CheckRow, run_check
+from suite.tools import gpu_check
+from suite.tools.gpu_check import CheckContext, CheckRow, run_check
 from tests.conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "gpu-check.sh"
@@ -105,7 +105,7 @@ def test_the_merged_results_load_in_report_and_compare(dry_run, tmp_path, capsys
 
 @pytest.mark.slow
 def test_evidence_keeps_the_checks_files_as_they_came_and_writes_the_readme(dry_run, tmp_path, capsys):
-    from suite import evidence
+    from suite.tools import evidence
 
     proc, out = dry_run
     assert proc.returncode == 0, proc.stdout[-3000:]
@@ -326,9 +326,9 @@ def test_merged_results_keep_the_median_run_of_each_case(monkeypatch):
     ("NVIDIA H100 80GB HBM3", 700.0, False, "not an H200 SXM"),
 ])
 def test_the_ceiling_is_judged_against_the_h200_figure_on_a_full_power_sxm_only(name, power, judged, says):
-    ok, note = h200_target(name, power)
+    ok, note = burst_target(name, power)
     assert ok is judged and says in note
-    assert H200_BF16_BURST == 790.0
+    assert BURST_TFLOPS == 790.0
 
 
 def test_nvml_records_the_gpus_own_pcie_generation_beside_the_links(monkeypatch):
@@ -489,11 +489,10 @@ def test_only_reruns_the_named_steps_and_a_wrong_name_is_one_line(tmp_path, caps
 
 
 def test_the_collectives_step_ends_its_runs_with_the_step(tmp_path, monkeypatch):
-    from suite import checkrow
-    from suite.cases.collectives import measure as collectives
+    from suite.cases.collectives import checks as collectives
 
     timeouts = []
-    monkeypatch.setattr(checkrow, "run_command", lambda cmd, timeout, env=None: timeouts.append(timeout) or (1, ""))
+    monkeypatch.setattr(collectives, "run_command", lambda cmd, timeout, env=None: timeouts.append(timeout) or (1, ""))
     ctx = CheckContext(device="cpu", dry_run=True, workdir=tmp_path)
     ctx.step_deadline = time.monotonic() + 12
     rows = collectives.gpu_checks(ctx)
@@ -504,7 +503,7 @@ def test_the_collectives_step_ends_its_runs_with_the_step(tmp_path, monkeypatch)
 def test_a_step_that_runs_long_is_stopped_before_the_hard_stop():
     """The budget's grace for a long subprocess step, the stop's terminate grace and the output reader's wait
     end before the script's hard stop, so the step's own row (not exit 124) says what ran long."""
-    from suite.checkrow import TERMINATE_GRACE_S
+    from suite.tools.checkrow import TERMINATE_GRACE_S
 
     worst = gpu_check.STEP_GRACE_S + 2 * TERMINATE_GRACE_S
     assert worst < gpu_check.HARD_STOP_MARGIN_S
@@ -537,12 +536,12 @@ def test_the_ceiling_judges_like_with_like(tmp_path, monkeypatch, burst, mamf, s
     not judged (a 700 W H200 cannot hold its boost); the suite's sustained ceiling against the MAMF-style
     figure of the same shape, GPU and process."""
     import suite.timing
-    from suite.cases.ceiling import measure as ceiling
+    from suite.cases.ceiling import checks as ceiling
 
     bench = {"extra_info": {"tflops": sustained, "m": 64, "n": 64, "k": 64}}
     ctx = CheckContext(device="cpu", dry_run=False, workdir=tmp_path)
     monkeypatch.setattr(ctx, "run_suite", lambda *a, **k: [bench], raising=False)
-    monkeypatch.setattr(ceiling, "h200_target", lambda name, power: (True, "target >= 90%"))
+    monkeypatch.setattr(ceiling, "burst_target", lambda name, power: (True, "target >= 90%"))
     monkeypatch.setattr(ceiling, "BURST_SHAPE", 64)
     monkeypatch.setattr(ceiling, "IDLE_BEFORE_BURST_S", 0.0)
     monkeypatch.setattr(ceiling, "MAMF_FLUSH_BYTES", 1024)
@@ -566,7 +565,7 @@ def test_the_ceiling_burst_starts_from_an_idle_gpu(tmp_path, monkeypatch):
     """The burst waits IDLE_BEFORE_BURST_S with the GPU synchronised, and runs before the suite's sweep heats
     the GPU; the dry run does not wait."""
     import suite.timing
-    from suite.cases.ceiling import measure as ceiling
+    from suite.cases.ceiling import checks as ceiling
 
     events = []
     monkeypatch.setattr(ceiling, "BURST_SHAPE", 64)
@@ -592,8 +591,8 @@ def test_the_hard_stops_sigterm_ends_the_check_at_once_not_as_a_failed_step(monk
     import signal
     from types import SimpleNamespace
 
-    from suite import gpu_check
     from suite.plugin import _stop_on_sigterm
+    from suite.tools import gpu_check
 
     seen = {}
 
@@ -624,6 +623,7 @@ def test_the_reference_copy_is_built_and_timed_inside_the_familys_host_side(tmp_
 
     import suite.timing
     from suite.cases.copy import measure as copy_measure
+    from suite.tools.paired import event_seconds
 
     order = []
 
@@ -642,5 +642,5 @@ def test_the_reference_copy_is_built_and_timed_inside_the_familys_host_side(tmp_
                    "    memory: [pageable]\n", encoding="utf-8")
     ctx = CheckContext(device="cpu", dry_run=True, workdir=tmp_path)
     case_id = ctx.case_ids("copy", cfg)[0]
-    assert ctx.reference("copy", cfg, {"param": case_id, "stats": {"total": 0.01, "iterations": 1}}) == 1e-3
+    assert event_seconds("copy", cfg, {"param": case_id, "stats": {"total": 0.01, "iterations": 1}}) == 1e-3
     assert order == ["bind", "build", "time", "unbind"]

@@ -1,4 +1,5 @@
-"""The analysis side never imports torch; the measurement side never imports pandas or matplotlib."""
+"""The analysis side never imports torch; the measurement side never imports pandas or matplotlib; neither
+imports the tooling (suite.tools)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from suite.cases import FAMILIES
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,8 +25,8 @@ def imported_by(module: str) -> set[str]:
 ANALYSIS = ["suite.results", "suite.report", "suite.report.command", "suite.compare", "suite.cli", "suite.config",
             "suite.sections", "suite.cases.copy", "suite.cases.conv.config",
             "suite.health.command", "suite.importers.nccl_tests", "suite.importers.nvbandwidth"]
-MEASUREMENT = ["suite.plugin", "suite.devices", "suite.timing", "suite.cases.matmul.measure", "suite.cases.copy.measure",
-               "suite.accuracy"]
+MEASUREMENT = ["suite.plugin", "suite.devices", "suite.timing", "suite.cases.matmul.measure",
+               "suite.cases.copy.measure", "suite.tools.accuracy"]
 
 
 @pytest.mark.parametrize("module", ANALYSIS)
@@ -47,3 +50,18 @@ def test_report_command_does_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip().splitlines()[-1] == "False"
+
+
+# The runtime: what `pytest benchmarks` and the analysis commands import. The tooling that checks the suite
+# itself (suite.tools, the families' checks.py) is never part of it.
+RUNTIME = ["suite.plugin", "suite.cli", "suite.report.command", "suite.compare", "suite.health.command",
+           "suite.plan", *(f"{package}.measure" for package in FAMILIES.values())]
+
+CHECKS = {f"{package}.checks" for package in FAMILIES.values()}
+
+
+@pytest.mark.parametrize("module", RUNTIME)
+def test_the_runtime_does_not_import_the_tooling(module):
+    tooling = sorted(m for m in imported_by(module)
+                     if m == "suite.tools" or m.startswith("suite.tools.") or m in CHECKS)
+    assert not tooling, f"{module} imports {tooling}"

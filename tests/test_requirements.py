@@ -1,5 +1,6 @@
-"""suite/requirements.py: the suite's requirements against what a Python has (the plugin refuses an older
-pytest-benchmark in one line), and which carried wheels an offline node installs (scripts/gpu-check.sh)."""
+"""suite/tools/requirements.py: the suite's requirements against what a Python has, and which carried wheels an
+offline node installs (scripts/gpu-check.sh); suite/requirements.py: the plugin refuses an older
+pytest-benchmark in one line."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import zipfile
 import pytest
 import yaml
 
-from suite import requirements
+from suite import requirements as runtime
+from suite.tools import requirements
 from tests.conftest import ROOT
 
 
@@ -26,16 +28,17 @@ def _pyproject() -> dict:
 def _have(monkeypatch, **versions):
     """This Python 'has' these distributions (name with _ for -), at these versions; None: not installed."""
     table = {k.replace("_", "-"): v for k, v in versions.items()}
-    real = requirements.installed
-    monkeypatch.setattr(requirements, "installed",
-                        lambda name: table[requirements.normalise(name)] if requirements.normalise(name) in table
-                        else real(name))
+    real = runtime.installed
+    for module in (runtime, requirements):
+        monkeypatch.setattr(module, "installed",
+                            lambda name: table[requirements.normalise(name)] if requirements.normalise(name) in table
+                            else real(name))
 
 
 def test_the_pytest_benchmark_floor_is_pyprojects_and_prepare_devices():
-    assert f"pytest-benchmark>={requirements.MIN_PYTEST_BENCHMARK}" in _pyproject()["dependencies"]
+    assert f"pytest-benchmark>={runtime.MIN_PYTEST_BENCHMARK}" in _pyproject()["dependencies"]
     script = (ROOT / "scripts" / "prepare-device.sh").read_text()
-    assert f"pytest-benchmark=={requirements.MIN_PYTEST_BENCHMARK}" in script
+    assert f"pytest-benchmark=={runtime.MIN_PYTEST_BENCHMARK}" in script
     assert requirements.DIST == _pyproject()["name"]
 
 
@@ -98,7 +101,7 @@ def test_the_plugin_refuses_an_older_pytest_benchmark_in_one_line(pytester, monk
                                           "-W", "ignore::pytest.PytestAssertRewriteWarning")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     (line,) = [ln for ln in result.stderr.str().splitlines() if ln.strip()]
-    assert line == f"ERROR: {requirements.old_pytest_benchmark()}"
+    assert line == f"ERROR: {runtime.old_pytest_benchmark()}"
     assert "pytest-benchmark 5.2.3 is installed" in line and "Traceback" not in result.stdout.str()
     assert not out.exists() and not (tmp_path / "results.partial.jsonl").exists()
 
@@ -163,7 +166,7 @@ def test_prepare_devices_check_names_what_is_wrong_with_the_carried_wheels(tmp_p
 
 def test_the_command_line_check_and_a_corrupt_wheel_are_one_line_each(tmp_path):
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "suite.requirements", *args], cwd=ROOT, text=True,
+        return subprocess.run([sys.executable, "-m", "suite.tools.requirements", *args], cwd=ROOT, text=True,
                               capture_output=True, timeout=60, check=False)
 
     ok = run("check", "--extra", "test")
@@ -218,6 +221,6 @@ def test_a_carried_local_version_equal_to_the_nodes_is_not_installed(monkeypatch
 def test_the_plugin_goes_on_where_pytest_benchmarks_module_imports_without_its_metadata(monkeypatch):
     # A source checkout of pytest-benchmark on sys.path has no distribution metadata: not a reason to refuse.
     _have(monkeypatch, pytest_benchmark=None)
-    assert requirements.old_pytest_benchmark() is None
+    assert runtime.old_pytest_benchmark() is None
     _have(monkeypatch, pytest_benchmark="5.2.3")
-    assert requirements.old_pytest_benchmark().startswith("pytest-benchmark 5.2.3 is installed")
+    assert runtime.old_pytest_benchmark().startswith("pytest-benchmark 5.2.3 is installed")

@@ -2,8 +2,8 @@
 
 A family is a package `suite/cases/<name>/` (or any importable package registered with `register_family`):
     __init__.py   torch-free: `Config`, its YAML section (a `suite.sections.CaseSection`), from its config.py
-    measure.py    NAME, enumerate_cases(config, devices) -> list[Case], build(case, config) -> Work,
-                  and optionally gpu_checks(ctx) -> list[CheckRow]
+    measure.py    NAME, enumerate_cases(config, devices) -> list[Case], build(case, config) -> Work
+    checks.py     optionally, its part of the tooling (suite/tools): gpu_checks(ctx), accuracy_round(...)
 `benchmarks/test_<name>.py` holds `def test_<name>(case, measure): measure(case)`; the plugin parametrises
 `case` from the family's enumerate_cases and `measure` does the rest (skips, check, warm-up, timing, extra_info).
 The config (`suite.config`) gets a `cases.<name>` key for every registered family that has a `Config`.
@@ -113,7 +113,7 @@ def _package(name: str) -> ModuleType:
 
 
 def family_module(name: str) -> ModuleType:
-    """The family's measuring module (imports torch): enumerate_cases, build, gpu_checks."""
+    """The family's measuring module (imports torch): enumerate_cases, build."""
     package = _package(name)
     if hasattr(package, "__path__"):
         return importlib.import_module(f"{package.__name__}.measure")
@@ -137,23 +137,27 @@ def family_read(name: str, attr: str, default: Any = None) -> Any:
     """One attribute of the family's `read` module, or `default` where the family is not registered (a
     foreign row, an old family's name in a results file) or has no read module or no such attribute.
 
-    The attributes a family's read.py may define, each optional (absent: the generic behaviour):
-      RATE         the extra_info rate key that says how fast it is (a key of suite.results.RATE_UNITS, all
-                   higher-is-better; its unit comes from there); absent: the first rate a result has
-      TITLE, NOTE  the report section's title and the note under it
-      OVERHEAD_S   seconds a benchmark costs beyond warm-up and timed rounds (suite.plan); absent: the default
-      TORCHRUN     the command that runs the family under torchrun, apart from `pytest benchmarks`; set, its
-                   cases run only there, the plan counts a torchrun launch, and health expects its results
-                   only from a torchrun job (and no other family's)
-      plan_config(config, devices) -> config   the config the plan enumerates its cases with
-      fixed_seconds(case, config) -> float      a fixed-round case's timed seconds (no max_time share)
-      summary(benchmarks) -> list[str]          its end-of-run summary lines from pytest-benchmark JSON
-                                                entries; [] (or absent): the generic rate-per-benchmark lines
-      MEASURES     {name: suite.health.expect.Measure} health may judge against expected figures; a measure
-                   several families declare takes results of each
-      like_ours(rows) -> rows                   of its rows in a results table, those measured the way the
-                                                suite measures (an imported tool's other variants left out)
-      compare_hint(base, cand, rows) -> str     a hint compare prints when the candidate misses benchmarks
+    The attributes a family's read.py may define, each optional (absent: the generic behaviour). Torch-free
+    to import; docs/adding-a-family.md shows them on the toy family.
+      RATE          the extra_info rate that says how fast it is, a key of suite.results.RATE_UNITS (all
+                    higher-is-better; the unit is from there); absent: the first rate a result has
+      TITLE, NOTE   its report section's title and the note under it
+      summary(benchmarks) -> list[str]   its end-of-run summary lines from pytest-benchmark JSON entries
+                    (helpers in suite.summary); absent or []: the generic rate-per-benchmark section
+      OVERHEAD_S    seconds a benchmark costs beyond warm-up and timed rounds (suite.plan; default 0.06)
+      TORCHRUN      the command that runs the family under torchrun, apart from `pytest benchmarks`: its cases
+                    run only there, the plan counts a torchrun launch, health expects its results only from a
+                    torchrun job
+      fixed_seconds(case, config) -> float   the seconds of a case that runs fixed rounds (no max_time share)
+      plan_config(config, devices) -> config  the config the plan enumerates its cases with
+      PLAN_ASSUMPTIONS  {key: value} added to `suite plan --json`'s assumptions
+      call_flops(params) -> int | None       FLOP of one call from a case's parameters (the plan's long calls;
+                    called where torch is loaded, so it may import the family's measure module)
+      MEASURES      {name: suite.health.expect.Measure} health judges against expected figures; a measure
+                    several families declare takes the results of each
+      like_ours(rows) -> rows   of its rows of a results table, those measured the suite's way (an imported
+                    tool's other variants of a figure left out), for health and charts
+      missing_hint(base, cand, rows) -> str  a hint compare prints when candidate benchmarks are missing
     """
     if name not in FAMILIES:
         return default

@@ -250,49 +250,10 @@ def build(case: Case, config) -> Work:
     return work
 
 
-# --- GPU check -------------------------------------------------------------------------------------------
-
-# Large enough that launch and synchronisation costs vanish next to the copy (nvbandwidth uses 512 MiB).
-CHECK_BYTES = 256 * 2**20
-
-
-def gpu_checks(ctx) -> list:
-    """256 MiB pinned H2D and D2H and the same-device copy against CUDA events (alternating, same process);
-    pinned faster than pageable both ways."""
-    from suite.checkrow import CheckRow, judged, median
-
-    gpu = ctx.device
-    size = format_size(ctx.pick(CHECK_BYTES, 2**20))
-    if ctx.dry_run:  # the CPU has no pinned memory: the host copy stands in for the three
-        titles = {f"cpu->cpu-pageable-{size}": f"copy host {size} (dry run)"}
-    else:
-        titles = {f"cpu->{gpu}-pinned-{size}": f"copy H2D pinned {size}",
-                  f"{gpu}->cpu-pinned-{size}": f"copy D2H pinned {size}",
-                  f"{gpu}->{gpu}-device-{size}": f"copy same-device {size}"}
-    pairs = ["cpu->cpu"] if ctx.dry_run else [f"cpu->{gpu}", f"{gpu}->cpu", f"{gpu}->{gpu}"]
-    config = {"devices": list(dict.fromkeys(["cpu", gpu])), "cases": {"copy": {
-        "sizes": [size], "memory": ["pinned", "pageable"], "non_blocking": [False], "directions": ["uni"],
-        "pairs": pairs}}}
-    rows, seen = ctx.timing_truth(NAME, config, "benchmarks/test_copy.py", titles)
-    for name, src, dst in (("H2D", "cpu", gpu), ("D2H", gpu, "cpu")):
-        pinned, pageable = (seen.get(f"{src}->{dst}-{memory}-{size}") for memory in ("pinned", "pageable"))
-        title = f"copy {name} {size}: pinned vs pageable"
-        if pinned and pageable:
-            fast = median([b["extra_info"]["gbps"] for b in pinned])
-            slow = median([b["extra_info"]["gbps"] for b in pageable])
-            rows.append(CheckRow(title, fast, slow, "GB/s", judged(ctx, fast > slow),
-                                 "pinned must be faster"))
-        else:
-            rows.append(CheckRow(title, None, None, "GB/s", judged(ctx, False),
-                                 "no pinned or no pageable result (the CPU has no pinned memory)"))
-    return rows
-
-
 __all__ = [
     "NAME",
     "build",
     "enumerate_cases",
-    "gpu_checks",
     "host_side",
     "link_kind",
     "moved_bytes",

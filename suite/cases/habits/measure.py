@@ -282,41 +282,4 @@ def _overlap(case: Case) -> Work:
     return work
 
 
-# --- GPU check -------------------------------------------------------------------------------------------
-
-# The overlapped variant should take at most this share of the serialised time (ideal: max(copy, matmul) over
-# copy + matmul, about 0.6 with the defaults on an H200).
-OVERLAP_MAX_RATIO = 0.9
-
-
-def gpu_checks(ctx) -> list:
-    """Each habit's slow/fast ratio on the GPU: the slow habit must cost time, and overlapped must beat
-    serialised by OVERLAP_MAX_RATIO."""
-    from suite.checkrow import CheckRow, judged
-
-    section = {"habits": list(VARIANTS), "readers": ["item"]}
-    if ctx.dry_run:
-        section.update(chunk="1KiB", chunks=8, steps=4, step_matmul=32, overlap_bytes="1MiB", overlap_matmul=64)
-    benches = ctx.run_suite({"devices": [ctx.device], "cases": {"habits": section}}, "benchmarks/test_habits.py")
-    medians: dict[str, dict[str, float]] = {}
-    for bench in benches:
-        info = bench["extra_info"]
-        medians.setdefault(info["habit"], {})[info["variant"]] = bench["stats"]["median"]
-    rows = []
-    for habit, (slow_name, fast_name) in VARIANTS.items():
-        got = medians.get(habit, {})
-        title = f"habits {habit}: {slow_name} / {fast_name}"
-        if set(got) != {slow_name, fast_name}:
-            rows.append(CheckRow(title, None, None, "ms", judged(ctx, False),
-                                 f"results for {sorted(got)} only (skipped: see the log)"))
-            continue
-        slow, fast = got[slow_name], got[fast_name]
-        if habit == "overlap":
-            ok, rule = fast <= OVERLAP_MAX_RATIO * slow, f"{fast_name} <= {OVERLAP_MAX_RATIO} x {slow_name}"
-        else:
-            ok, rule = slow > fast, f"{slow_name} must be slower"
-        rows.append(CheckRow(title, slow * 1e3, fast * 1e3, "ms", judged(ctx, ok), rule))
-    return rows
-
-
-__all__ = ["NAME", "VARIANTS", "build", "enumerate_cases", "gpu_checks", "host_side", "skip_reason"]
+__all__ = ["NAME", "VARIANTS", "build", "enumerate_cases", "host_side", "skip_reason"]

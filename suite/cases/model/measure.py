@@ -183,22 +183,4 @@ def verify(label: str, net: nn.Module, x: torch.Tensor, device: str, dtype: torc
             f"model {label}: the gradient of {name} is not on {want}")
 
 
-# The GPU check's LeNet step runs at a batch where the GPU, not the host, sets its time. At the configs'
-# batch 256 an H200 finishes each kernel before Python issues the next (the host's issue time was 100% of the
-# step), so suite and events both time the host's Python, which drifted 1.4-2.1 ms per step within one minute
-# of one process (pairs 0.90-1.13 in two runs); at 16384 issuing is 20% of a 9.4 ms step and the pairs held
-# 1.02-1.04 (scripts/h200_probe.py, issue 10).
-CHECK_BATCH = 16384
-
-
-def gpu_checks(ctx) -> list:
-    """The suite's LeNet training step against CUDA events (alternating, same process), at CHECK_BATCH, where
-    the step waits for the GPU. The one-liner's microsecond forward and the small batches are launch-bound:
-    events around such a call time the host's Python, no fair reference, so they are left out."""
-    config = {"devices": [ctx.device], "cases": {"model": {
-        "models": ["lenet"], "dtypes": ["float32"], "batch_sizes": [ctx.pick(CHECK_BATCH, 8)]}}}
-    rows, _ = ctx.timing_truth(NAME, config, "benchmarks/test_model.py")
-    return rows
-
-
-__all__ = ["NAME", "build", "enumerate_cases", "gpu_checks", "layer_flops", "make_net", "step_flops", "verify"]
+__all__ = ["NAME", "build", "enumerate_cases", "layer_flops", "make_net", "step_flops", "verify"]

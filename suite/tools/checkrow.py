@@ -1,7 +1,6 @@
-"""What a family's GPU-check rows need (CheckRow, the verdict rule, running a command): a leaf module."""
-
-# suite.gpu_check runs the families' `gpu_checks(ctx)`; they build their rows from this module, not from
-# suite.gpu_check, so the families and the check do not import each other.
+"""What a family's GPU-check step needs (CheckRow, the verdict rule, running a command, the check's timing and
+its step estimates): the families' checks.py build their rows from this module, not from suite.tools.gpu_check,
+so the families and the check do not import each other."""
 
 from __future__ import annotations
 
@@ -14,10 +13,60 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import yaml
+
+from suite.plan import DEFAULT_OVERHEAD_S, OVERHEAD_S
+from suite.timing import ACCELERATOR_MIN_ROUND_S, DEFAULT_PRECISION, SUSTAINED_WARMUP_S
+
 # The checkout: commands run from it, and it comes first on their PYTHONPATH.
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
+EXPECTATIONS = ROOT / "suite" / "expectations.yaml"
 # Timing truth: the median of the paired ratios (suite / reference) may differ from 1 by this much.
 RATIO_TOLERANCE = 0.10
+# Alternations of (suite run, reference) per case: pairs taken seconds apart (suite.tools.paired), so a clock
+# or thermal phase of the GPU affects both sides of a pair alike. Odd: the median is a pair.
+ROUNDS = 3
+DRY_ROUNDS = 2
+# The suite's timing in the check's configs, set here rather than inherited so the step estimates below hold
+# whatever the defaults become:
+# - precision +-1% (the default): the check judges the figures a default run produces; on a GPU it ends most
+#   cases after min_rounds, and the reference then runs exactly as long as the suite's timed rounds did;
+# - compute_warmup_s = the default sustained warm-up: the ceiling is judged against a sustained figure, and a
+#   shorter warm-up would time a boosting GPU (suite.timing.SUSTAINED_WARMUP_S);
+# - max_time 0.5 s, not the default 1 s: it only bounds the cases precision stopping does not end (a kernel of
+#   1-30 ms still gets 15+ rounds), and halves what those cost the check's 4-minute budget;
+# - accelerator_min_time = the default 5 ms rounds on the GPU (suite.timing.ACCELERATOR_MIN_ROUND_S): the
+#   conv rows judge whether they keep the launch gap out of a 0.1 ms convolution's figure;
+# - time_limit_s: a case hung on the GPU fails after this long instead of eating the whole budget.
+CHECK_TIMING = {"warmup_s": 0.05, "compute_warmup_s": SUSTAINED_WARMUP_S, "max_time": 0.5, "min_rounds": 5,
+                "accelerator_min_time": ACCELERATOR_MIN_ROUND_S, "precision": DEFAULT_PRECISION,
+                "time_limit_s": 60}
+
+# --- how long a step takes on one H200: upper bounds built from the check's timing ------------------------
+
+# A new Python process on the node: the interpreter, importing torch, the CUDA context, pytest's collection.
+PROCESS_START_S = 8.0
+# One in-process `pytest benchmarks/test_<family>.py` (torch already imported): collection, the inventory,
+# writing the JSON.
+IN_PROCESS_RUN_S = 1.5
+
+
+def bench_s(family: str, compute: bool, timing: dict = CHECK_TIMING, overhead: bool = True) -> float:
+    """At most one benchmark (or its reference, overhead=False): warm-up, timed rounds to max_time (precision
+    stopping usually ends them far sooner), and suite.plan's measured per-benchmark overhead."""
+    warm = timing["compute_warmup_s"] if compute else timing["warmup_s"]
+    return warm + timing["max_time"] + (OVERHEAD_S.get(family, DEFAULT_OVERHEAD_S) if overhead else 0.0)
+
+
+def truth_s(family: str, cases: int, references: int, compute: bool) -> float:
+    """ROUNDS alternations of an in-process suite run of `cases` benchmarks and `references` references."""
+    return ROUNDS * (IN_PROCESS_RUN_S + cases * bench_s(family, compute)
+                     + references * bench_s(family, compute, overhead=False))
+
+
+def expected(section: str) -> dict:
+    """One entry of suite/expectations.yaml's `gpu_check` section: a GPU model's figure and its source."""
+    return yaml.safe_load(EXPECTATIONS.read_text(encoding="utf-8"))["gpu_check"][section]
 
 
 @dataclass

@@ -1,14 +1,15 @@
-"""Probe two results of the first GPU check on an H200 (issue 10), in one short run (~1 minute):
+"""Probe what sets the GPU check's H200 figures, in one short run (~1 minute):
 
-A. Is the LeNet training step at batch 256 bound by the host (Python dispatch), not the GPU? For a few batch
+A. Is the LeNet training step at a batch bound by the host (Python dispatch) or the GPU? For a few batch
    sizes: the host's issue time per step (no synchronisation) against the step's time with synchronisation,
    the suite's way of timing (rounds of >= 5 ms between synchronisations) and CUDA events around each call.
 B. Does the suite's figure drift across in-process suite runs? The check's own timing_truth with 5 alternations.
-C. Is ~790 TFLOP/s (bf16 8192^3) a short boost burst that a 700 W H200 cannot hold? After an idle pause: the
-   mean of 10 after 3 warm-ups (how that figure was read), mamf-finder's older statistic (mean of 100 after
-   50, L2 flushed), and a 3 s run read in windows, each with NVML's clock-limit shares and the SM clock.
+C. How long does a GPU hold its bf16 burst figure (suite/expectations.yaml's gpu_check.burst)? After an idle
+   pause: the mean of 10 after 3 warm-ups (how that figure is read), mamf-finder's older statistic (mean of 100
+   after 50, L2 flushed), and a 3 s run read in windows, each with NVML's clock-limit shares and the SM clock.
 
-    python scripts/h200_probe.py            # on the GPU node, with PYTHONPATH holding the checkout
+    python -m suite.tools.h200_probe        # on the GPU node, with PYTHONPATH holding the checkout
+    python -m suite.tools.h200_probe cpu    # the same steps on the CPU (host clock for the events)
 """
 
 from __future__ import annotations
@@ -23,17 +24,13 @@ from pathlib import Path
 import torch
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
 from suite.cases import family_module
-from suite.cases.ceiling.measure import _held_note
+from suite.cases.ceiling.checks import held_note
 from suite.cases.precision import mode_for
 from suite.config import load_config
 from suite.devices import ClockWatch, resolve_spec
 
-# `python scripts/h200_probe.py cpu` runs the same steps on the CPU (host clock for the events): a check that
-# the probe itself works before it spends GPU time.
+# `cpu` runs the same steps on the CPU: a check that the probe itself works before it spends GPU time.
 DEV = sys.argv[1] if len(sys.argv) > 1 else "cuda:0"
 
 
@@ -65,7 +62,7 @@ def sm_clock() -> str:
 
 
 def held(watch: ClockWatch) -> str:
-    return _held_note(watch.stop(), "during it").lstrip("; ") or "NVML told nothing"
+    return held_note(watch.stop(), "during it").lstrip("; ") or "NVML told nothing"
 
 
 def model_cases(batches: list[int]):
@@ -119,7 +116,7 @@ def probe_model() -> None:
 
 def probe_drift() -> None:
     print("== B. the check's model row with 5 alternations (in-process suite runs)")
-    from suite.gpu_check import CHECK_TIMING, CheckContext
+    from suite.tools.gpu_check import CHECK_TIMING, CheckContext
 
     ctx = CheckContext(device=DEV, workdir=Path(tempfile.mkdtemp()), rounds=5, timing=dict(CHECK_TIMING),
                        print_table=False)

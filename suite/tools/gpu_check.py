@@ -1,15 +1,15 @@
 """The GPU check: gpu tests, the quick config, the suite's figures beside independent references; a table."""
 
-# Run `scripts/gpu-check.sh OUTDIR` on a GPU node (or `python -m suite.gpu_check --out OUTDIR`); `--dry-run`
-# runs every step it can on the CPU, with tiny sizes, so a broken check shows in CI (tests/test_gpu_check.py).
-# Each case family may add rows by defining `gpu_checks(ctx: CheckContext) -> list[CheckRow]`; this module
-# runs them in turn, each as a timed step, and adds its own: out of memory becomes a skip, a SIGKILLed run
-# keeps its finished results. docs/gpu-check.md describes every row.
+# Run `scripts/gpu-check.sh OUTDIR` on a GPU node (or `python -m suite.tools.gpu_check --out OUTDIR`);
+# `--dry-run` runs every step it can on the CPU, with tiny sizes, so a broken check shows in CI
+# (tests/test_gpu_check.py). Each case family may add a step by defining `gpu_checks(ctx: CheckContext) ->
+# list[CheckRow]` in its checks.py (with STEP_ESTIMATE_S and CHECK_ORDER); this module runs them in turn, each
+# as a timed step, and adds its own: out of memory becomes a skip, a SIGKILLed run keeps its finished results.
+# docs/gpu-check.md describes every row.
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import json
 import os
@@ -27,42 +27,24 @@ from pathlib import Path
 
 import yaml
 
-from suite.cases.ceiling.measure import IDLE_BEFORE_BURST_S
-from suite.checkrow import RATIO_TOLERANCE, CheckRow, judged, median, run_command, subprocess_env
 from suite.errors import UserError
-from suite.plan import DEFAULT_OVERHEAD_S, OVERHEAD_S, SESSION_OVERHEAD_S, TORCHRUN_OVERHEAD_S
-from suite.timing import ACCELERATOR_MIN_ROUND_S, DEFAULT_PRECISION, SUSTAINED_WARMUP_S, process_age
+from suite.plan import SESSION_OVERHEAD_S
+from suite.timing import process_age
+from suite.tools.checkrow import (CHECK_TIMING, DRY_ROUNDS, PROCESS_START_S, RATIO_TOLERANCE, ROOT, ROUNDS,
+                                  CheckRow, bench_s, run_command, subprocess_env)
+from suite.tools.paired import Pair, Target, alternate, event_seconds, read_results, run_suite, summarise
 
-ROOT = Path(__file__).resolve().parent.parent
-# Alternations of (suite run, reference) per case: pairs taken seconds apart, as `python -m suite accuracy`
-# does, so a clock or thermal phase of the GPU affects both sides of a pair alike. Odd: the median is a pair.
-ROUNDS = 3
-DRY_ROUNDS = 2
-# The suite's timing in the check's configs, set here rather than inherited so the step estimates below hold
-# whatever the defaults become:
-# - precision +-1% (the default): the check judges the figures a default run produces; on a GPU it ends most
-#   cases after min_rounds, and the reference then runs exactly as long as the suite's timed rounds did;
-# - compute_warmup_s = the default sustained warm-up: the ceiling is judged against a sustained figure, and a
-#   shorter warm-up would time a boosting GPU (suite.timing.SUSTAINED_WARMUP_S);
-# - max_time 0.5 s, not the default 1 s: it only bounds the cases precision stopping does not end (a kernel of
-#   1-30 ms still gets 15+ rounds), and halves what those cost the check's 4-minute budget;
-# - accelerator_min_time = the default 5 ms rounds on the GPU (suite.timing.ACCELERATOR_MIN_ROUND_S): the
-#   conv rows judge whether they keep the launch gap out of a 0.1 ms convolution's figure;
-# - time_limit_s: a case hung on the GPU fails after this long instead of eating the whole budget.
-CHECK_TIMING = {"warmup_s": 0.05, "compute_warmup_s": SUSTAINED_WARMUP_S, "max_time": 0.5, "min_rounds": 5,
-                "accelerator_min_time": ACCELERATOR_MIN_ROUND_S, "precision": DEFAULT_PRECISION,
-                "time_limit_s": 60}
 # The OOM and SIGKILL steps show structure, not speed: a short warm-up. SIGKILL keeps max_time 1 s so the run
 # is still busy with its later cases when it is killed after the first one.
 STRUCTURE_TIMING = {**CHECK_TIMING, "compute_warmup_s": 0.1}
 # The dry run only shows that every step works: tiny sizes, short rounds.
 DRY_TIMING = {"warmup_s": 0.01, "compute_warmup_s": 0.01, "max_time": 0.05, "min_rounds": 3,
               "time_limit_s": 60}
-# The check aims to end within this many seconds of its process's start (review of issue 10: ~200-240 s on an
-# H200, so that a second run fits a 15-minute lease with the machine's start-up); a step whose estimate no
-# longer fits is not run and says so ("NOT RUN", not a failure). The estimates add up to ~240 s and leave out
-# fixed costs a first run on a node pays (cuDNN's first load, the ceiling's random inputs, a driver without
-# persistence mode): the ~25 s above them are for those, so that the last step, the gpu tests, still runs.
+# The check aims to end within this many seconds of its process's start: ~200-240 s on an H200, so that a
+# second run fits a 15-minute lease with the machine's start-up. A step whose estimate no longer fits is not
+# run and says so ("NOT RUN", not a failure). The estimates add up to ~240 s and leave out fixed costs a first
+# run on a node pays (cuDNN's first load, the ceiling's random inputs, a driver without persistence mode): the
+# ~25 s above them are for those, so that the last step, the gpu tests, still runs.
 # scripts/gpu-check.sh passes GPU_CHECK_BUDGET_S as --budget-s and kills everything HARD_STOP_MARGIN_S later.
 BUDGET_S = 265
 HARD_STOP_MARGIN_S = 25
@@ -75,21 +57,6 @@ STEP_GRACE_S = 10
 CHECK_SCHEMA = 2
 # The merged results file under OUTDIR (tests/data/real/h200_check.json once committed).
 RESULTS_NAME = "results.json"
-
-# --- how long each step takes on one H200: upper bounds built from the check's timing ---------------------
-
-# A new Python process on the node: the interpreter, importing torch, the CUDA context, pytest's collection.
-PROCESS_START_S = 8.0
-# One in-process `pytest benchmarks/test_<family>.py` (torch already imported): collection, the inventory,
-# writing the JSON.
-IN_PROCESS_RUN_S = 1.5
-# The MAMF-style figure (150 calls of the best shape, ~5 ms each, with the L2 flushed); the ceiling's sweep
-# shapes get only the general compute warm-up (counted in _bench_s).
-MAMF_S = 1.5
-# The burst the ceiling step reads from an idle GPU: the pause, then 13 products of ~1.4 ms.
-BURST_S = IDLE_BEFORE_BURST_S + 0.5
-# NCCL's start with one rank, and the two Gloo ranks' collectives after torchrun's start.
-NCCL_START_S, GLOO_CASES_S = 3.0, 3.0
 # `pytest tests -m gpu`: collecting every test module (~5 s) and a dozen short in-process GPU tests.
 GPU_TESTS_S = 35.0
 
@@ -97,19 +64,6 @@ GPU_TESTS_S = 35.0
 # pytest plugins the benchmark runs do without: no cache folder in the checkout, and no hypothesis plugin,
 # whose end-of-run hook imports hypothesis (about a second of the GPU's time per run).
 PLUGINS_OFF = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
-
-
-def _bench_s(family: str, compute: bool, timing: dict = CHECK_TIMING, overhead: bool = True) -> float:
-    """At most one benchmark (or its reference, overhead=False): warm-up, timed rounds to max_time (precision
-    stopping usually ends them far sooner), and suite.plan's measured per-benchmark overhead."""
-    warm = timing["compute_warmup_s"] if compute else timing["warmup_s"]
-    return warm + timing["max_time"] + (OVERHEAD_S.get(family, DEFAULT_OVERHEAD_S) if overhead else 0.0)
-
-
-def _truth_s(family: str, cases: int, references: int, compute: bool) -> float:
-    """ROUNDS alternations of an in-process suite run of `cases` benchmarks and `references` references."""
-    return ROUNDS * (IN_PROCESS_RUN_S + cases * _bench_s(family, compute)
-                     + references * _bench_s(family, compute, overhead=False))
 
 
 def quick_estimate_s(gpus: int = 1) -> float:
@@ -129,28 +83,19 @@ def quick_estimate_s(gpus: int = 1) -> float:
     return total
 
 
-# Estimated seconds of each step on one H200 (what the budget reserves for it); the dry run takes less.
+# Estimated seconds of the check's own steps on one H200 (what the budget reserves for each); a family's step
+# has its checks.py's STEP_ESTIMATE_S. The dry run takes less.
 STEP_ESTIMATES_S = {
-    "collectives": PROCESS_START_S + NCCL_START_S + TORCHRUN_OVERHEAD_S + GLOO_CASES_S,
-    "out of memory": PROCESS_START_S + 2 * _bench_s("matmul", True, STRUCTURE_TIMING),
-    "sigkill": PROCESS_START_S + _bench_s("matmul", True, {**STRUCTURE_TIMING, "max_time": 1.0}),
-    # bf16 8192^3 against events; fp32 with TF32 on and off.
-    "matmul": _truth_s("matmul", 1, 1, True) + IN_PROCESS_RUN_S + 2 * _bench_s("matmul", True),
-    # pinned and pageable both ways and the same-device copy; three of them against events.
-    "copy": _truth_s("copy", 5, 3, False),
-    "habits": IN_PROCESS_RUN_S + 6 * _bench_s("habits", False),
-    "ceiling": IN_PROCESS_RUN_S + 4 * _bench_s("ceiling", True) + MAMF_S + BURST_S,
-    "conv": _truth_s("conv", 2, 2, True),  # fwd and fwd+bwd
-    "model": _truth_s("model", 1, 1, True),  # the LeNet step, ~10 ms
+    "out of memory": PROCESS_START_S + 2 * bench_s("matmul", True, STRUCTURE_TIMING),
+    "sigkill": PROCESS_START_S + bench_s("matmul", True, {**STRUCTURE_TIMING, "max_time": 1.0}),
     "gpu tests": GPU_TESTS_S,
 }
-# Run first: what only this check shows (the suite's figures against references, OOM, SIGKILL, collectives);
-# last: the quick config and the gpu tests, which a normal run on the GPU also shows. A family's own step
-# not named here runs after these and before the last two.
-FIRST_STEPS = ("collectives", "out of memory", "sigkill", "matmul", "copy", "habits", "ceiling", "conv",
-               "model")
-LAST_STEPS = ("quick config", "gpu tests")
 DEFAULT_STEP_ESTIMATE_S = 30.0
+# Where each step runs (lower first; a family's step: its checks.py's CHECK_ORDER, DEFAULT_ORDER without one).
+# First what only this check shows (the suite's figures against references, OOM, SIGKILL, collectives); last
+# the quick config and the gpu tests, which a normal run on the GPU also shows.
+OWN_ORDER = {"out of memory": 1, "sigkill": 2, "quick config": 1000, "gpu tests": 1001}
+DEFAULT_ORDER = 500
 
 
 @dataclass
@@ -163,7 +108,7 @@ class Step:
     estimate_s: float | None = None
 
 
-# Added to extra_info when the JSON is written (suite.cases.ceiling.measure.annotate) from that run's own
+# Added to extra_info when the JSON is written (suite.cases.ceiling.annotate) from that run's own
 # ceilings: the merged file recomputes them from all of the check's runs.
 ANNOTATION_KEYS = ("ceiling_tflops", "pct_of_ceiling", "datasheet_tflops", "pct_of_datasheet",
                    "datasheet_gpu")
@@ -173,7 +118,7 @@ def merge_results(runs: list[tuple[str, dict, dict]]) -> dict | None:
     """One pytest-benchmark JSON from the check's suite runs [(step, config as written, results JSON)]: one
     benchmark per case (its fullname), the run whose median is the median of that case's runs (the check's
     alternations; the lower one of an even count), annotated anew against the ceilings of all the runs."""
-    from suite.cases.ceiling.measure import annotate
+    from suite.cases.ceiling import annotate  # the plugin's annotation of every results file
 
     runs = [(step, config, data) for step, config, data in runs if isinstance(data.get("benchmarks"), list)]
     if not runs:
@@ -250,50 +195,13 @@ class CheckContext:
     def run_suite(self, config: dict | Path, tests: str = "benchmarks",
                   args: tuple[str, ...] = ()) -> list[dict]:
         """`pytest <tests>` on a config, in this process (the reference runs here too); its benchmarks."""
-        import pytest
-
         cfg = config if isinstance(config, Path) else self.write_config(config)
         out = self.workdir / f"results-{time.monotonic_ns()}.json"
-        # --assert=plain: the suite's modules are already imported here, so pytest could not rewrite their
-        # asserts and would warn (an error under pyproject's filterwarnings); the cases' checks need none.
-        code = pytest.main([str(ROOT / tests), f"--rootdir={ROOT}", "-q", "-rs", "-p", "no:cacheprovider",
-                            "--assert=plain", f"--suite-config={cfg}", f"--benchmark-json={out}", *args])
-        if _benchmarks(out) is None:
-            raise RuntimeError(f"pytest {tests} wrote no readable results (exit code {int(code)}); see the log "
-                               "above")
+        code, _, data = run_suite(tests, cfg, out, args)
+        if data is None:
+            raise RuntimeError(f"pytest {tests} wrote no readable results (exit code {code}); see the log above")
         written = yaml.safe_load(cfg.read_text())
         return self.keep_results(out, {"tests": tests, "args": list(args), **written})["benchmarks"]
-
-    def reference(self, family: str, cfg: Path, bench: dict) -> float:
-        """Median seconds per call of the same case as `bench`, built anew in this process, warmed up as long
-        as the suite warmed it up (suite.timing.warmup_seconds: the sustained warm-up for compute on a GPU),
-        then timed by CUDA events (host clock in the dry run) for as long as its timed rounds lasted."""
-        import torch
-
-        from suite.cases import family_module
-        from suite.cases.precision import mode_for
-        from suite.config import load_config
-        from suite.devices import resolve_spec, synchronize
-        from suite.timing import warmup_seconds
-        from suite.timing import SyncTimer, reference_times, warm_up
-
-        config = load_config(cfg)
-        module = family_module(family)
-        cases = {c.id: c for c in module.enumerate_cases(config, resolve_spec(config.devices))}
-        case = cases[bench["param"]]
-        device = next((d for d in case.devices if d != "cpu"), "cpu")
-        # pytest-benchmark's stats are per call: its timed rounds lasted total x iterations (calls per round).
-        seconds = bench["stats"]["total"] * bench["stats"].get("iterations", 1)
-        # Where the family places the host side (copy: the GPU's NUMA node), the reference's buffers go too.
-        host_side = getattr(module, "host_side", lambda _case: contextlib.nullcontext())
-        with mode_for(case), host_side(case):
-            work = module.build(case, config)
-            warm_up(work.fn, SyncTimer([torch.device(d) for d in case.devices]),
-                    warmup_seconds(case, config.timing_for(family)))
-            times = reference_times(work.fn, device, seconds=seconds)
-        synchronize(*case.devices)
-        del work
-        return median(times)
 
     def case_ids(self, family: str, cfg: Path) -> list[str]:
         from suite.cases import family_module
@@ -305,34 +213,41 @@ class CheckContext:
 
     def timing_truth(self, family: str, config: dict, tests: str, titles: dict[str, str] | None = None
                      ) -> tuple[list[CheckRow], dict[str, list[dict]]]:
-        """Alternate `rounds` times: the suite's run of `config`, then a reference of each case in `titles`
-        (param id -> row name; default: every case of the config). One row per case: medians in ms, verdict on
-        the median of the paired ratios. Also returns every round's results by param id."""
+        """Alternate `rounds` times (suite.tools.paired): the suite's run of `config`, then a CUDA-events
+        reference of each case in `titles` (param id -> row name; default: every case of the config). One row
+        per case: medians in ms, verdict on the median of the paired ratios. Also returns every round's results
+        by param id."""
         cfg = self.write_config(config)
         if titles is None:
             titles = {case_id: f"{family} {case_id}" for case_id in self.case_ids(family, cfg)}
         seen: dict[str, list[dict]] = {}
-        pairs: dict[str, list[tuple[float, float]]] = {param: [] for param in titles}
-        for _ in range(self.rounds):
+        reference = "host clock (dry run)" if self.dry_run else "CUDA events"
+        target = Target("within", RATIO_TOLERANCE)
+
+        def one_round() -> list[Pair]:
+            pairs = []
             for bench in self.run_suite(cfg, tests):
                 seen.setdefault(bench["param"], []).append(bench)
                 if bench["param"] in titles:
-                    reference = self.reference(family, cfg, bench)
-                    pairs[bench["param"]].append((bench["stats"]["median"], reference))
+                    pairs.append(Pair(family, titles[bench["param"]], "s", reference, target,
+                                      bench["stats"]["median"], event_seconds(family, cfg, bench)))
+            return pairs
+
+        # Every pair counts, however few: the check's ROUNDS are all a GPU's budget has room for, and the dry
+        # run's judge nothing.
+        done = {row.title: row for row in summarise(alternate(self.rounds, one_round), judge=not self.dry_run,
+                                                    min_pairs=1)}
         rows = []
         for param, title in titles.items():
-            got = pairs[param]
-            if not got:
+            row = done.get(title)
+            if row is None:
                 rows.append(CheckRow(title, None, None, "ms", None if self.dry_run else False,
                                      f"no result for {param} (skipped or failed: see the log)"))
                 continue
-            ratios = [s / r for s, r in got]
-            rate = _rate_note(seen[param][-1])
             rows.append(CheckRow(
-                title, median([s for s, _ in got]) * 1e3, median([r for _, r in got]) * 1e3, "ms",
-                judged(self, abs(median(ratios) - 1) <= RATIO_TOLERANCE),
-                f"vs {'host clock (dry run)' if self.dry_run else 'CUDA events'}, {len(got)} alternations, "
-                f"pairs {min(ratios):.3f}-{max(ratios):.3f}{rate}", pairs=ratios))
+                title, row.suite * 1e3, row.ref * 1e3, "ms", row.passed,
+                f"vs {row.reference}, {len(row.ratios)} alternations, pairs {row.low:.3f}-{row.high:.3f}"
+                f"{_rate_note(seen[param][-1])}", pairs=list(row.ratios)))
         return rows, seen
 
 
@@ -347,15 +262,6 @@ def _rate_note(bench: dict) -> str:
 # --- steps of the check itself (the families add theirs) --------------------------------------------------
 
 
-def _benchmarks(path: Path) -> list | None:
-    """The benchmarks of a results file a run wrote, or None where it wrote none or one that cannot be read
-    (a run that died at its start can leave an empty file behind)."""
-    try:
-        return list(json.loads(path.read_text())["benchmarks"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-
-
 def _last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:100] if lines else ""
@@ -368,22 +274,14 @@ def gpu_tests_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
                      "timed out" if code is None else _last_line(text))]
 
 
-# The dry run's stand-in for configs/quick.yaml: one small case per family, on the CPU.
-DRY_QUICK = {
-    "devices": "cpu",
-    "timing": DRY_TIMING,
-    "cases": {
-        "matmul": {"dtypes": ["float32"], "shapes": ["64x64x64"]},
-        "ceiling": {"dtypes": ["float32"], "shapes": ["128x128x128"]},
-        "conv": {"dtypes": ["float32"], "layouts": ["nchw"], "steps": ["fwd"], "batch": 1,
-                 "shapes": [{"name": "tiny", "in_channels": 4, "out_channels": 4, "size": 8, "kernel": 3,
-                             "padding": 1}]},
-        "model": {"models": ["linear"], "dtypes": ["float32"], "batch_sizes": [8]},
-        "copy": {"sizes": ["4KiB"]},
-        "placement": {"sizes": ["4KiB"]},
-        "habits": {"habits": ["small_vs_batched"], "chunk": "1KiB", "chunks": 4},
-    },
-}
+def dry_quick() -> dict:
+    """The dry run's stand-in for configs/quick.yaml: one small case per family (its checks.py's DRY_QUICK
+    section), on the CPU."""
+    from suite.cases import FAMILIES
+
+    cases = {name: checks.DRY_QUICK for name in FAMILIES
+             if (checks := _checks(name)) is not None and hasattr(checks, "DRY_QUICK")}
+    return {"devices": "cpu", "timing": DRY_TIMING, "cases": cases}
 
 
 def quick_rows(ctx: CheckContext, out: Path, timeout: float) -> list[CheckRow]:
@@ -391,7 +289,7 @@ def quick_rows(ctx: CheckContext, out: Path, timeout: float) -> list[CheckRow]:
     its JSON kept as quick.json. The dry run: a tiny config on the CPU."""
     if ctx.dry_run:
         config = ctx.workdir / "quick-dry.yaml"
-        config.write_text(yaml.safe_dump(DRY_QUICK), encoding="utf-8")
+        config.write_text(yaml.safe_dump(dry_quick()), encoding="utf-8")
         select: list[str] = []
     else:
         config = ROOT / "configs" / "quick.yaml"
@@ -399,7 +297,7 @@ def quick_rows(ctx: CheckContext, out: Path, timeout: float) -> list[CheckRow]:
     result = out / "quick.json"
     code, text = run_command([sys.executable, "-m", "pytest", "benchmarks", "-q", "-rs", *PLUGINS_OFF,
                               f"--suite-config={config}", f"--benchmark-json={result}", *select], timeout)
-    count = len(_benchmarks(result) or [])
+    count = len((read_results(result) or {"benchmarks": []})["benchmarks"])
     note = "timed out" if code is None else f"{count} results in quick.json; {_last_line(text)}"
     ok = code == 0 and count > 0
     title = f"quick config ({' '.join([config.name, *select])})"
@@ -503,7 +401,6 @@ def facts() -> dict:
     import importlib.util
 
     from suite.devices import inventory
-
     from suite.requirements import installed
 
     # module -> the distribution that provides it (its version is the one this Python imports: a carried
@@ -568,29 +465,40 @@ def _write(out: Path, info: dict, steps: list[Step], rows: list[CheckRow], code:
     return table
 
 
+def _checks(name: str):
+    """A family's checks.py (its GPU-check step, estimate and place), or None."""
+    from suite.cases import FAMILIES, family_part
+
+    return family_part(name, "checks") if name in FAMILIES else None
+
+
 def plan(ctx: CheckContext, out: Path) -> list[tuple[str, Callable[[float], list[CheckRow]]]]:
-    """The steps in order (FIRST_STEPS, other families' checks, LAST_STEPS): (name, run(timeout_s) ->
-    rows)."""
-    from suite.cases import FAMILIES, family_module
+    """The steps in order (OWN_ORDER and each family's CHECK_ORDER, lower first; ties in registry order):
+    (name, run(timeout_s) -> rows)."""
+    from suite.cases import FAMILIES
 
     steps: dict[str, Callable[[float], list[CheckRow]]] = {
         "out of memory": lambda t: oom_rows(ctx, t),
         "sigkill": lambda t: sigkill_rows(ctx, t),
-        "quick config": lambda t: quick_rows(ctx, out, t),
-        "gpu tests": lambda t: gpu_tests_rows(ctx, t),
     }
+    order = dict(OWN_ORDER)
     for name in FAMILIES:
-        checks = getattr(family_module(name), "gpu_checks", None)
-        if checks is not None:
-            steps[name] = lambda t, checks=checks: checks(ctx)
-    order = [*FIRST_STEPS, *(n for n in steps if n not in FIRST_STEPS + LAST_STEPS), *LAST_STEPS]
-    return [(name, steps[name]) for name in order if name in steps]
+        checks = _checks(name)
+        if checks is not None and hasattr(checks, "gpu_checks"):
+            steps[name] = lambda t, checks=checks: checks.gpu_checks(ctx)
+            order[name] = getattr(checks, "CHECK_ORDER", DEFAULT_ORDER)
+    steps.update({"quick config": lambda t: quick_rows(ctx, out, t),
+                  "gpu tests": lambda t: gpu_tests_rows(ctx, t)})
+    return [(name, steps[name]) for name in sorted(steps, key=lambda n: order[n])]
 
 
 def step_estimate(name: str) -> float:
     if name == "quick config":
         return quick_estimate_s()
-    return STEP_ESTIMATES_S.get(name, DEFAULT_STEP_ESTIMATE_S)
+    if name in STEP_ESTIMATES_S:
+        return STEP_ESTIMATES_S[name]
+    checks = _checks(name)
+    return getattr(checks, "STEP_ESTIMATE_S", DEFAULT_STEP_ESTIMATE_S)
 
 
 def select_steps(names: list[str], only: str | None) -> list[str]:
@@ -687,7 +595,7 @@ def _free_device_memory() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m suite.gpu_check", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m suite.tools.gpu_check", description=__doc__)
     parser.add_argument("--out", type=Path, default=None,
                         help=f"folder for table.txt, check.json, quick.json, {RESULTS_NAME} (default: a new "
                              "temporary folder)")

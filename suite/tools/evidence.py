@@ -1,8 +1,8 @@
 """What one run of the GPU check showed, kept as it came: its files under tests/data/real/ and a README section
 written from them, so no figure in the README is typed by hand (docs/gpu-check.md).
 
-    python -m suite.evidence keep OUTDIR [--name h200]   # after scripts/gpu-check.sh OUTDIR on the GPU node
-    python -m suite.evidence show [--name h200]          # the README section the kept files give
+    python -m suite.tools.evidence keep OUTDIR [--name h200]   # after scripts/gpu-check.sh OUTDIR on the GPU node
+    python -m suite.tools.evidence show [--name h200]          # the README section the kept files give
 """
 
 from __future__ import annotations
@@ -18,14 +18,14 @@ from suite.errors import UserError
 from suite.summary import format_time
 from suite.units import format_size
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 REAL = ROOT / "tests" / "data" / "real"
 README = ROOT / "README.md"
 # OUTDIR's file -> the kept file's name ({name}: the node, e.g. h200). results.json and quick.json are
 # pytest-benchmark files (report and compare load them); check.json is the check's table and the node's facts.
 KEPT = {"results.json": "{name}_check.json", "quick.json": "{name}_quick.json",
         "check.json": "{name}_gpu_check.json"}
-START = "<!-- evidence:{name} start (python -m suite.evidence keep writes this section; do not edit) -->"
+START = "<!-- evidence:{name} start (python -m suite.tools.evidence keep writes this section; do not edit) -->"
 END = "<!-- evidence:{name} end -->"
 NOT_YET = """\
 **Status:** the suite has not yet run on a real GPU. Its CUDA paths (pinned and non_blocking copies, side
@@ -270,7 +270,7 @@ def write_section(readme: Path, name: str, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m suite.evidence", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m suite.tools.evidence", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     keep_p = sub.add_parser("keep", help="copy a GPU check's files under tests/data/real/ and rewrite the "

@@ -1,0 +1,90 @@
+"""The matmul family's part of the tooling: its GPU-check step and its accuracy round (suite/tools)."""
+
+from __future__ import annotations
+
+import torch
+
+from suite.cases.matmul.measure import ALL_GPUS, NAME, shape_id
+from suite.tools.checkrow import IN_PROCESS_RUN_S, RATIO_TOLERANCE, CheckRow, bench_s, judged, truth_s
+from suite.tools.paired import Pair, Target, one, timer_seconds
+
+# --- GPU check ---------------------------------------------------------------------------------------------
+
+# The GPU check's large matmul: big enough that launch and synchronisation costs vanish (docs/reference.md's
+# MAMF figure for one H200 is quoted at 8192^3 bf16).
+CHECK_SHAPE = 8192
+# TF32 on must make an fp32 matmul at least this much faster than IEEE fp32 (H200 datasheet: 494 vs 67 dense
+# TFLOP/s, ~7x): far below the datasheet ratio, far above noise, so a switch that does nothing fails.
+TF32_MIN_SPEEDUP = 2.0
+# bf16 8192^3 against events; fp32 with TF32 on and off.
+STEP_ESTIMATE_S = truth_s(NAME, 1, 1, True) + IN_PROCESS_RUN_S + 2 * bench_s(NAME, True)
+# Its place in the check (suite.tools.gpu_check: lower first).
+CHECK_ORDER = 10
+# The dry run's stand-in for configs/quick.yaml's matmul cases.
+DRY_QUICK = {"dtypes": ["float32"], "shapes": ["64x64x64"]}
+
+
+def gpu_checks(ctx) -> list:
+    """A large bf16 matmul against CUDA events (alternating, same process); TF32 on faster than off; with two
+    or more GPUs, the all-at-once aggregate against the per-device rates measured right after it."""
+    n = ctx.pick(CHECK_SHAPE, 128)
+    dtype = ctx.pick("bfloat16", "float32")
+    shape = shape_id(n, n, n)
+    tests = "benchmarks/test_matmul.py"
+    rows, _ = ctx.timing_truth(NAME, {"devices": [ctx.device], "cases": {"matmul": {
+        "dtypes": [dtype], "shapes": [shape]}}}, tests, {f"{ctx.device}-{dtype}-{shape}": f"matmul {dtype} {shape}"})
+    benches = ctx.run_suite({"devices": [ctx.device], "cases": {"matmul": {"dtypes": ["float32", "tf32"],
+                                                                           "shapes": [shape]}}}, tests)
+    rate = {b["extra_info"]["precision"]: b["extra_info"]["tflops"] for b in benches}
+    title = f"matmul fp32 {shape}: TF32 on vs off"
+    if {"float32", "tf32"} <= set(rate):
+        rows.append(CheckRow(title, rate["tf32"], rate["float32"], "TFLOP/s",
+                             judged(ctx, rate["tf32"] >= TF32_MIN_SPEEDUP * rate["float32"]),
+                             f"TF32 must be >= {TF32_MIN_SPEEDUP:g}x IEEE fp32"))
+    else:
+        rows.append(CheckRow(title, rate.get("tf32"), rate.get("float32"), "TFLOP/s", judged(ctx, False),
+                             f"results for {sorted(rate)} only (tf32 skips off CUDA, and where its result is "
+                             "IEEE-exact: see the log)"))
+    if not ctx.dry_run and torch.cuda.device_count() >= 2:
+        rows += _all_gpus_check(ctx)
+    return rows
+
+
+def _all_gpus_check(ctx) -> list:
+    """The all-at-once aggregate against the sum of the per-device event rates measured right after it."""
+    n = CHECK_SHAPE
+    config = {"devices": "gpus", "cases": {"matmul": {"dtypes": ["bfloat16"], "shapes": [f"{n}x{n}x{n}"],
+                                                      "concurrent": True}}}
+    bench = [b for b in ctx.run_suite(config, "benchmarks/test_matmul.py", ("-k", ALL_GPUS))
+             if b["extra_info"].get("device") == ALL_GPUS]
+    if not bench or "per_device_tflops" not in bench[0]["extra_info"]:
+        return [CheckRow(f"matmul bf16 {n}^3 on all GPUs at once", None, None, "TFLOP/s", False, "no result")]
+    info = bench[0]["extra_info"]
+    total = sum(info["per_device_tflops"].values())
+    # Both sides are sustained: the aggregate is bounded by the sum and falls short of it only by the spread
+    # between the devices (the round waits for the slowest).
+    ok = info["tflops"] >= (1 - RATIO_TOLERANCE) * total
+    return [CheckRow(f"matmul bf16 {n}^3 on {info['gpu_count']} GPUs at once", info["tflops"], total, "TFLOP/s", ok,
+                     f"vs sum of per-device events right after; slowest {info['slowest_device']}")]
+
+
+# --- accuracy (python -m suite accuracy) -------------------------------------------------------------------
+
+# n of the fp32 n x n x n matmul the accuracy round times (--quick: the machinery only).
+ACCURACY_N, QUICK_N = 2048, 256
+
+
+def timer_env(n: int) -> dict:
+    """The matmul case's inputs (suite.cases.matmul: randn with seeds 1 and 2) for Timer."""
+    from suite.cases.common import randn
+
+    return {"torch": torch, "a": randn(n, n, dtype=torch.float32, device="cpu", seed=1),
+            "b": randn(n, n, dtype=torch.float32, device="cpu", seed=2), "out": torch.empty(n, n)}
+
+
+def accuracy_round(runner, scale) -> list[Pair]:
+    n = scale.pick(ACCURACY_N, QUICK_N)
+    shape = f"{n}x{n}x{n}"
+    bench = one(runner.run(NAME, {"matmul": {"dtypes": ["float32"], "shapes": [shape]}}), case="matmul")
+    ref = timer_seconds("torch.matmul(a, b, out=out)", timer_env(n), scale.timer_min_run_s)
+    return [Pair(NAME, f"fp32 matmul {shape}", "s", "Timer", Target("within", 0.10), bench["stats"]["median"], ref)]

@@ -1,0 +1,183 @@
+"""`python -m suite accuracy [FAMILY...]`: the suite's figures against an independent reference, paired runs.
+
+For each family the suite runs in this process (`pytest.main` on a generated one-family config, read back
+from its JSON), then the reference measures the same op on the same inputs: `torch.utils.benchmark.Timer`
+with `num_threads` set to the suite's threads (collectives: a plain torch.distributed loop under torchrun).
+That pair repeats `--rounds` times; each row's verdict is on the median of the paired ratios
+(suite.tools.paired). A family takes part with `accuracy_round(runner, scale)` (or `accuracy_rounds(scale,
+workdir)`, all rounds at once) in its checks.py.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from suite.errors import UserError
+from suite.tools.paired import MIN_PAIRS_FOR_RATIO, Pair, Row, alternate, fmt_value, run_suite, summarise
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+# Pairs of (suite, reference) per family: enough that one disturbed pair cannot move the median.
+ROUNDS = 7
+# --quick: the machinery end to end in seconds (tests); too few pairs and too small sizes for a verdict.
+QUICK_ROUNDS = 2
+# The full run times the suite as users run it: the shipped default config's timing (precision stopping
+# included); see shipped_timing(). --quick only exercises the machinery.
+SHIPPED_TIMING_KEYS = ("warmup_s", "max_time", "min_rounds", "precision", "confidence")
+QUICK_TIMING = {"warmup_s": 0.01, "max_time": 0.02, "min_rounds": 2}
+# Timer.blocked_autorange keeps measuring blocks this long: several blocks of the slowest op, as the suite.
+TIMER_MIN_RUN_S = 0.5
+QUICK_TIMER_MIN_RUN_S = 0.02
+
+
+def shipped_timing() -> dict:
+    """The timing keys of configs/default.yaml: what a user's `pytest benchmarks` runs with."""
+    from suite.config import load_config
+
+    timing = load_config(ROOT / "configs" / "default.yaml").timing
+    return {key: getattr(timing, key) for key in SHIPPED_TIMING_KEYS}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """One accuracy run: the targets are set for the full sizes, --quick only exercises the machinery."""
+
+    rounds: int
+    timing: dict | None  # None: the shipped default config's timing
+    timer_min_run_s: float
+    quick: bool
+
+    def pick(self, full, quick):
+        """A family's full size, or its --quick one."""
+        return quick if self.quick else full
+
+
+FULL = Scale(rounds=ROUNDS, timing=None, timer_min_run_s=TIMER_MIN_RUN_S, quick=False)
+QUICK = Scale(rounds=QUICK_ROUNDS, timing=QUICK_TIMING, timer_min_run_s=QUICK_TIMER_MIN_RUN_S, quick=True)
+
+
+class SuiteRunner:
+    """Runs benchmarks/test_<family>.py on a generated config in this process; returns its results JSON."""
+
+    def __init__(self, workdir: Path, timing: dict) -> None:
+        self.workdir = workdir
+        self.timing = timing
+        self.runs = 0
+
+    def run(self, family: str, cases: dict) -> dict:
+        self.runs += 1
+        cfg, out = self.workdir / f"{family}-{self.runs}.yaml", self.workdir / f"{family}-{self.runs}.json"
+        config = {"devices": "cpu", "timing": self.timing, "cases": cases}
+        cfg.write_text(yaml.safe_dump(config), encoding="utf-8")
+        # Quiet: pytest's terminal output stays out of the accuracy table (shown on an error).
+        code, log, results = run_suite(f"benchmarks/test_{family}.py", cfg, out, quiet=True)
+        if code != 0 or results is None:
+            print(log[-4000:], file=sys.stderr)
+            raise UserError(f"the suite's {family} run failed (pytest exit {code}, output above); fix that "
+                            f"first: pytest benchmarks/test_{family}.py --suite-config {cfg}")
+        return results
+
+
+def families() -> dict:
+    """{family: its checks module} for every registered family with an accuracy round, in registry order."""
+    from suite.cases import FAMILIES, family_part
+
+    found = {}
+    for name in FAMILIES:
+        checks = family_part(name, "checks")
+        if checks is not None and (hasattr(checks, "accuracy_round") or hasattr(checks, "accuracy_rounds")):
+            found[name] = checks
+    return found
+
+
+# --- the table ------------------------------------------------------------------------------------------
+
+
+def fmt_ratio(ratio: float) -> str:
+    return f"{ratio:.0f}" if ratio >= 100 else f"{ratio:.3f}"
+
+
+HEADER = ("family", "measurement", "suite", "reference", "ratio", "pair ratios", "target", "verdict")
+
+
+def table(rows: list[Row]) -> str:
+    cells = [HEADER]
+    for r in rows:
+        verdict = "-" if r.passed is None else "PASS" if r.passed else "FAIL"
+        ratio = "-" if r.ratio is None else fmt_ratio(r.ratio)
+        cells.append((r.family, r.title, fmt_value(r.suite, r.unit),
+                      f"{fmt_value(r.ref, r.unit)} ({r.reference})", ratio,
+                      f"{fmt_ratio(r.low)}-{fmt_ratio(r.high)}", r.target.describe(), verdict))
+    widths = [max(len(row[i]) for row in cells) for i in range(len(HEADER))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+
+
+# --- the command ----------------------------------------------------------------------------------------
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("families", nargs="*", metavar="FAMILY",
+                        help=f"families to check (default all): {', '.join(families())}")
+    parser.add_argument("--rounds", type=int, default=None,
+                        help=f"paired rounds per family (default {ROUNDS})")
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny sizes and 2 rounds: checks that everything runs, judges nothing")
+
+
+def run(args) -> int:
+    import torch
+
+    known = families()
+    unknown = [f for f in args.families if f not in known]
+    if unknown:
+        raise UserError(f"no accuracy check for {', '.join(map(repr, unknown))}; families with one: "
+                        f"{', '.join(known)}")
+    if not (ROOT / "benchmarks").is_dir():
+        raise UserError(f"{ROOT / 'benchmarks'} not found: the accuracy check runs the project's benchmarks/; "
+                        "install the project from its checkout (pip install -e .)")
+    if args.rounds is not None and args.rounds < (1 if args.quick else MIN_PAIRS_FOR_RATIO):
+        if args.quick:
+            raise UserError(f"--rounds {args.rounds}: give at least 1")
+        raise UserError(f"--rounds {args.rounds}: give at least {MIN_PAIRS_FOR_RATIO} (a verdict is on the "
+                        f"median of the paired ratios; default {ROUNDS}), or add --quick to check only that "
+                        "it runs")
+    scale = QUICK if args.quick else FULL
+    if args.rounds is not None:
+        scale = replace(scale, rounds=args.rounds)
+    chosen = list(dict.fromkeys(args.families or known))
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads (suite and Timer alike), "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {scale.rounds} paired rounds per "
+          "family", flush=True)
+    pairs: list[Pair] = []
+    with tempfile.TemporaryDirectory(prefix="suite-accuracy-") as tmp:
+        runner = SuiteRunner(Path(tmp), scale.timing or shipped_timing())
+        for family in chosen:
+            checks = known[family]
+            start = time.monotonic()
+            if hasattr(checks, "accuracy_rounds"):
+                pairs += checks.accuracy_rounds(scale, Path(tmp))
+            else:
+                pairs += alternate(scale.rounds, lambda checks=checks: checks.accuracy_round(runner, scale))
+            print(f"  {family}: {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
+    rows = summarise(pairs, judge=not args.quick)
+    bad = [r for r in rows if not (r.low > 0 and math.isfinite(r.high))]
+    # Other processes on the cores make a multi-threaded op wait for a descheduled thread (milliseconds), on
+    # both sides: the load says how far a run's figures can be trusted.
+    print(f"\nload average {os.getloadavg()[0]:.1f} at the end ({os.cpu_count()} CPUs)\n")
+    print(table(rows))
+    if any(r.ratio is None for r in rows):
+        print(f"\nratio '-': fewer than {MIN_PAIRS_FOR_RATIO} paired rounds; the median of two is their "
+              "mean, which one disturbed pair moves anywhere (each pair's ratio is in the range beside it)")
+    if args.quick:
+        print("\n--quick: sizes and rounds too small for the targets; nothing judged")
+    if bad:
+        print(f"\nerror: no finite positive ratio for {', '.join(r.title for r in bad)}", file=sys.stderr)
+        return 2
+    return 1 if any(r.passed is False for r in rows) else 0

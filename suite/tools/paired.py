@@ -1,0 +1,200 @@
+"""The paired-check engine: the suite's figure and an independent reference, taken in alternation, one row each.
+
+`python -m suite accuracy` and the GPU check both use it. A pair is one in-process suite run of a case and,
+right after it, a reference measuring the same op; `rounds` pairs are taken seconds apart, and a row's verdict is
+on the median of its paired ratios. Shared VMs switch between fast and slow phases every few seconds (the same
+4 KiB clone measures 1.8 us or 3.5 us) and a GPU's clock moves with its power and temperature: only such pairs,
+many times over, make two methods comparable; the ratio of two medians taken apart would not.
+
+References are pluggable: anything that gives the op's seconds per call. Two are here:
+- `timer_seconds`: torch.utils.benchmark.Timer on a statement, with the suite's thread count (accuracy);
+- `event_seconds`: the same case built anew, warmed up as the suite warmed it, timed by CUDA events (the host
+  clock off CUDA) for as long as the suite's timed rounds lasted (the GPU check).
+A family may pair against anything else it can time (collectives: a plain torch.distributed loop).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+# A row's ratio is the median of at least this many paired ratios: the median of two is their mean, which one
+# disturbed pair moves anywhere; a row with fewer shows '-' and gets no verdict.
+MIN_PAIRS_FOR_RATIO = 3
+
+
+def fmt_value(value: float, unit: str) -> str:
+    if unit != "s":
+        return f"{value:.3f} {unit}"
+    for scale, name in ((1, "s"), (1e3, "ms"), (1e6, "us")):
+        if value * scale >= 1:
+            return f"{value * scale:.3f} {name}"
+    return f"{value * 1e9:.1f} ns"
+
+
+@dataclass(frozen=True)
+class Target:
+    """How a row is judged: 'within' |ratio - 1| <= value, 'at_least' ratio >= value, 'below' suite < value"""
+
+    kind: str
+    value: float
+
+    def describe(self) -> str:
+        if self.kind == "within":
+            return f"within {self.value:.0%}"
+        if self.kind == "at_least":
+            return f">= {self.value:g}x"
+        return f"< {fmt_value(self.value, 's')}"
+
+    def passed(self, suite: float, ratio: float) -> bool:
+        if self.kind == "within":
+            return abs(ratio - 1) <= self.value
+        if self.kind == "at_least":
+            return ratio >= self.value
+        return suite < self.value
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One round's figures of one row: the suite's and the reference's, in `unit`."""
+
+    family: str
+    title: str
+    unit: str  # "s" (seconds per call), or a rate: "TFLOP/s", "GB/s"
+    reference: str  # what measured the reference figure
+    target: Target
+    suite: float
+    ref: float
+
+
+@dataclass(frozen=True)
+class Row:
+    family: str
+    title: str
+    unit: str
+    reference: str
+    target: Target
+    suite: float  # median over rounds
+    ref: float
+    ratio: float | None  # median of the paired ratios suite / reference: the verdict's figure (None: too few)
+    low: float  # the paired ratios' range: the machine's noise
+    high: float
+    passed: bool | None  # None: not judged (judge=False, or too few pairs)
+    ratios: tuple[float, ...] = ()  # every paired ratio, in round order
+
+
+def alternate(rounds: int, one_round: Callable[[], list[Pair]]) -> list[Pair]:
+    """`rounds` calls of `one_round` (a suite run, then its references): every pair, in order."""
+    pairs: list[Pair] = []
+    for _ in range(rounds):
+        pairs += one_round()
+    return pairs
+
+
+def summarise(pairs: list[Pair], judge: bool = True, min_pairs: int = MIN_PAIRS_FOR_RATIO) -> list[Row]:
+    """One row per (family, title), in first-seen order: medians and the median of the paired ratios (with at
+    least `min_pairs` pairs; a row with fewer has no ratio and no verdict)."""
+    groups: dict[tuple[str, str], list[Pair]] = {}
+    for p in pairs:
+        groups.setdefault((p.family, p.title), []).append(p)
+    rows = []
+    for group in groups.values():
+        first = group[0]
+        ratios = [p.suite / p.ref for p in group]
+        enough = len(ratios) >= min_pairs
+        suite = statistics.median(p.suite for p in group)
+        ratio = statistics.median(ratios) if enough else None
+        rows.append(Row(first.family, first.title, first.unit, first.reference, first.target, suite,
+                        statistics.median(p.ref for p in group), ratio, min(ratios), max(ratios),
+                        first.target.passed(suite, ratio) if judge and enough else None, tuple(ratios)))
+    return rows
+
+
+# --- the suite's side: pytest in this process -------------------------------------------------------------
+
+
+def run_suite(tests: str | Path, cfg: Path, out: Path, args: tuple[str, ...] = (),
+              quiet: bool = False) -> tuple[int, str, dict | None]:
+    """`pytest <tests>` on config `cfg` in this process (its reference runs here too, on the same inputs):
+    (exit code, its output where `quiet` kept it out of ours, the results JSON or None where it wrote none
+    that reads)."""
+    import pytest
+
+    # --assert=plain: the suite's modules may already be imported here, so pytest could not rewrite their
+    # asserts and would warn (an error under pyproject's filterwarnings); the cases' checks need none.
+    argv = [str(tests if Path(tests).is_absolute() else ROOT / tests), f"--rootdir={ROOT}", "-q", "-rs",
+            "-p", "no:cacheprovider", "--assert=plain", f"--suite-config={cfg}", f"--benchmark-json={out}", *args]
+    log = io.StringIO()
+    with contextlib.ExitStack() as stack:
+        if quiet:  # the tool's own table stays readable; the output comes back for an error message
+            stack.enter_context(contextlib.redirect_stdout(log))
+            stack.enter_context(contextlib.redirect_stderr(log))
+        code = int(pytest.main(argv))
+    return code, log.getvalue(), read_results(out)
+
+
+def read_results(path: Path) -> dict | None:
+    """A results file a run wrote, or None where it wrote none or one that cannot be read (a run that died at
+    its start can leave an empty file behind)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("benchmarks"), list) else None
+
+
+def one(results: dict, **match) -> dict:
+    """The single benchmark of `results` whose extra_info has every key/value of `match`."""
+    found = [b for b in results["benchmarks"] if all(b["extra_info"].get(k) == v for k, v in match.items())]
+    if len(found) != 1:
+        raise RuntimeError(f"expected one benchmark with {match}, found {len(found)}")
+    return found[0]
+
+
+# --- references -------------------------------------------------------------------------------------------
+
+
+def timer_seconds(stmt: str, env: dict, min_run_s: float) -> float:
+    """Timer's median seconds per call, with the suite's thread count (Timer's default is one thread)."""
+    import torch
+    from torch.utils.benchmark import Timer
+
+    timer = Timer(stmt, globals=env, num_threads=torch.get_num_threads())
+    return timer.blocked_autorange(min_run_time=min_run_s).median
+
+
+def event_seconds(family: str, cfg: Path, bench: dict) -> float:
+    """Median seconds per call of the same case as `bench`, built anew in this process, warmed up as long
+    as the suite warmed it up (suite.timing.warmup_seconds: the sustained warm-up for compute on a GPU),
+    then timed by CUDA events (host clock off CUDA) for as long as its timed rounds lasted."""
+    import torch
+
+    from suite.cases import family_module
+    from suite.cases.precision import mode_for
+    from suite.config import load_config
+    from suite.devices import resolve_spec, synchronize
+    from suite.timing import SyncTimer, reference_times, warm_up, warmup_seconds
+
+    config = load_config(cfg)
+    module = family_module(family)
+    cases = {c.id: c for c in module.enumerate_cases(config, resolve_spec(config.devices))}
+    case = cases[bench["param"]]
+    device = next((d for d in case.devices if d != "cpu"), "cpu")
+    # pytest-benchmark's stats are per call: its timed rounds lasted total x iterations (calls per round).
+    seconds = bench["stats"]["total"] * bench["stats"].get("iterations", 1)
+    # Where the family places the host side (copy: the GPU's NUMA node), the reference's buffers go too.
+    host_side = getattr(module, "host_side", lambda _case: contextlib.nullcontext())
+    with mode_for(case), host_side(case):
+        work = module.build(case, config)
+        warm_up(work.fn, SyncTimer([torch.device(d) for d in case.devices]),
+                warmup_seconds(case, config.timing_for(family)))
+        times = reference_times(work.fn, device, seconds=seconds)
+    synchronize(*case.devices)
+    del work
+    return statistics.median(times)
