@@ -71,9 +71,10 @@ def _assemble(families: tuple[tuple[str, str], ...]) -> type[SuiteConfig]:
             raise TypeError(f"case family {name!r}: Config must be a suite.sections.CaseSection subclass")
         sections[name] = (section, Field(default_factory=section))
     with warnings.catch_warnings():
-        # The YAML key `cases.copy` becomes a field named `copy`, which shadows pydantic's deprecated
-        # BaseModel.copy(); nothing here calls that method, so pydantic's warning says nothing useful.
-        warnings.filterwarnings("ignore", message=r'Field name "copy" in "CasesConfig" shadows', category=UserWarning)
+        # A family named like a BaseModel method (the deprecated BaseModel.copy()) becomes a field that
+        # shadows it; nothing here calls those methods, so pydantic's warning says nothing useful.
+        shadows = r'Field name "\w+" in "CasesConfig" shadows'
+        warnings.filterwarnings("ignore", message=shadows, category=UserWarning)
         cases = create_model("CasesConfig", __base__=Section, __module__=__name__, **sections)
     cases.__doc__ = "One section per case family: " + ", ".join(sections)
     return create_model("SuiteConfig", __base__=SuiteConfig, __module__=__name__,

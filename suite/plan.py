@@ -84,7 +84,7 @@ def select(config: SuiteConfig, devices: list[str]) -> dict[str, list[Case]]:
 
 
 def runs_here(case: Case) -> bool:
-    """False for a case this process will skip (a TORCHRUN family's outside torchrun, a missing device, ...)."""
+    """False for a case this process will skip (a TORCHRUN family's outside torchrun, a missing device)."""
     if family_read(case.family, "TORCHRUN"):
         from suite import distributed
 
@@ -454,8 +454,10 @@ def render(plan: Plan, long: list[LongCall] | None = None) -> str:
         f"{'family':<12} {'benchmarks':>10} {'measured':>9} {'at most':>9}",
     ]
     for name, fp in plan.families.items():
-        note = f"  (separate torchrun run: {family_read(name, 'TORCHRUN')})" if fp.separate and fp.runs else ""
-        if fp.separate and not fp.runs:
+        note = ""
+        if fp.separate and fp.runs:
+            note = f"  (separate torchrun run: {family_read(name, 'TORCHRUN')})"
+        elif fp.separate:
             note = f"  (skipped here: {name} need torchrun)"
         lines.append(
             f"{name:<12} {fp.benchmarks:>10} {fp.runs:>9} {format_duration(fp.estimated_s):>9}{note}"

@@ -1,4 +1,4 @@
-"""How ceiling results are read (torch-free): headline rate, report title and note."""
+"""How ceiling results are read (torch-free): rate, title and note, plan figures, summary rows."""
 
 from __future__ import annotations
 

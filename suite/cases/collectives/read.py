@@ -1,4 +1,4 @@
-"""How collectives results are read (torch-free): headline rate, report title and note."""
+"""How collectives results are read (torch-free): rate, title and note, plan figures, summary rows."""
 
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ MIN_COLLECTIVE_BYTES = 256 * 2**20
 MEASURES = {
     # One node only: the figures are NVLink within a node; across nodes the network decides.
     "all_reduce_busbw": Measure(
-        "busbw", "GB/s", (("op", "all_reduce"), ("nnodes", 1)), min_bytes=MIN_COLLECTIVE_BYTES, per_machine=True
+        "busbw", "GB/s", (("op", "all_reduce"), ("nnodes", 1)), min_bytes=MIN_COLLECTIVE_BYTES,
+        per_machine=True,
     ),
 }
 
@@ -80,8 +81,8 @@ def _backend(config, devices: list[str]) -> str:
 
 
 def plan_config(config, devices: list[str]):
-    """The config the plan enumerates cases with: the plan judges a node by its devices (NCCL for GPUs), not by
-    what this process's torch sees."""
+    """The config the plan enumerates cases with: the plan judges a node by its devices (NCCL for GPUs),
+    not by what this process's torch sees."""
     if config.cases.collectives.backend != "auto":
         return config
     section = config.cases.collectives.model_copy(update={"backend": _backend(config, devices)})

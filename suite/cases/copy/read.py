@@ -1,4 +1,4 @@
-"""How copy results are read (torch-free): headline rate, report title and note."""
+"""How copy results are read (torch-free): rate, title and note, plan figures, summary rows."""
 
 from __future__ import annotations
 
@@ -138,8 +138,10 @@ def copy_engine_rows(rows):
         return rows
     keys = [k for k in ("label", "src", "dst", "direction") if k in rows]
     route = pd.Series(["\x1f".join(map(str, r)) for r in zip(*(rows[k] for k in keys))], index=rows.index)
-    test = rows["test"].where(rows["test"].map(type) == str, "") if "test" in rows else pd.Series("", rows.index)
-    # 0 = copy engine, issued by the source; 1 = copy engine, by the destination; 2, 3 = the same by SM kernel.
+    no_test = pd.Series("", rows.index)
+    test = rows["test"].where(rows["test"].map(type) == str, "") if "test" in rows else no_test
+    # 0 = copy engine, issued by the source; 1 = copy engine, by the destination; 2, 3 = the same by SM
+    # kernel.
     rank = (rows["engine"] == "sm").astype(int) * 2 + test.str.contains("_read", regex=False).astype(int)
     return rows[rank == rank.groupby(route).transform("min")]
 

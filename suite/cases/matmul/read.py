@@ -1,4 +1,4 @@
-"""How matmul results are read (torch-free): headline rate, report title and note."""
+"""How matmul results are read (torch-free): rate, title and note, plan figures, summary rows."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ from suite.summary import compute_grid, precision
 from suite.health.expect import Measure
 
 RATE = "tflops"  # the rate that says how fast this family is
-# Seconds one benchmark costs beyond its warm-up and its timed rounds (suite.plan): pytest's setup, call and
-# teardown, building inputs, the correctness check (float64 references on the host), pytest-benchmark's
-# calibration, the partial-results line. Measured by scripts/bench_timing.py (pytest's per-test durations minus
-# the timed rounds minus the warm-up, median per family) on the project's 2-core CPU, shared and loaded, with
-# the default config; the same figures are assumed for a GPU, whose checks run the same references on the host
-# (the CPU's slow calls inflate ceiling and model here, so this errs long). Each family's OVERHEAD_S is this.
+# Seconds one benchmark costs beyond its warm-up and its timed rounds (suite.plan): pytest's setup, call
+# and teardown, building inputs, the correctness check (float64 references on the host), pytest-benchmark's
+# calibration, the partial-results line. Measured by scripts/bench_timing.py (pytest's per-test durations
+# minus the timed rounds minus the warm-up, median per family) on the project's 2-core CPU, shared and
+# loaded, with the default config; the same figures are assumed for a GPU, whose checks run the same
+# references on the host (the CPU's slow calls inflate ceiling and model here, so this errs long). Each
+# family's OVERHEAD_S is measured so.
 OVERHEAD_S = 0.11
 TITLE = "Matmul"
 NOTE = ""
