@@ -31,16 +31,22 @@ class Outcome:
     unsaved: str = ""  # the results JSON could not be written, and what was kept
 
 
+def skip_if_missing(case: Case) -> None:
+    """Skip the test, with the reason, when one of the case's devices is not on this machine."""
+    for name in case.devices:
+        reason = dev.missing_reason(name)
+        if reason:
+            pytest.skip(reason)
+
+
 def measure_case(case: Case, benchmark, config: SuiteConfig, nodeid: str, partial: PartialState | None,
             budget: RunState) -> dict:
     """The `measure` fixture's call: the case's own timing, the journal's "started" line, then run_case."""
     from suite import distributed
 
     lockstep = distributed.current()
-    for name in case.devices:
-        reason = dev.missing_reason(name)
-        if reason and lockstep is None:  # under torchrun every rank must skip it: run_case
-            pytest.skip(reason)
+    if lockstep is None:  # under torchrun every rank must skip it: run_case
+        skip_if_missing(case)
     try:
         if partial is not None:
             partial.measure_starts(nodeid)
@@ -103,10 +109,7 @@ def run_case(case: Case, benchmark, config: SuiteConfig) -> dict:
 
 def _run_case(case: Case, benchmark, config: SuiteConfig, lockstep) -> dict:
     if lockstep is None:  # under torchrun a missing device is a problem to agree on (_start_in_lockstep)
-        for name in case.devices:
-            reason = dev.missing_reason(name)
-            if reason:
-                pytest.skip(reason)
+        skip_if_missing(case)
     family = family_module(case.family)
     # Out of memory anywhere (inputs, check, autotuning workspaces in warm-up, allocations in the timed op) is a
     # skip with the reason; pytest-benchmark drops a benchmark that raised, so nothing partial is saved.
@@ -210,10 +213,7 @@ def _start_in_lockstep(case: Case, family, config: SuiteConfig, lockstep):
     own: BaseException | None = None
     problem = None
     try:
-        for name in case.devices:
-            reason = dev.missing_reason(name)
-            if reason:
-                pytest.skip(reason)
+        skip_if_missing(case)
         work = family.build(case, config)
         work.check()
     except (KeyboardInterrupt, SystemExit, RankTimeout):
