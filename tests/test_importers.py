@@ -326,8 +326,8 @@ def test_nccl_tests_hypercube_without_C_is_imported(tmp_path):
 def test_an_imported_routes_copy_engine_figure_is_the_one_shown_and_judged(tmp_path, capsys, monkeypatch):
     """Our copies are cudaMemcpy (copy-engine) copies: set beside them, an nvbandwidth route measured by its _ce
     and _sm tests shows the _ce figure, not the better of the two (here the SM kernel's)."""
-    from suite.report.charts import copy_heatmaps
-    from suite.results import copy_engine_rows
+    from suite.cases.copy.charts import copy_heatmaps
+    from suite.cases.copy.read import copy_engine_rows
 
     ce = matrix_case("host_to_device_memcpy_ce", [["20.0", "52.0"]], "memcpy CE CPU(row) -> GPU(column)")
     sm = matrix_case("host_to_device_memcpy_sm", [["30.0", "55.0"]], "memcpy SM CPU(row) -> GPU(column)")
@@ -356,8 +356,9 @@ def test_an_imported_peer_route_shows_the_write_test_issued_by_the_source_as_tor
     """torch issues a peer copy on the source GPU's stream (ATen copy_device_to_device): like nvbandwidth's write
     tests (source context), not its read tests (PREFER_DST_CONTEXT). A pair measured both ways shows and is
     judged by the write figure even where the read is faster; a pair with a read test only keeps it."""
+    from suite.cases.copy.charts import copy_heatmaps
+    from suite.cases.copy.read import copy_engine_rows
     from suite.report import charts
-    from suite.results import copy_engine_rows
 
     read = matrix_case("device_to_device_memcpy_read_ce", [["N/A", "390"], ["391", "N/A"]], "read")
     write = matrix_case("device_to_device_memcpy_write_ce", [["N/A", "300"], ["301", "N/A"]], "write")
@@ -375,7 +376,7 @@ def test_an_imported_peer_route_shows_the_write_test_issued_by_the_source_as_tor
         ("device_to_device_memcpy_write_ce", "cuda:1", "cuda:0", 301.0)]
     drawn = []
     monkeypatch.setattr(charts, "_png", lambda fig: drawn.append(fig) or "")
-    charts.copy_heatmaps(loaded.table[loaded.table["case"] == "copy"], list(loaded.machines))
+    copy_heatmaps(loaded.table[loaded.table["case"] == "copy"], list(loaded.machines))
     cells = {t.get_text().split("\n")[0] for t in drawn[-1].axes[0].texts}
     assert {"300", "301"} <= cells and not {"390", "391", "395", "396"} & cells, cells
     assert main(["health", str(path), "--format", "json"]) in (0, 1)

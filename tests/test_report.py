@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from suite.cli import main
-from suite.report.charts import CHARTS
+from suite.cases import FAMILIES, family_part
 from suite.results import load_results
 
 DATA = Path(__file__).parent / "data"
@@ -190,7 +190,7 @@ def test_labels_and_baseline_choose_the_reference(tmp_path):
 def test_every_family_has_its_charts_including_the_fallback(built):
     sections = built["html"].split('<section id="family-')[1:]
     cases = [sec.split('"', 1)[0] for sec in sections]
-    assert set(cases) >= {*CHARTS, "latency", "other"}
+    assert set(cases) >= {*(n for n in FAMILIES if family_part(n, "charts")), "latency", "other"}
     for case, sec in zip(cases, sections):
         n_img = sec.split("</section>", 1)[0].count("<img ")
         assert n_img >= (2 if case == "copy" else 1), case
@@ -198,7 +198,8 @@ def test_every_family_has_its_charts_including_the_fallback(built):
 
 def test_analysis_side_never_imports_torch():
     code = (
-        "import sys, suite.results, suite.report.command, suite.report.charts, suite.compare; "
+        "import sys, suite.results, suite.report.command, suite.report.charts, suite.compare, suite.cases as c; "
+        "[c.family_part(n, 'charts') for n in c.FAMILIES]; "
         "sys.exit('torch' in sys.modules)"
     )
     proc = subprocess.run(
@@ -317,7 +318,7 @@ def test_conv_layer_without_a_name_is_labelled_by_its_dimensions(figures):
 
 
 def test_cpu_to_cpu_copies_are_titled_host_not_same_device(figures):
-    from suite.report.charts import copy_curves
+    from suite.cases.copy.charts import copy_curves
 
     rows, machines = _family(REAL, "copy")
     copy_curves(rows, machines)
@@ -326,7 +327,7 @@ def test_cpu_to_cpu_copies_are_titled_host_not_same_device(figures):
 
 
 def test_bidirectional_copies_are_plotted_at_their_buffer_size_not_both_directions(figures):
-    from suite.report.charts import copy_curves
+    from suite.cases.copy.charts import copy_curves
 
     rows, machines = _family(DATA / "h200x2.json", "copy")
     bi = rows[rows["src"].eq("cpu") & rows["dst"].eq("cuda:0")].copy()
@@ -349,7 +350,7 @@ def test_bidirectional_copies_are_plotted_at_their_buffer_size_not_both_directio
      (DATA / "h200x2.json", "host copies from pinned memory.", "pageable")],
 )
 def test_heatmap_caption_names_the_host_memory_it_shows(path, says, never):
-    from suite.report.charts import copy_heatmaps
+    from suite.cases.copy.charts import copy_heatmaps
 
     rows, machines = _family(path, "copy")
     (chart,) = copy_heatmaps(rows, machines)
@@ -357,7 +358,7 @@ def test_heatmap_caption_names_the_host_memory_it_shows(path, says, never):
 
 
 def test_heatmap_caption_says_the_diagonal_counts_bytes_once_only_when_there_is_one():
-    from suite.report.charts import copy_heatmaps
+    from suite.cases.copy.charts import copy_heatmaps
 
     rows, machines = _family(DATA / "h200x2.json", "copy")
     assert (rows["src"] == rows["dst"]).any()
@@ -426,7 +427,7 @@ def test_machine_card_names_the_driver_and_counts_the_gpu_links(tmp_path):
 
 
 def test_heatmap_names_each_gpu_pairs_link_under_its_figure(tmp_path, figures):
-    from suite.report.charts import copy_heatmaps
+    from suite.cases.copy.charts import copy_heatmaps
 
     data = json.loads((DATA / "h200x2.json").read_text(encoding="utf-8"))
     for bench in data["benchmarks"]:
@@ -481,7 +482,7 @@ def _collectives_run(
 
 
 def test_collectives_chart_has_a_panel_for_every_op_in_the_familys_order(tmp_path, figures):
-    from suite.report.charts import busbw_curves
+    from suite.cases.collectives.charts import busbw_curves
 
     assert busbw_curves(*_family(_collectives_run(tmp_path), "collectives"))
     axes = figures[-1].axes
@@ -492,7 +493,7 @@ def test_collectives_chart_has_a_panel_for_every_op_in_the_familys_order(tmp_pat
 
 
 def test_collectives_in_place_and_out_of_place_are_separate_lines(tmp_path, figures):
-    from suite.report.charts import busbw_curves
+    from suite.cases.collectives.charts import busbw_curves
 
     busbw_curves(*_family(_collectives_run(tmp_path, ops=("all_reduce", *TWO_WAY_OPS)), "collectives"))
     fig = figures[-1]
@@ -512,7 +513,7 @@ def test_collectives_in_place_and_out_of_place_are_separate_lines(tmp_path, figu
 
 
 def test_collectives_dtypes_are_separate_lines_told_apart_by_marker(tmp_path, figures):
-    from suite.report.charts import busbw_curves
+    from suite.cases.collectives.charts import busbw_curves
 
     busbw_curves(*_family(_collectives_run(tmp_path, ("float32", "bfloat16")), "collectives"))
     fig = figures[-1]
@@ -581,7 +582,7 @@ def test_collectives_of_two_setups_get_a_scaling_table(tmp_path):
 def test_a_torchrun_jobs_collectives_line_always_says_its_ranks_and_nodes(tmp_path, figures):
     """Two 16-rank 2-node jobs: where the setup does not vary, the line was named `8xH100 @ h100-01`, as if
     the node's 8 GPUs alone had reached that busbw."""
-    from suite.report.charts import busbw_curves
+    from suite.cases.collectives.charts import busbw_curves
 
     paths = []
     for host in ("h100-01", "h200-01"):
@@ -613,7 +614,7 @@ def _fleet_family(tmp_path: Path, case: str, hosts: dict[str, int]) -> tuple[pd.
 def test_model_bars_of_many_gpus_are_one_bar_per_device_kind_with_its_spread(tmp_path, figures):
     """Two 8-GPU machines drew a group per model and cuda:N (and past 40 groups cut the last GPUs off): each
     machine's bar is now the median over its GPUs, the whiskers their spread."""
-    from suite.report.charts import model_bars
+    from suite.cases.model.charts import model_bars
 
     rows, machines = _fleet_family(tmp_path, "model", {"box-a": 8, "box-b": 8})
     (chart,) = model_bars(rows, machines)
@@ -674,6 +675,7 @@ def test_the_speed_table_has_a_row_per_machine(tmp_path):
 
 
 def test_the_charts_draw_every_machine(tmp_path, figures):
+    from suite.cases.copy.charts import copy_curves
     from suite.report import charts
     from tests.test_compare import fixtures
 
@@ -685,13 +687,13 @@ def test_the_charts_draw_every_machine(tmp_path, figures):
     table = loaded.table
     charts.tflops_bars(table[table["case"] == "matmul"], machines)
     assert len(figures[-1].axes[0].containers) == 3
-    charts.copy_curves(table[table["case"] == "copy"], machines)
+    copy_curves(table[table["case"] == "copy"], machines)
     labels = {t.get_text() for legend in figures[-1].legends for t in legend.get_texts()}
     assert set(machines) <= labels, labels
 
 
 def test_the_copy_matrix_is_drawn_for_every_machine(tmp_path, figures):
-    from suite.report import charts
+    from suite.cases.copy.charts import copy_heatmaps
     from tests.test_compare import fixtures
 
     for name in ("a", "b", "c"):
@@ -699,7 +701,7 @@ def test_the_copy_matrix_is_drawn_for_every_machine(tmp_path, figures):
         (tmp_path / f"{name}.json").write_text(json.dumps(data))
     loaded = load_results([tmp_path])
     table = loaded.table
-    charts.copy_heatmaps(table[table["case"] == "copy"], list(loaded.machines))
+    copy_heatmaps(table[table["case"] == "copy"], list(loaded.machines))
     titles = " ".join(ax.get_title(loc="left") + ax.get_title() for ax in figures[-1].axes)
     assert all(f"@ {name}" in titles for name in ("a", "b", "c")), titles
 

@@ -10,12 +10,13 @@ from pathlib import Path
 import jinja2
 
 from suite import __version__
+from suite.cases import FAMILIES, family_read
 from suite.errors import UserError
 from suite.health.checks import DEFAULT_FAIL_ON, judge
 from suite.health.command import node_lines
 from suite.health.expect import load_expectations
-from suite.report.charts import chart_machines, charts_for, habit_pairs, history_charts
-from suite.report.tables import habit_rows, machine_views, result_rows, scaling_table, speed_table
+from suite.report.charts import chart_machines, charts_for, family_charts, history_charts
+from suite.report.tables import machine_views, result_rows, speed_table
 from suite.results import (
     FOREIGN_CASE,
     OUR_TOOL,
@@ -32,35 +33,8 @@ OPEN_ROWS = 60  # tables up to this long start unfolded; longer ones would bury 
 MAX_MACHINE_CARDS = 12
 MAX_NAMED_LEFT_OUT = 20  # runs a family's chart note names as left out; a fleet's hundreds would be a page
 
-# Section order and titles of the families we know; others follow alphabetically, foreign rows last.
-FAMILIES: dict[str, str] = {
-    "matmul": "Matmul",
-    "ceiling": "Compute ceiling",
-    "conv": "Convolutions",
-    "copy": "Copies between host and devices",
-    "placement": "Tensor placement",
-    "habits": "Habits",
-    "collectives": "Collectives",
-    "model": "Models",
-}
-NOTES: dict[str, str] = {
-    "ceiling": "A sweep of matmul shapes per device and precision: the best sustained rate among these and "
-    "the matmul results is the measured ceiling that % of ceiling (matmul, conv, model) divides by. It is "
-    "the median of rounds of back-to-back calls after a sustained warm-up, not mamf-finder's MAMF (the mean "
-    "of single calls timed by events after an L2 flush, the best of a wide sweep), which reads higher: about "
-    "790 TFLOP/s on an H200 SXM whose sustained rate is 728-735 (ml-engineering).",
-    "conv": "TFLOP/s counts the direct convolution's multiply-adds (fwd+bwd: 3 × the forward). A faster "
-    "algorithm (cuDNN Winograd or FFT; oneDNN on the CPU against a small matmul sweep) can exceed 100% of "
-    "the ceiling.",
-    "placement": "`.to(device)` on a tensor already on that device returns the same tensor and copies nothing: "
-    "its time is the call's overhead, and it has no bandwidth. clone, copy_ and .to(copy=True) always copy.",
-    "habits": "Each habit is measured both ways on the same work; the ratio is the slow way's median time over "
-    "the fast way's.",
-    "copy": "Bandwidth counts the buffer's bytes once. pinned = page-locked host memory (DMA directly); pageable "
-    "copies go through a driver staging buffer and are often half as fast.",
-    "collectives": "busbw follows nccl-tests: comparable to the link's hardware bandwidth whatever the world size.",
-    FOREIGN_CASE: "Results from pytest-benchmark files that are not ours: timings only.",
-}
+FOREIGN_TITLE = "Other (not ours)"
+FOREIGN_NOTE = "Results from pytest-benchmark files that are not ours: timings only."
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,9 +66,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _family_order(cases: list[str]) -> list[str]:
+    """The registry's order, then families it does not know alphabetically, foreign rows last."""
     known = [c for c in FAMILIES if c in cases]
     rest = sorted(c for c in cases if c not in FAMILIES and c != FOREIGN_CASE)
     return known + rest + ([FOREIGN_CASE] if FOREIGN_CASE in cases else [])
+
+
+def _section(case: str, rows, partial: set[str]) -> dict:
+    """A family's section without its charts: title, note, its own tables (its `charts` module's TABLES) and
+    every result."""
+    if case == FOREIGN_CASE:
+        title, note = FOREIGN_TITLE, FOREIGN_NOTE
+    else:
+        title, note = family_read(case, "TITLE", case), family_read(case, "NOTE", "")
+    tables = [t for build in getattr(family_charts(case), "TABLES", []) if (t := build(rows)) is not None]
+    return {"case": case, "title": title, "note": note, "tables": tables, "rows": result_rows(rows, partial),
+            "metric_header": _metric_header(rows)}
 
 
 def _metric_header(rows) -> str:
@@ -106,7 +93,7 @@ def _metric_header(rows) -> str:
 def default_baseline(machines: dict[str, Machine]) -> str:
     """The first run (in file order) that measured every family it set out to, on its own: ours, not partial,
     one process, with results. A killed run's missing families read "—" for every machine, a torchrun job
-    measured the collectives alone, another tool's results are one family. The first run where none is."""
+    measured its one family alone, another tool's results are one family. The first run where none is."""
     for label, m in machines.items():
         if m.tool == OUR_TOOL and not m.foreign and not m.partial and not m.launch and m.n_benchmarks:
             return label
@@ -151,22 +138,9 @@ def render_report(
         measured = set(rows["label"].unique())
         present = [m for m in chart_order if m in measured]
         shown = chart_machines(present, loaded.machines)
-        fam = {
-            "case": case,
-            "title": FAMILIES.get(case, case if case != FOREIGN_CASE else "Other (not ours)"),
-            "note": NOTES.get(case, ""),
-            "charts": charts_for(case, rows, shown),
-            "rows": result_rows(rows, partial),
-            "metric_header": _metric_header(rows),
-            "habits": [],
-            "chart_note": "",
-            "scaling": scaling_table(rows) if case == "collectives" else None,
-        }
-        if case == "habits":
-            fam["habits"] = habit_rows(habit_pairs(rows))
-        if fam["charts"]:
-            fam["chart_note"] = _chart_note(present, shown, loaded.machines)
-        families.append(fam)
+        charts = charts_for(case, rows, shown)
+        note = _chart_note(present, shown, loaded.machines) if charts else ""
+        families.append({**_section(case, rows, partial), "charts": charts, "chart_note": note})
     speed_cases, speed_rows = speed_table(table, chart_order, baseline)
     health = judge(loaded, load_expectations(expect))
     status_of = {label: n.status(DEFAULT_FAIL_ON) for n in health.nodes for label in n.labels}

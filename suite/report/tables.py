@@ -40,27 +40,6 @@ def format_memory(n: object) -> str:
     return f"{n / 2**30:.1f} GiB"
 
 
-def _whole(value: object) -> int | None:
-    """A recorded count (an int, or a float in a column with gaps) as an int; None where absent."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
-        return None
-    return int(value)
-
-
-def ranks_and_nodes(world_size: object, nnodes: object, ranks_per_node: object = None) -> str:
-    """`16 ranks · 2 nodes`: what a torchrun job's collective ran on, nodes too where recorded (or implied by
-    ranks per node); "" for a result that records no world size."""
-    world = _whole(world_size)
-    if world is None:
-        return ""
-    nodes = _whole(nnodes)
-    per_node = _whole(ranks_per_node)
-    if nodes is None and per_node and world % per_node == 0:
-        nodes = world // per_node
-    text = f"{world} rank{'s' if world != 1 else ''}"
-    return text + (f" · {nodes} node{'s' if nodes != 1 else ''}" if nodes is not None else "")
-
-
 @dataclass
 class MachineView:
     """What the header shows about one machine."""
@@ -234,7 +213,7 @@ def _percent(fraction: float) -> str:
 def stop_text(rounds: float, stopped_on: object, margin: object, target: object) -> str:
     """The rounds cell: the rounds and how the benchmark stopped, the margin of error it reached, and the
     target where it stopped short of it: `12 · precision ±0.4%`, `40 · time ±3.1% (target ±1%)`,
-    `10 · fixed ±2%` (collectives). The rounds come first, so the column still sorts by them."""
+    `10 · fixed ±2%` (fixed rounds). The rounds come first, so the column still sorts by them."""
     text = "" if rounds is None or math.isnan(rounds) else str(int(rounds))
     if not isinstance(stopped_on, str) or not stopped_on:
         return text  # another tool's result, or one written before precision stopping
@@ -295,63 +274,15 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[tuple]:
 
 
 @dataclass
-class ScalingTable:
-    """Collectives' busbw at each run's largest message, one column per run (machine, ranks, nodes,
-    backend): how an op scales from one node to several, or one GPU count to another."""
+class Table:
+    """A family's own table under its charts (a `TABLES` function of its `charts` module returns one, or None):
+    headings and rows of text; the first `words` columns are words, the rest figures, right-aligned ("—"
+    where empty)."""
 
+    name: str  # its CSS class beside `results`, and what a reader's filter or style can find it by
     columns: list[str]
-    rows: list[tuple[str, list[str]]]  # (op, dtype, mode) -> one cell per column ("" where not measured)
-
-
-def scaling_table(rows: pd.DataFrame) -> ScalingTable | None:
-    """None unless there are collectives results of two setups at least (a lone run has its chart)."""
-    if "busbw" not in rows or "op" not in rows:
-        return None
-    rows = rows[rows["busbw"].notna() & rows["bytes"].notna()].copy()
-    if rows.empty:
-        return None
-
-    def setup(r) -> str:
-        ranks = ranks_and_nodes(r.get("world_size"), r.get("nnodes"), r.get("ranks_per_node"))
-        parts = [str(r["label"]), ranks]
-        if isinstance(r.get("backend"), str):
-            parts.append(r["backend"])
-        return " · ".join(p for p in parts if p)
-
-    rows["setup_"] = [setup(r) for r in rows.to_dict("records")]
-    columns = list(dict.fromkeys(rows["setup_"]))
-    if len(columns) < 2:
-        return None
-    mode = rows["in_place"].map(lambda v: "" if pd.isna(v) else "in-place" if v else "out-of-place") \
-        if "in_place" in rows else ""
-    rows["line_"] = (rows["op"].astype(str) + " " + rows.get("dtype", pd.Series("", index=rows.index))
-                     .fillna("").astype(str) + " " + mode).str.strip()
-    out = []
-    for line, group in rows.groupby("line_", sort=False):
-        cells = []
-        for column in columns:
-            mine = group[group["setup_"] == column]
-            if mine.empty:
-                cells.append("")
-                continue
-            top = mine.loc[mine["bytes"].idxmax()]
-            cells.append(f"{top['busbw']:.3g} GB/s @ {format_size(int(top['bytes']))}")
-        out.append((str(line), cells))
-    return ScalingTable(columns, out)
-
-
-def habit_rows(pairs: pd.DataFrame) -> list[tuple[str, str, str, str, str, str]]:
-    """Habit pairs as text: machine, habit, slow variant, fast variant, times, `N× slower`."""
-    out = []
-    for p in pairs.itertuples(index=False):
-        out.append(
-            (
-                p.label,
-                str(p.habit),
-                str(p.slow),
-                str(p.fast),
-                f"{format_time(p.slow_median)} vs {format_time(p.fast_median)}",
-                f"{p.ratio:.3g}× slower",
-            )
-        )
-    return out
+    rows: list[list[str]]
+    words: int = 1
+    explain: str = ""  # a sentence above it
+    strong: int | None = None  # the column shown in bold: the verdict a reader looks for first
+    scroll: bool = False  # in a scroll box: one column per run can outgrow the page
