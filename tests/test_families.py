@@ -289,3 +289,30 @@ def test_sync_per_step_work_dies_without_the_cycle_collector():
         assert ref() is None, "sync_per_step's Work outlives it (a reference cycle)"
     finally:
         gc.enable()
+
+
+def test_a_registered_familys_charts_module_draws_its_section_of_the_report(tmp_path, monkeypatch):
+    """tests/toy_family/charts.py alone gives the toy its own chart in the HTML report: no shared module names
+    it (a family without one gets the generic charts)."""
+    from suite.report.command import render_report
+    from suite.results import load_results
+
+    data = json.loads((ROOT / "tests" / "data" / "cpu_only.json").read_text(encoding="utf-8"))
+    template = data["benchmarks"][0]
+    data["benchmarks"] = []
+    for size in (2**16, 2**20):
+        bench = json.loads(json.dumps(template))
+        bench["name"] = f"test_toy[cpu-{size}]"
+        bench["extra_info"] = {"case": "toy", "device": "cpu", "size": size, "bytes": size,
+                               "gbps": size / bench["stats"]["median"] / 1e9}
+        data["benchmarks"].append(bench)
+    (tmp_path / "toy.json").write_text(json.dumps(data), encoding="utf-8")
+    loaded = load_results([tmp_path / "toy.json"])
+    generic = render_report(loaded)
+    assert "Toy: fill bandwidth" not in generic  # unregistered: a family the report does not know
+    monkeypatch.setitem(FAMILIES, "toy", "tests.toy_family")
+    html = render_report(loaded)
+    section = html[html.index('<section id="family-toy"'):]
+    section = section[:section.index("</section>")]
+    assert "<figcaption>Toy: fill bandwidth (higher is better)</figcaption>" in section
+    assert "Throughput, GB/s" in generic and "Throughput, GB/s" not in section
