@@ -89,6 +89,8 @@ MEASURED_KEYS = frozenset(
         "clocks_window_s",
         "copy_engines",
         "host_numa_node",
+        "host_share",
+        "bound",
         "timeout_s",
         # Where an imported result came from and how often it ran: provenance, not a parameter.
         "iters",
@@ -109,8 +111,10 @@ STOP_KEYS = ("stopped_on", "margin", "precision_target", "confidence")
 # `SYS`; devices.nvml_links), which health groups peer pairs by and the copy matrix shows; and how long a
 # power, thermal, board or reliability limit held the GPUs' clocks down while a benchmark was warmed up and
 # timed (devices.ClockWatch), which health names beside a slow result; and the NUMA node a host copy's host
-# side was bound to (devices.host_near).
-STATE_KEYS = ("link", "host_numa_node", "clocks_held", "clocks_held_power", "clocks_held_thermal", "clocks_held_board_limit",
+# side was bound to (devices.host_near); and whether the host or the device set an accelerator figure's time,
+# with the share of a round the host spent issuing it (suite.timing.bound_info), so a host-bound figure is
+# never judged as the device's.
+STATE_KEYS = ("link", "host_numa_node", "host_share", "bound", "clocks_held", "clocks_held_power", "clocks_held_thermal", "clocks_held_board_limit",
               "clocks_held_reliability", "clocks_held_hw_thermal", "clocks_held_hw_power_brake",
               "clocks_held_rank")
 STAT_KEYS = ("median", "iqr", "q1", "q3", "min", "max", "mean", "stddev", "rounds", "iterations")

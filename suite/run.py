@@ -15,7 +15,7 @@ from suite.budget import RunState
 from suite.cases import FAMILIES, Case, SkipCase, family_module
 from suite.config import SuiteConfig
 from suite.partial import PartialState
-from suite.timing import SyncTimer, stopping_info, warm_up, warmup_seconds
+from suite.timing import SyncTimer, bound_info, stopping_info, warm_up, warmup_seconds
 from suite.units import gbps, tflops
 
 
@@ -70,9 +70,13 @@ def measure_case(case: Case, benchmark, config: SuiteConfig, nodeid: str, partia
     return info
 
 
+# torch.OutOfMemoryError is torch >= 2.4's name; torch.cuda.OutOfMemoryError (the same class there) is older.
+OOM_ERRORS = (getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError, MemoryError)
+
+
 def _oom_reason(exc: BaseException, case: Case) -> str | None:
     text = str(exc)
-    is_oom = isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or (
+    is_oom = isinstance(exc, OOM_ERRORS) or (
         isinstance(exc, RuntimeError) and ("out of memory" in text or "can't allocate memory" in text.lower())
     )
     if not is_oom:
@@ -123,6 +127,7 @@ def _run_case(case: Case, benchmark, config: SuiteConfig, lockstep) -> dict:
                 watch = dev.ClockWatch(case.devices)
             else:
                 work, watch = _start_in_lockstep(case, family, config, lockstep)
+            bound: dict = {}
             try:
                 if work.pedantic is not None:
                     # Fixed rounds and warm-up from the case (collectives: every rank must run the same calls
@@ -133,6 +138,8 @@ def _run_case(case: Case, benchmark, config: SuiteConfig, lockstep) -> dict:
                     timer = SyncTimer([torch.device(d) for d in case.devices])
                     warm_up(work.fn, timer, config.timing.warmup_s)
                     benchmark(work.fn)
+                    if benchmark.stats is not None:
+                        bound = bound_info(work.fn, timer, benchmark.stats.stats.iterations)
             except BaseException as exc:
                 if lockstep is not None:
                     _failed_in_lockstep(exc, case, lockstep)
@@ -180,6 +187,7 @@ def _run_case(case: Case, benchmark, config: SuiteConfig, lockstep) -> dict:
         if work.samples is not None:
             info["samples_per_s"] = work.samples / median
     info.update(work.extra)
+    info.update(bound)
     info.update(held)
     if median and work.derive is not None:
         info.update(work.derive(median))

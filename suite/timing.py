@@ -47,11 +47,11 @@ class SyncTimer:
         self._synchronize = synchronize
         # The CPU runs torch ops synchronously; a timer with only the CPU skips the call entirely so the
         # overhead of tiny CPU ops stays at a bare clock read.
-        self._needs_sync = any(str(d) != "cpu" for d in self.devices)
+        self.needs_sync = any(str(d) != "cpu" for d in self.devices)
         self.__name__ = repr(self)
 
     def __call__(self) -> float:
-        if self._needs_sync:
+        if self.needs_sync:
             self._synchronize(*self.devices)
         return self.clock()
 
@@ -64,6 +64,39 @@ class SyncTimer:
 
     def __hash__(self) -> int:
         return hash((self.devices, self.clock))
+
+
+# A figure is host-bound when issuing its calls fills at least this share of a round: the device then waits for
+# Python, and the rate is the host's (LeNet at batch 256 on an H200: 100% of the step was issue time).
+HOST_BOUND_SHARE = 0.9
+# ... and when, once the last call is issued, the device is done within this many calls' time. A device-bound
+# case whose launch queue filled up also keeps the host issuing all round (each launch waits for a free slot),
+# but then the device still has the whole queue to drain after the last launch.
+HOST_BOUND_DRAIN_CALLS = 2
+# Rounds of the probe after the timed rounds (outside them); the median share is kept.
+BOUND_ROUNDS = 5
+
+
+def bound_info(fn: Callable[[], object], timer: SyncTimer, calls: int, rounds: int = BOUND_ROUNDS) -> dict:
+    """`host_share`: the share of a round of `calls` calls the host spends issuing them; `bound`: whether the
+    host or the device set the round's time. Empty for the CPU, whose ops run as they are issued."""
+    if not timer.needs_sync or calls < 1:
+        return {}
+    shares, drains, per_call = [], [], []
+    for _ in range(rounds):
+        start = timer()  # synchronised: nothing of this case is queued before the round
+        for _ in range(calls):
+            fn()
+        issued = timer.clock()
+        end = timer()
+        if end <= start:
+            return {}
+        shares.append((issued - start) / (end - start))
+        drains.append(end - issued)
+        per_call.append((end - start) / calls)
+    share = statistics.median(shares)
+    host = share >= HOST_BOUND_SHARE and statistics.median(drains) <= HOST_BOUND_DRAIN_CALLS * statistics.median(per_call)
+    return {"host_share": round(share, 3), "bound": "host" if host else "device"}
 
 
 def warm_up(fn: Callable[[], object], timer: SyncTimer, seconds: float) -> int:

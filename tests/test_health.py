@@ -757,3 +757,26 @@ def test_a_device_is_judged_on_its_best_qualifying_result(tmp_path, capsys):
     _, result = health_json(capsys, str(path))
     table = {(e["device"], e["measure"]): e for e in node(result, "box")["expectations"]}
     assert table[("cuda:0", "matmul_bf16")]["verdict"] == "ok"
+
+
+def test_a_host_bound_figure_is_shown_not_judged(tmp_path, capsys):
+    # cuda:1's figure was set by Python issuing the calls (suite.timing.bound_info): half its peers' rate says
+    # nothing of the GPU, so it is no straggler and no low figure; the same figure device-bound is both.
+    def run(bound: str) -> dict:
+        slow = matmul("cuda:1", 390)
+        slow["extra_info"].update(bound=bound, host_share=0.99 if bound == "host" else 0.02)
+        fleet.write(tmp_path, "box", ours("box", 4, [matmul("cuda:0", 780), slow, matmul("cuda:2", 781),
+                                                    matmul("cuda:3", 779)]))
+        code = main(["health", str(tmp_path), "--format", "json"])
+        out, err = capsys.readouterr()
+        return code, {**json.loads(out), "stderr": err}
+
+    def judged(result) -> set:
+        return {(f["kind"], f["device"]) for f in node(result, "box")["findings"] if f["kind"] != "missing"}
+
+    code, result = run("device")
+    assert code == 1 and judged(result) == {("low", "cuda:1"), ("straggler", "cuda:1")}
+    code, result = run("host")
+    assert code == 0 and judged(result) == set()
+    assert "warning: 1 host-bound result(s) not judged (the host, not the device, set their time)" in (
+        result["stderr"])

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from suite.timing import MIN_WARMUP_CALLS, SyncTimer, warm_up
+from suite.timing import HOST_BOUND_SHARE, MIN_WARMUP_CALLS, SyncTimer, bound_info, warm_up
 from tests.fakes import FakeAsyncDevice, FakeClock
 
 
@@ -223,3 +223,55 @@ def test_a_timer_over_the_cpu_and_a_gpu_synchronises_the_gpu():
     start = timer()
     gpu.launch()
     assert timer() - start == pytest.approx(5e-3)
+
+
+
+class TimelineGpu:
+    """A GPU that runs its queue while the host goes on: each call starts when the host has launched it and
+    the previous one is done; a launch waits while `queue` calls are queued and not started (CUDA's launch
+    queue)."""
+
+    def __init__(self, clock: FakeClock, launch_s: float, work_s: float, queue: int) -> None:
+        self.clock, self.launch_s, self.work_s, self.queue = clock, launch_s, work_s, queue
+        self.ends: list[float] = []
+
+    def launch(self) -> None:
+        waiting = [end for end in self.ends if end - self.work_s > self.clock.now]
+        if len(waiting) >= self.queue:
+            self.clock.now = waiting[-self.queue] - self.work_s  # until the oldest queued call starts
+        self.clock.now += self.launch_s
+        start = max(self.clock.now, self.ends[-1] if self.ends else 0.0)
+        self.ends = [end for end in self.ends if end > self.clock.now] + [start + self.work_s]
+
+    def synchronize(self, *devices) -> None:
+        self.clock.now = max([self.clock.now, *self.ends])
+
+
+def _bound(launch_s: float, work_s: float, calls: int, queue: int = 64) -> dict:
+    clock = FakeClock()
+    gpu = TimelineGpu(clock, launch_s, work_s, queue)
+    return bound_info(gpu.launch, SyncTimer(["cuda:0"], clock=clock, synchronize=gpu.synchronize), calls)
+
+
+def test_a_case_whose_device_waits_for_python_is_host_bound():
+    # LeNet at batch 256 on an H200: issuing a step takes longer than the GPU needs for it.
+    info = _bound(launch_s=2e-3, work_s=1e-4, calls=10)
+    assert info["bound"] == "host" and info["host_share"] > 0.99
+
+
+def test_a_large_kernel_is_device_bound():
+    info = _bound(launch_s=1e-5, work_s=5e-3, calls=10)
+    assert info["bound"] == "device" and info["host_share"] < 0.01
+
+
+def test_a_full_launch_queue_keeps_the_host_busy_but_the_device_sets_the_pace():
+    # 1024 calls of 1 ms behind a 64-deep queue: the host issues for 94% of the round, yet the device still
+    # has 64 calls to run after the last launch.
+    info = _bound(launch_s=1e-6, work_s=1e-3, calls=1024, queue=64)
+    assert info["bound"] == "device" and info["host_share"] >= HOST_BOUND_SHARE
+    # The same queue with launches slower than the work: the host sets the pace again.
+    assert _bound(launch_s=2e-3, work_s=1e-3, calls=1024, queue=64)["bound"] == "host"
+
+
+def test_the_cpu_has_no_bound_to_report():
+    assert bound_info(lambda: None, SyncTimer(["cpu"], clock=FakeClock(tick=1.0)), 10) == {}

@@ -671,6 +671,14 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
     warnings: list[str] = []
     labels = latest_runs(loaded.machines, by="node", warnings=warnings)
     rows = _prepare(loaded, labels)
+    # A figure whose time the host set (Python issuing calls slower than the GPU runs them) says how fast
+    # this host drives the device, not how fast the device is: shown in the report, never judged.
+    host_bound = rows["bound"] == "host" if "bound" in rows else pd.Series(False, index=rows.index)
+    if host_bound.any():
+        warnings.append(f"{int(host_bound.sum())} host-bound result(s) not judged (the host, not the device, "
+                        f"set their time): {', '.join(sorted(rows.loc[host_bound, 'name'])[:3])}"
+                        + (", …" if host_bound.sum() > 3 else ""))
+        rows = rows[~host_bound]
     findings: list[Finding] = []
     tables: dict[str, list[dict]] = {}
     pct = _expected(rows, loaded, labels, expectations, findings, tables)
