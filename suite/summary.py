@@ -149,6 +149,21 @@ def _held(benchmarks: list[dict]) -> list[str]:
             for limit, shares in sorted(seen.items())]
 
 
+# Host-bound benchmarks named in the line that lists them; the rest are counted.
+MAX_HOST_BOUND_NAMED = 3
+
+
+def _host_bound(benchmarks: list[dict]) -> list[str]:
+    """One line naming the accelerator results whose time the host set (suite.timing.bound_info)."""
+    names = [str(b.get("name") or "?") for b in benchmarks
+             if isinstance(b, dict) and extra_info(b).get("bound") == "host"]
+    if not names:
+        return []
+    more = f" and {len(names) - MAX_HOST_BOUND_NAMED} more" if len(names) > MAX_HOST_BOUND_NAMED else ""
+    return [f"host-bound: {len(names)} benchmark(s) measured how fast Python issues the work, not the device "
+            f"(bound=host in the JSON; health does not judge them): {', '.join(names[:MAX_HOST_BOUND_NAMED])}{more}"]
+
+
 def _rate(info: dict, first: str | None = None) -> tuple[float, str] | None:
     for key, unit in sorted(RATE_KEYS, key=lambda ku: ku[0] != first):
         value = num(info.get(key))
@@ -189,7 +204,7 @@ def render(benchmarks: list[dict]) -> list[str]:
         part = (own(benches) if own else []) or _generic(name, benches)
         if part:
             lines += part + [""]
-    return lines + _stopping(benchmarks) + _held(benchmarks)
+    return lines + _stopping(benchmarks) + _held(benchmarks) + _host_bound(benchmarks)
 
 
 def shown_on_this_rank(env=os.environ) -> bool:

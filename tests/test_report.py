@@ -253,6 +253,21 @@ def test_results_table_shows_how_each_benchmark_stopped(tmp_path):
     assert f">{int(plain['stats']['rounds'])}</td>" in _row_of(html, plain["name"])
 
 
+def test_a_host_bound_result_says_so_beside_its_rate(tmp_path):
+    data = json.loads((DATA / "h200x2.json").read_text(encoding="utf-8"))
+    host, device = data["benchmarks"][:2]
+    host["extra_info"].update(bound="host", host_share=0.97)
+    device["extra_info"].update(bound="device", host_share=0.04)
+    (tmp_path / "run.json").write_text(json.dumps(data), encoding="utf-8")
+    out = tmp_path / "r.html"
+    assert main(["report", str(tmp_path / "run.json"), "-o", str(out)]) == 0
+    html = out.read_text(encoding="utf-8")
+    assert "host-bound (97% issuing)" in _row_of(html, host["name"])
+    assert "host-bound" not in _row_of(html, device["name"])
+    # bound and host_share are how it ran, not what: the two results are still matched across runs by params.
+    assert "bound=" not in _row_of(html, host["name"]) and "host_share=" not in _row_of(html, host["name"])
+
+
 def test_a_real_run_reports_the_stopping_it_recorded(run_benchmarks, tmp_path):
     config = {
         "devices": ["cpu"],

@@ -214,3 +214,13 @@ def test_progress_lines_only_for_long_families_and_not_too_often():
     for _ in range(PROGRESS_MIN_BENCHMARKS - 4):
         progress.finished("copy", 0.5)
     assert progress.finished("copy", 0.5).endswith("done in 10s")
+
+
+def test_host_bound_results_are_named_at_the_end():
+    benches = [{**_bench(1e-3, case="model", bound="host", host_share=0.99), "name": f"test_model[cuda:0-b{b}]"}
+               for b in (16, 32, 64, 256)]
+    lines = render([*benches, _bench(1e-3, case="model", bound="device", host_share=0.1)])
+    assert lines[-1] == ("host-bound: 4 benchmark(s) measured how fast Python issues the work, not the device "
+                         "(bound=host in the JSON; health does not judge them): test_model[cuda:0-b16], "
+                         "test_model[cuda:0-b32], test_model[cuda:0-b64] and 1 more")
+    assert not any(line.startswith("host-bound") for line in render([_bench(1.0, case="model", bound="device")]))

@@ -241,6 +241,7 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[tuple]:
         for s, d, dev in zip(rows["src"], rows["dst"], rows["device"])
     ]
     traffic = rows["traffic_gbps"]
+    bound, host_share = _column(rows, "bound"), _column(rows, "host_share")
     for i, r in enumerate(
         rows[["label", "name", "params_json", "median", "iqr", "rounds", "metric", "metric_unit"]].itertuples(
             index=False
@@ -254,6 +255,10 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[tuple]:
         t = traffic.iat[i]
         if not math.isnan(t):
             metric += f" (traffic {t:.4g} GB/s)"
+        if bound[i] == "host":  # the host set its time: how fast this host drives the device, not the device's
+            share = host_share[i]
+            metric += " host-bound" + (f" ({100 * share:.0f}% issuing)" if isinstance(share, float)
+                                       and not math.isnan(share) else "")
         rounds = stop_text(r.rounds, stopped_on[i], margin[i], target[i])
         out.append(
             (
