@@ -139,7 +139,7 @@ def _run_case(case: Case, benchmark, config: SuiteConfig, lockstep) -> dict:
                     warm_up(work.fn, timer, config.timing.warmup_s)
                     benchmark(work.fn)
                     if benchmark.stats is not None:
-                        bound = bound_info(work.fn, timer, benchmark.stats.stats.iterations)
+                        bound = bound_info(work.fn, timer, benchmark.stats.iterations)
             except BaseException as exc:
                 if lockstep is not None:
                     _failed_in_lockstep(exc, case, lockstep)

@@ -79,7 +79,7 @@ def test_no_work_of_a_case_is_left_queued_when_it_returns(family):
 
 def test_a_gpu_figure_says_what_bounded_it_and_the_probe_leaves_nothing_queued(family):
     bench = FakeBenchmark(family.events)
-    bench.stats = SimpleNamespace(stats=SimpleNamespace(median=1e-3, data=[1e-3] * 5, iterations=3), options={})
+    bench.stats = SimpleNamespace(stats=SimpleNamespace(median=1e-3, data=[1e-3] * 5), iterations=3, options={})
     info = run_case(family.case, bench, CONFIG)
     # The probe's rounds come after the timed ones (suite.timing.bound_info decides host or device).
     assert info["bound"] in ("host", "device") and 0 <= info["host_share"] <= 1
@@ -117,7 +117,7 @@ def test_all_gpus_per_device_rates_are_measured_after_the_timed_rounds(monkeypat
                      device=matmul.ALL_GPUS, gpus=("cuda:0", "cuda:1"), dtype="float32", precision="float32",
                      m=8, n=8, k=8)
     bench = FakeBenchmark(events)
-    bench.stats = SimpleNamespace(stats=SimpleNamespace(median=1e-3, data=[1e-3] * 5, iterations=1), options={})
+    bench.stats = SimpleNamespace(stats=SimpleNamespace(median=1e-3, data=[1e-3] * 5), iterations=1, options={})
     with dev.use_platform(FakePlatform(gpus=2)):
         info = run_case(case, bench, CONFIG)
     assert events == ["timed", "per-device rates"], "per-device rates must come after the sustained load"
