@@ -137,7 +137,7 @@ def _sustained_warm_up(fn: Callable[[], object], timer: SyncTimer, seconds: floa
             fits = math.ceil(left * calls / elapsed) if elapsed > 0 else 2 * batch
             batch = max(1, min(2 * batch, fits))
 
-# A reference measurement (suite.gpu_check) takes at least this many calls, however long each call is.
+# A reference measurement (suite.tools: the GPU check, accuracy) takes at least this many calls, however long each call is.
 MIN_REFERENCE_CALLS = 5
 # ... and synchronises after at most this many queued calls, so it notices when its time is up without
 # waiting behind a long queue (events time each call on the device; the gaps between batches cost nothing).

@@ -1,4 +1,5 @@
-"""suite/tools/evidence.py: the README's GPU section is written from the kept files of a GPU check, never by hand."""
+"""suite/tools/evidence.py: docs/evidence.md's GPU sections are written from the kept files of a GPU check, never by
+hand, and the README's headline figures are quoted from them."""
 
 from __future__ import annotations
 
@@ -13,16 +14,25 @@ from tests.conftest import ROOT
 NAMES = evidence.section_names()
 
 
-def test_the_readme_has_the_h200_section():
+def test_the_evidence_page_has_the_h200_section():
     assert NAMES[0] == "h200", NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_the_readme_section_is_what_the_kept_files_give(name):
+def test_the_evidence_section_is_what_the_kept_files_give(name):
     # Without kept files: the not-yet-run status; with them (tests/data/real/<name>_*.json): their tables.
-    assert evidence.read_section(ROOT / "README.md", name) == evidence.section(name), (
+    assert evidence.read_section(evidence.PAGE, name) == evidence.section(name), (
         f"rewrite it with `python -m suite.tools.evidence keep OUTDIR --name {name}` (or show it with "
         f"`python -m suite.tools.evidence show --name {name}`)")
+
+
+def test_the_readmes_headline_figures_are_the_evidence_pages():
+    # The README's short table quotes figures; each must stand in a kept section, so none is typed by hand.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("| H200 (one GPU)"):].split("\n\n", 1)[0]
+    quoted = [row.split("|")[2].strip() for row in table.splitlines()[2:]]
+    page = evidence.PAGE.read_text(encoding="utf-8")
+    assert len(quoted) >= 5 and all(f"| {figure} |" in page for figure in quoted), quoted
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -108,13 +118,13 @@ def test_keep_refuses_what_it_cannot_keep_in_one_line(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     with pytest.raises(evidence.UserError, match="check.json: not found; run scripts/gpu-check.sh"):
-        evidence.keep(out, real=tmp_path / "real", readme=None)
+        evidence.keep(out, real=tmp_path / "real", page=None)
     (out / "check.json").write_text("{")
     with pytest.raises(evidence.UserError, match="not readable JSON"):
-        evidence.keep(out, real=tmp_path / "real", readme=None)
+        evidence.keep(out, real=tmp_path / "real", page=None)
     (out / "check.json").write_text(json.dumps({"dry_run": False, "rows": []}))
     with pytest.raises(evidence.UserError, match="no results.json; the check measured nothing"):
-        evidence.keep(out, real=tmp_path / "real", readme=None)
+        evidence.keep(out, real=tmp_path / "real", page=None)
     readme = tmp_path / "README.md"
     readme.write_text("no markers\n")
     with pytest.raises(evidence.UserError, match="no '<!-- evidence:h200 start"):
@@ -151,7 +161,7 @@ def test_keep_refuses_results_an_earlier_run_left_in_outdir(tmp_path):
     out = _outdir(tmp_path, ["habits"], ["matmul", "habits"], quick=True)
     with pytest.raises(evidence.UserError, match=r"results of steps this check did not run \(matmul, quick "
                                                  r"config\) are left from an earlier run; rerun"):
-        evidence.keep(out, real=tmp_path / "real", readme=None)
+        evidence.keep(out, real=tmp_path / "real", page=None)
     assert not (tmp_path / "real").exists()
 
 
@@ -160,12 +170,12 @@ def test_keep_checks_the_readme_before_keeping_anything_and_fills_an_empty_secti
     readme = tmp_path / "README.md"
     readme.write_text("no markers")
     with pytest.raises(evidence.UserError, match="no '<!-- evidence:h200 start"):
-        evidence.keep(out, real=tmp_path / "real", readme=readme)
+        evidence.keep(out, real=tmp_path / "real", page=readme)
     assert not (tmp_path / "real").exists(), "nothing kept while the README cannot take the section"
     start, end = evidence.START.format(name="h200"), evidence.END.format(name="h200")
     readme.write_text(f"{start}\n{end}")  # empty, no trailing newline
     assert evidence.read_section(readme) == ""
-    evidence.keep(out, real=tmp_path / "real", readme=readme)
+    evidence.keep(out, real=tmp_path / "real", page=readme)
     section = evidence.read_section(readme)
     assert section == evidence.section("h200", tmp_path / "real")
     assert ": cut short by the hard stop." in section and " 0 s" not in section, "no seconds: none shown"

@@ -1,14 +1,15 @@
-"""What one run of the GPU check showed, kept as it came: its files under tests/data/real/ and a README section
-written from them, so no figure in the README is typed by hand (docs/gpu-check.md).
+"""What one run of the GPU check showed, kept as it came: its files under tests/data/real/ and a section of
+docs/evidence.md written from them, so no figure there is typed by hand (docs/gpu-check.md).
 
     python -m suite.tools.evidence keep OUTDIR [--name h200]   # after scripts/gpu-check.sh OUTDIR on the GPU node
-    python -m suite.tools.evidence show [--name h200]          # the README section the kept files give
+    python -m suite.tools.evidence show [--name h200]          # the evidence section the kept files give
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import sys
@@ -20,7 +21,8 @@ from suite.units import format_size
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 REAL = ROOT / "tests" / "data" / "real"
-README = ROOT / "README.md"
+# The page the sections are written to; the README links it and quotes its headline figures.
+PAGE = ROOT / "docs" / "evidence.md"
 # OUTDIR's file -> the kept file's name ({name}: the node, e.g. h200). results.json and quick.json are
 # pytest-benchmark files (report and compare load them); check.json is the check's table and the node's facts.
 KEPT = {"results.json": "{name}_check.json", "quick.json": "{name}_quick.json",
@@ -54,9 +56,9 @@ def _read(path: Path) -> dict:
 
 
 def keep(out: Path, name: str = "h200", allow_dry_run: bool = False, real: Path = REAL,
-         readme: Path | None = README) -> list[Path]:
+         page: Path | None = PAGE) -> list[Path]:
     """Copy a check's files from OUTDIR under `real` byte for byte, after checking that report and compare
-    load them, and rewrite the README's section from them. Returns the kept files."""
+    load them, and rewrite the page's section from them. Returns the kept files."""
     from suite.results import load_results
 
     check = _read(out / "check.json")
@@ -77,8 +79,8 @@ def keep(out: Path, name: str = "h200", allow_dry_run: bool = False, real: Path 
     if foreign:
         raise UserError(f"{out}: results of steps this check did not run ({', '.join(foreign)}) are left from an "
                         "earlier run; rerun scripts/gpu-check.sh into an empty OUTDIR")
-    if readme is not None:
-        _require_markers(readme, name)
+    if page is not None:
+        _require_markers(page, name)
     real.mkdir(parents=True, exist_ok=True)
     targets = kept_paths(name, real)
     for stale in set(targets) - set(sources):  # a kept file from an earlier run would mix two runs
@@ -87,12 +89,12 @@ def keep(out: Path, name: str = "h200", allow_dry_run: bool = False, real: Path 
     for source in sources:
         shutil.copyfile(out / source, targets[source])
         kept.append(targets[source])
-    if readme is not None:
-        write_section(readme, name, section(name, real))
+    if page is not None:
+        write_section(page, name, section(name, real))
     return kept
 
 
-# --- the README section ---------------------------------------------------------------------------------
+# --- the evidence section ---------------------------------------------------------------------------------
 
 
 def _benchmarks(path: Path) -> list[dict]:
@@ -179,7 +181,7 @@ def _figures(benchmarks: list[dict]) -> list[tuple[str, str, str]]:
 
 
 def section(name: str = "h200", real: Path = REAL) -> str:
-    """The README section the kept files of `name` give, or the not-yet-run status where there are none."""
+    """The evidence section the kept files of `name` give, or the not-yet-run status where there are none."""
     paths = kept_paths(name, real)
     if not paths["check.json"].is_file():
         return NOT_YET
@@ -211,8 +213,8 @@ def section(name: str = "h200", real: Path = REAL) -> str:
         code, f"exit {code}")
     if check.get("only"):
         ended += f" (a rerun of only: {', '.join(check['only'])})"
-    files = ", ".join(f"[`{p.relative_to(ROOT)}`]({p.relative_to(ROOT)})" if p.is_relative_to(ROOT) else p.name
-                      for p in paths.values() if p.is_file())
+    files = ", ".join(f"[`{p.relative_to(ROOT)}`]({os.path.relpath(p, PAGE.parent)})" if p.is_relative_to(ROOT)
+                      else p.name for p in paths.values() if p.is_file())
     lines = [f"**Measured on {what}**" + (f" ({', '.join(node)})" if node else "") + f"; {stack}. "
              f"`scripts/gpu-check.sh`, {str(check.get('started', ''))[:10]}"
              + (f", {check['seconds']:.0f} s" if isinstance(check.get("seconds"), (int, float)) else "")
@@ -240,32 +242,32 @@ def _markers(name: str) -> tuple[str, str]:
     return START.format(name=name), END.format(name=name)
 
 
-def read_section(readme: Path, name: str = "h200") -> str | None:
-    """The README's section for `name` as it stands, or None where it has no markers."""
+def read_section(page: Path, name: str = "h200") -> str | None:
+    """The page's section for `name` as it stands, or None where it has no markers."""
     start, end = _markers(name)
-    found = re.search(re.escape(start) + r"\n(.*?)\n?" + re.escape(end), readme.read_text(encoding="utf-8"),
+    found = re.search(re.escape(start) + r"\n(.*?)\n?" + re.escape(end), page.read_text(encoding="utf-8"),
                       re.DOTALL)
     return found.group(1) if found else None
 
 
-def section_names(readme: Path = README) -> list[str]:
-    """The names of the evidence sections the README has markers for, in order (h200 first where it is)."""
+def section_names(page: Path = PAGE) -> list[str]:
+    """The names of the evidence sections the page has markers for, in order (h200 first where it is)."""
     pattern = re.escape(START).replace(re.escape("{name}"), r"([\w.-]+)")
-    return re.findall(pattern, readme.read_text(encoding="utf-8"))
+    return re.findall(pattern, page.read_text(encoding="utf-8"))
 
 
-def _require_markers(readme: Path, name: str) -> None:
-    if read_section(readme, name) is None:
+def _require_markers(page: Path, name: str) -> None:
+    if read_section(page, name) is None:
         start, end = _markers(name)
-        raise UserError(f"{readme}: no '{start}' ... '{end}' markers; put them where the section goes")
+        raise UserError(f"{page}: no '{start}' ... '{end}' markers; put them where the section goes")
 
 
-def write_section(readme: Path, name: str, text: str) -> None:
-    _require_markers(readme, name)
+def write_section(page: Path, name: str, text: str) -> None:
+    _require_markers(page, name)
     start, end = _markers(name)
-    current = readme.read_text(encoding="utf-8")
+    current = page.read_text(encoding="utf-8")
     pattern = re.escape(start) + r"\n.*?\n?" + re.escape(end)
-    readme.write_text(re.sub(pattern, lambda _: f"{start}\n{text}\n{end}", current, count=1, flags=re.DOTALL),
+    page.write_text(re.sub(pattern, lambda _: f"{start}\n{text}\n{end}", current, count=1, flags=re.DOTALL),
                       encoding="utf-8")
 
 
@@ -274,10 +276,10 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     keep_p = sub.add_parser("keep", help="copy a GPU check's files under tests/data/real/ and rewrite the "
-                                         "README's section from them")
+                                         "evidence page's section from them")
     keep_p.add_argument("outdir", type=Path, help="the OUTDIR scripts/gpu-check.sh wrote")
     keep_p.add_argument("--allow-dry-run", action="store_true", help="keep a dry run's files (tests only)")
-    show_p = sub.add_parser("show", help="print the README section the kept files give")
+    show_p = sub.add_parser("show", help="print the evidence section the kept files give")
     for p in (keep_p, show_p):
         p.add_argument("--name", default="h200", help="the node's name in the kept files (default h200)")
     args = parser.parse_args(argv)
@@ -285,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "keep":
             for path in keep(args.outdir, args.name, args.allow_dry_run):
                 print(f"kept {path.relative_to(ROOT)}")
-            print(f"README.md: the {args.name} section rewritten from them")
+            print(f"{PAGE.relative_to(ROOT)}: the {args.name} section rewritten from them")
         else:
             print(section(args.name))
     except UserError as exc:
