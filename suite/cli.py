@@ -11,6 +11,7 @@ import importlib
 import sys
 
 from suite import __version__
+from suite.cases import FAMILIES, family_read
 from suite.errors import UserError
 
 # name -> (module, one-line help)
@@ -25,11 +26,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
                  "torch.distributed loop), paired in one run: one table of ratios"),
     "plan": ("suite.plan", "how many benchmarks a config selects per family and how long they take (--gpus N)"),
 }
-# Commands that hand their remaining arguments to another program (pytest under torchrun): name -> module
-# with main(argv) -> int.
+# Commands that hand their remaining arguments to another program: one per family that runs under torchrun
+# (its read module's TORCHRUN), through the torchrun launcher: name -> (module with main(argv) -> int, help).
 PASSTHROUGH: dict[str, tuple[str, str]] = {
-    "collectives": ("suite.distributed", "run the collective benchmarks on this node under torchrun "
-                    "(--nproc N, then pytest arguments)"),
+    name: ("suite.distributed", f"run the {name} benchmarks on this node under torchrun (--nproc N, then "
+           "pytest arguments)")
+    for name in FAMILIES if family_read(name, "TORCHRUN")
 }
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from suite import pb_adapter
+from suite.cases import FAMILIES, family_read
 from suite.config import resolved
 from suite.errors import UserError
 
@@ -802,25 +803,33 @@ def join_group(suite_config, devices: list[str]) -> None:
         ) from None
 
 
+def _torchrun_family(item: pytest.Item) -> str | None:
+    """The family of a test that runs under torchrun (its read module's TORCHRUN), or None."""
+    name = str(getattr(item, "originalname", "")).removeprefix("test_")
+    return name if name in FAMILIES and family_read(name, "TORCHRUN") else None
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     env = LaunchEnv.from_environ()
     if env is not None and env.world_size >= 2:
         # Under torchrun every rank would run the other families too, all at once on the same devices: each
-        # would measure a fraction of the true rate. Only the collectives run here; every rank drops the same.
-        others = [item for item in items if getattr(item, "originalname", None) != "test_collectives"]
+        # would measure a fraction of the true rate. Only the torchrun families run here; every rank drops the
+        # same.
+        others = [item for item in items if _torchrun_family(item) is None]
         if others:
-            items[:] = [item for item in items if getattr(item, "originalname", None) == "test_collectives"]
+            items[:] = [item for item in items if _torchrun_family(item) is not None]
             config.hook.pytest_deselected(items=others)
     for item in items:
-        if getattr(item, "originalname", None) != "test_collectives":
+        family = _torchrun_family(item)
+        if family is None:
             continue
         timer = SlowestRankTimer()  # one per test: a round broken by an error leaves no state behind
         marks = [i for i, m in enumerate(item.own_markers) if m.name == "benchmark"]
         for i in marks:
             item.own_markers[i] = pytest.mark.benchmark(**{**item.own_markers[i].kwargs, "timer": timer}).mark
         if not marks:
-            item.add_marker(pytest.mark.benchmark(timer=timer, group="collectives"))
+            item.add_marker(pytest.mark.benchmark(timer=timer, group=family))
 
 
 @pytest.hookimpl(wrapper=True, specname="pytest_collection_modifyitems")

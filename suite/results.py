@@ -658,16 +658,13 @@ def _rows(
 
 def _read_other_tool(path: Path, warnings: list[str]) -> tuple[dict | None, str | None]:
     """nccl-tests text or nvbandwidth JSON, recognised by content; None, None when it is neither."""
-    from suite.importers import nccl_tests, nvbandwidth, sniff
+    from suite.importers import read_other_tool
 
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         return None, f"cannot read ({exc.__class__.__name__})"
-    tool = sniff(path, text)
-    if tool is None:
-        return None, None
-    return (nvbandwidth if tool == "nvbandwidth" else nccl_tests).parse(path, text, warnings)
+    return read_other_tool(path, text, warnings) or (None, None)
 
 
 def _is_binary(path: Path) -> bool:

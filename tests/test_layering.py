@@ -24,7 +24,7 @@ def imported_by(module: str) -> set[str]:
 
 ANALYSIS = ["suite.results", "suite.report", "suite.report.command", "suite.compare", "suite.cli", "suite.config",
             "suite.sections", "suite.cases.copy", "suite.cases.conv.config",
-            "suite.health.command", "suite.importers.nccl_tests", "suite.importers.nvbandwidth"]
+            "suite.health.command", "suite.cases.collectives.nccl_tests", "suite.cases.copy.nvbandwidth"]
 MEASUREMENT = ["suite.plugin", "suite.devices", "suite.timing", "suite.cases.matmul.measure",
                "suite.cases.copy.measure", "suite.tools.accuracy"]
 

@@ -158,6 +158,8 @@ def family_read(name: str, attr: str, default: Any = None) -> Any:
       like_ours(rows) -> rows   of its rows of a results table, those measured the suite's way (an imported
                     tool's other variants of a figure left out), for health and charts
       missing_hint(base, cand, rows) -> str  a hint compare prints when candidate benchmarks are missing
+      IMPORTERS     modules that read another tool's output as this family's results (suite.importers), each
+                    with recognises(text) -> bool and parse(path, text, warnings) -> (data, problem)
     """
     if name not in FAMILIES:
         return default

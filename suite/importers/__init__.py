@@ -1,11 +1,13 @@
-"""Other tools' results (nccl-tests text, nvbandwidth JSON) read as pytest-benchmark data of our families."""
+"""Other tools' results read as pytest-benchmark data of our families: each family's read module names the
+importers of its tools (IMPORTERS: modules with `recognises(text)` and `parse(path, text, warnings)`)."""
 
 from __future__ import annotations
 
-import re
+import importlib
 from pathlib import Path
 
 from suite import SCHEMA_VERSION
+from suite.cases import FAMILIES, family_read
 
 
 def imported(tool: str, machine_info: dict, benchmarks: list[dict], version: str = "") -> dict:
@@ -32,17 +34,11 @@ def stats_from_time(seconds: float, rounds: int, iterations: int) -> dict:
     }
 
 
-# nccl-tests' first line or its column header: what no JSON file of ours contains.
-# Lines may carry Open MPI's --tag-output prefix or srun -l's `0: `.
-_NCCL_TESTS = re.compile(
-    r"^(?:\[\d+,\d+\]<stdout>:|\s*\d+: )?#\s*(?:nThread\s+\d+|size\s+count\s)", re.MULTILINE
-)
-
-
-def sniff(path: Path, text: str) -> str | None:
-    """Which importer reads this text: 'nvbandwidth', 'nccl-tests', or None."""
-    if '"nvbandwidth"' in text[:4096]:
-        return "nvbandwidth"
-    if _NCCL_TESTS.search(text):
-        return "nccl-tests"
+def read_other_tool(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str | None] | None:
+    """The first registered importer that recognises `text`, parsing it; None when none does."""
+    for name in FAMILIES:
+        for module in family_read(name, "IMPORTERS", ()):
+            importer = importlib.import_module(module)
+            if importer.recognises(text):
+                return importer.parse(path, text, warnings)
     return None

@@ -11,6 +11,8 @@ from suite.health.expect import Measure
 RATE = "gbps"  # the rate that says how fast this family is
 # Seconds a benchmark costs beyond warm-up and timed rounds (suite.plan; measured as matmul's OVERHEAD_S).
 OVERHEAD_S = 0.04
+# Other tools' outputs read as this family's results (suite.importers).
+IMPORTERS = ("suite.cases.copy.nvbandwidth",)
 TITLE = "Copies between host and devices"
 NOTE = (
     "Bandwidth counts the buffer's bytes once. pinned = page-locked host memory (DMA directly); pageable "

@@ -105,6 +105,11 @@ def _routes(name: str, case: dict, gpus: int, problems: list[str]) -> list[tuple
     return out
 
 
+def recognises(text: str) -> bool:
+    """nvbandwidth's JSON names itself near its start."""
+    return '"nvbandwidth"' in text[:4096]
+
+
 def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str | None]:
     """(results data, problem): each one-route-at-a-time test's matrix cells as copy benchmarks."""
     try:

@@ -90,6 +90,15 @@ def _groups(columns: list[str]) -> tuple[int, int, int | None]:
     return starts[0], width, group.index("#wrong") if "#wrong" in group else None
 
 
+# nccl-tests' first line or its column header: what no JSON file of ours contains.
+# Lines may carry Open MPI's --tag-output prefix or srun -l's `0: `.
+_HEADER = re.compile(r"^(?:\[\d+,\d+\]<stdout>:|\s*\d+: )?#\s*(?:nThread\s+\d+|size\s+count\s)", re.MULTILINE)
+
+
+def recognises(text: str) -> bool:
+    return _HEADER.search(text) is not None
+
+
 def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str | None]:
     """(results data, problem): rows of every size, out-of-place and in-place, as collectives benchmarks."""
     lines = [_PREFIX.sub("", line).rstrip() for line in text.splitlines()]
