@@ -15,6 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from suite.cases import FAMILIES, family_read
 from suite.errors import UserError
 from suite.summary import format_time
 from suite.units import format_size
@@ -36,9 +37,6 @@ will use `scripts/gpu-check.sh` ([docs/gpu-check.md](docs/gpu-check.md)). One GP
 all-GPUs-at-once or NCCL with two or more ranks; they stay covered by the fake multi-GPU tests."""
 ONE_GPU = ("One GPU cannot check peer copies, all-GPUs-at-once or NCCL with two or more ranks; they stay "
            "covered by\nthe fake multi-GPU tests.")
-COPY_PATHS = {"h2d": "host → device", "d2h": "device → host", "local": "same device", "peer": "peer"}
-
-
 def kept_paths(name: str, real: Path = REAL) -> dict[str, Path]:
     return {source: real / pattern.format(name=name) for source, pattern in KEPT.items()}
 
@@ -101,7 +99,7 @@ def _benchmarks(path: Path) -> list[dict]:
     return list(_read(path).get("benchmarks") or []) if path.is_file() else []
 
 
-def _fmt(value: float | None, digits: int = 4) -> str:
+def fmt(value: float | None, digits: int = 4) -> str:
     """4 significant digits below 1000, whole numbers grouped above: 0.1905, 57.3, 10,789."""
     if value is None:
         return "–"
@@ -121,62 +119,41 @@ def _device_filter(benchmarks: list[dict]):
     return (lambda info: any(d != "cpu" for d in devices(info))) if gpu else (lambda info: True)
 
 
+def against(info: dict, ceiling: bool = True) -> str:
+    """What a compute figure is set against: % of the datasheet and (`ceiling`) of the measured ceiling."""
+    parts = []
+    if info.get("pct_of_datasheet") is not None:
+        parts.append(f"{info['pct_of_datasheet']:.0f}% of the datasheet's {fmt(info['datasheet_tflops'])}")
+    if ceiling and info.get("pct_of_ceiling") is not None:
+        parts.append(f"{info['pct_of_ceiling']:.0f}% of the measured ceiling")
+    return "; ".join(parts)
+
+
+def best_per_precision(results: list[tuple[dict, dict]], metric: str) -> dict[str, dict]:
+    """Of compute results on one device, the one with the largest `metric` per precision."""
+    best: dict[str, dict] = {}
+    for i, _ in results:
+        if i.get("tflops") is None or i.get("gpus"):
+            continue
+        key = i.get("precision") or i.get("dtype")
+        if key not in best or i[metric] > best[key][metric]:
+            best[key] = i
+    return best
+
+
 def _figures(benchmarks: list[dict]) -> list[tuple[str, str, str]]:
-    """(what, figure, against) rows: the largest matmul and the best ceiling per precision with % of the
-    datasheet, each conv and model case, copies at their largest size by path and memory, each habit's cost."""
+    """(what, figure, against) rows: each family's headline figures (its read module's `headline`), in the
+    registry's order."""
     keep = _device_filter(benchmarks)
-    info = [(b["extra_info"], b["stats"]) for b in benchmarks if keep(b["extra_info"])]
+    by_family: dict[str, list[tuple[dict, dict]]] = {}
+    for b in benchmarks:
+        if keep(b["extra_info"]):
+            by_family.setdefault(b["extra_info"].get("case"), []).append((b["extra_info"], b["stats"]))
     rows: list[tuple[str, str, str]] = []
-
-    def against(i):
-        parts = []
-        if i.get("pct_of_datasheet") is not None:
-            parts.append(f"{i['pct_of_datasheet']:.0f}% of the datasheet's {_fmt(i['datasheet_tflops'])}")
-        if i.get("pct_of_ceiling") is not None and i.get("case") != "ceiling":
-            parts.append(f"{i['pct_of_ceiling']:.0f}% of the measured ceiling")
-        return "; ".join(parts)
-
-    for family, label in (("matmul", "matmul"), ("ceiling", "ceiling (sustained median, best shape)")):
-        best: dict[str, dict] = {}
-        for i, _ in info:
-            if i.get("case") != family or i.get("tflops") is None or i.get("gpus"):
-                continue
-            key = i.get("precision") or i.get("dtype")
-            metric = "flops" if family == "matmul" else "tflops"
-            if key not in best or i[metric] > best[key][metric]:
-                best[key] = i
-        for precision, i in best.items():
-            shape = f"{i['m']}×{i['n']}×{i['k']}"
-            rows.append((f"{label} {precision} {shape}", f"{_fmt(i['tflops'])} TFLOP/s", against(i)))
-    for i, _ in info:
-        if i.get("case") == "conv" and i.get("tflops") is not None:
-            rows.append((f"conv {i['layer']} {i['precision']} {i['layout']} {i['step']} b{i['batch']}",
-                         f"{_fmt(i['tflops'])} TFLOP/s", against(i)))
-        elif i.get("case") == "model" and i.get("samples_per_s") is not None:
-            rows.append((f"model {i['model']} {i.get('step', '')} {i['precision']} b{i['batch_size']}",
-                         f"{_fmt(i['samples_per_s'])} samples/s", against(i)))
-    largest: dict[tuple, dict] = {}
-    for i, _ in info:
-        if i.get("case") == "copy" and i.get("gbps") is not None:
-            key = (i["path"], i["memory"], i.get("direction", "uni"), bool(i.get("non_blocking")))
-            if key not in largest or i["size"] > largest[key]["size"]:
-                largest[key] = i
-    for (path, memory, direction, non_blocking), i in sorted(largest.items()):
-        what = f"copy {COPY_PATHS.get(path, path)}{'' if memory == 'device' else ' ' + memory} {format_size(i['size'])}"
-        what += "" if direction == "uni" else f" ({direction})"
-        what += ", non_blocking" if non_blocking else ""
-        note = f"{_fmt(i['traffic_gbps'])} GB/s read + written" if path == "local" and i.get("traffic_gbps") else ""
-        rows.append((what, f"{_fmt(i['gbps'])} GB/s", note))
-    pairs: dict[str, dict[str, tuple[dict, dict]]] = {}
-    for i, stats in info:
-        if i.get("case") == "habits" and i.get("pair") and i.get("role") in ("slow", "fast"):
-            pairs.setdefault(i["pair"], {})[i["role"]] = (i, stats)
-    for pair, sides in sorted(pairs.items()):
-        if set(sides) == {"slow", "fast"}:
-            (slow, slow_stats), (fast, fast_stats) = sides["slow"], sides["fast"]
-            rows.append((f"habit {slow['habit']}: {slow['variant']} / {fast['variant']}",
-                         f"{slow_stats['median'] / fast_stats['median']:.3g}×",
-                         f"{format_time(slow_stats['median'])} against {format_time(fast_stats['median'])}"))
+    for name in FAMILIES:
+        headline = family_read(name, "headline")
+        if headline is not None and by_family.get(name):
+            rows += headline(by_family[name])
     return rows
 
 
@@ -199,10 +176,10 @@ def section(name: str = "h200", real: Path = REAL) -> str:
     node = []
     if gpu:
         node.append(f"{gpu.get('memory_bytes', 0) / 2**30:.0f} GiB")
-        for key, fmt in (("driver_version", "driver {}"), ("power_limit_w", "{:.0f} W limit"),
+        for key, template in (("driver_version", "driver {}"), ("power_limit_w", "{:.0f} W limit"),
                          ("pcie_gen_max", "PCIe gen {}")):
             if gpu.get(key) is not None:
-                node.append(fmt.format(gpu[key]))
+                node.append(template.format(gpu[key]))
         if isinstance(gpu.get("nvlinks_active"), int) and gpu["nvlinks_active"]:
             switch = " into NVSwitches" if gpu.get("nvlinks_to_switch") == gpu["nvlinks_active"] else ""
             node.append(f"{gpu['nvlinks_active']} NVLinks active{switch} (NVML)")
@@ -230,7 +207,7 @@ def section(name: str = "h200", real: Path = REAL) -> str:
                   "| --- | ---: | ---: | --- | ---: | --- | --- |"]
         for r in rows:
             ratio = f"{r['ratio']:.3f}" if isinstance(r.get("ratio"), (int, float)) else "–"
-            lines.append(f"| {_cell(r['name'])} | {_fmt(r.get('suite'))} | {_fmt(r.get('reference'))} | "
+            lines.append(f"| {_cell(r['name'])} | {fmt(r.get('suite'))} | {fmt(r.get('reference'))} | "
                          f"{_cell(r.get('unit', ''))} | {ratio} | {_cell(r.get('verdict', ''))} | "
                          f"{_cell(r.get('note', ''))} |")
         lines.append("")
