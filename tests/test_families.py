@@ -5,6 +5,7 @@ one thin test file."""
 from __future__ import annotations
 
 import ast
+import importlib.util
 import json
 import subprocess
 import sys
@@ -316,3 +317,28 @@ def test_a_registered_familys_charts_module_draws_its_section_of_the_report(tmp_
     section = section[:section.index("</section>")]
     assert "<figcaption>Toy: fill bandwidth (higher is better)</figcaption>" in section
     assert "Throughput, GB/s" in generic and "Throughput, GB/s" not in section
+
+
+def _targets():
+    spec = importlib.util.spec_from_file_location("targets", ROOT / "scripts" / "targets.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_shared_module_names_a_family():
+    # Shared modules reach a family through the registry (FAMILIES, family_part, family_read), so a new family
+    # is its package and one registry line; a family's name as a string in one of them is a branch on it.
+    targets = _targets()
+    found = [m for path in targets.shared_modules() for m in targets.family_mentions(path)]
+    assert not found, f"shared modules that name a family (move it into the family's read.py): {found}"
+
+
+def test_the_family_name_check_can_fail(tmp_path):
+    shared = tmp_path / "suite" / "results.py"
+    shared.parent.mkdir()
+    shared.write_text('RATE = {"copy": "gbps"}\nif name == "test_matmul": pass\nprint("copy the file")\n')
+    targets = _targets()
+    targets.ROOT = tmp_path
+    assert [m.split(": ", 1)[1] for m in targets.family_mentions(shared, ["copy", "matmul"])] == [
+        "'copy'", "'test_matmul'"]
