@@ -118,6 +118,16 @@ def test_annotate_adds_pct_of_ceiling_and_of_datasheet():
     assert "cuda:2" not in suite["datasheet"]
 
 
+def test_the_all_gpus_case_is_annotated_in_its_own_runs_json_where_gpus_is_a_tuple():
+    # The plugin annotates extra_info as run_case left it: the case's `gpus` parameter is a tuple there.
+    data = _results(_bench("mm0", "matmul", "cuda:0", 700.0), _bench("mm1", "matmul", "cuda:1", 800.0),
+                    _bench("all", "matmul", matmul.ALL_GPUS, 1500.0, gpus=("cuda:0", "cuda:1")))
+    annotate(data)
+    info = data["benchmarks"][2]["extra_info"]
+    assert info["pct_of_ceiling"] == pytest.approx(100 * 1500 / 1500)
+    assert info["pct_of_datasheet"] == pytest.approx(100 * 1500 / (2 * 989.4))
+
+
 def test_annotate_tolerates_foreign_files():
     for data in ({}, {"benchmarks": None}, {"benchmarks": [None, 3, {"extra_info": None}]},
                  _results(_bench("nan", "matmul", "cuda:0", float("nan")), _bench("neg", "matmul", "cuda:0", -1.0))):

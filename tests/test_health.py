@@ -388,6 +388,13 @@ def test_peer_figures_only_for_nvlink_models():
     for pcie in ("NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe"):
         assert expectations.figure(pcie, "peer") is None
         assert expectations.figure(pcie, "h2d").value == 25.9  # the host link still has its figure
+    # NVL cards are PCIe parts at 350-600 W: no SXM matmul, peer or all-reduce figure judges them.
+    for nvl in ("NVIDIA H100 NVL", "NVIDIA H200 NVL"):
+        for measure in ("matmul_bf16", "peer", "same_device"):
+            assert expectations.figure(nvl, measure) is None, (nvl, measure)
+        assert expectations.figure(nvl, "all_reduce_busbw", gpus=8) is None
+        assert expectations.figure(nvl, "h2d").value == 52
+    assert expectations.figure("NVIDIA H200", "peer").value == 396
 
 
 def test_host_link_without_a_figure_is_listed_as_no_figure(tmp_path, capsys):

@@ -96,8 +96,9 @@ def annotate(output_json: dict) -> None:
         precision = precision_of(info) if rate is not None else None
         if not isinstance(precision, str):
             continue
+        # `gpus` is a tuple in a run's own extra_info (the case's parameter) and a list once read from JSON.
         devices = info.get("gpus") if info.get("device") == ALL_GPUS else [info.get("device")]
-        if not isinstance(devices, list) or not devices or not all(isinstance(d, str) for d in devices):
+        if not isinstance(devices, (list, tuple)) or not devices or not all(isinstance(d, str) for d in devices):
             continue
         # The all-GPUs case is judged against the sum of its devices' ceilings (and peaks).
         measured = [table.get(d, {}).get(precision) for d in devices]
