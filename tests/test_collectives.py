@@ -316,6 +316,7 @@ def _env(rank, port, world=2):
     return LaunchEnv(rank, world, rank, world, "127.0.0.1", port, False, f"test-{time.monotonic_ns()}")
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_a_rank_that_never_joins_is_named_within_the_timeout():
     start = time.monotonic()
     with pytest.raises(RankTimeout, match=r"rank\(s\) 1 of 2 did not arrive at start-up .* within 1.5 s"):
@@ -324,6 +325,7 @@ def test_a_rank_that_never_joins_is_named_within_the_timeout():
     assert distributed.current() is None
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_a_missing_rank_0_is_named_within_the_timeout():
     server = dist.TCPStore("127.0.0.1", 0, None, True, timeout=timedelta(seconds=5), wait_for_workers=False)
     port = server.port
@@ -422,6 +424,7 @@ def test_plain_pytest_skips_with_the_torchrun_command(pytester, monkeypatch, tmp
     result.stdout.fnmatch_lines(["*SKIPPED*collectives need several ranks: launch with torchrun --nproc-per-node=N*"])
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_two_gloo_ranks_through_torchrun_write_one_json(tmp_path):
     cfg = tmp_path / "tiny.yaml"
     config = _only_collectives(TINY)

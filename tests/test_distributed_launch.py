@@ -138,6 +138,7 @@ def _pytest_args(cfg, out, *more) -> list[str]:
             "-p", "no:cacheprovider", "-q", f"--suite-config={cfg}", f"--benchmark-json={out}", *more]
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_two_agents_on_one_host_are_one_node_with_its_environment(tmp_path):
     # Two torchrun agents (as srun starts one per task) of one rank each, meeting through c10d.
     config = copy.deepcopy(_only_collectives(TINY))  # TINY is shared with other tests
@@ -208,6 +209,7 @@ PLANNED = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_a_run_killed_mid_way_resumes_under_torchrun(tmp_path):
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(yaml.safe_dump(_only_collectives(TINY)))

@@ -125,6 +125,7 @@ def _torchrun(tmp_path, ops, timeout_s, **env):
 # --- 1. a case that fails or skips on one rank: every rank does, and the run goes on ----------------------
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_a_case_that_fails_or_skips_on_one_rank_does_on_every_rank_and_the_run_goes_on(tmp_path):
     # Rank 1 runs out of memory building broadcast (before the family's agreement) and finds a wrong result in
     # reduce (after the check's agreement). Rank 0 used to wait for it in the next collective or agreement
@@ -146,6 +147,7 @@ def test_a_case_that_fails_or_skips_on_one_rank_does_on_every_rank_and_the_run_g
     assert took < 60  # nobody waited for timeout_s (8 s) at each of the cases
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_a_rank_that_fails_before_a_case_starts_costs_that_case_only(tmp_path):
     # Rank 0 fails in the measure fixture, before run_case (its partial file cannot be written): rank 1,
     # waiting at the case's agreements, hears it at once, and both go on in step with the next case.
@@ -162,6 +164,7 @@ def test_a_rank_that_fails_before_a_case_starts_costs_that_case_only(tmp_path):
     assert took < 40  # nobody waited for timeout_s (8 s)
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_a_failure_while_timing_names_the_rank_that_failed_and_the_later_cases_still_run(tmp_path):
     # No agreement is possible inside timing: rank 0 waits in the collective until timeout_s, then names
     # rank 1 (which posted its error) instead of being blamed by it; rank 1 waits that long more at the next
@@ -180,6 +183,7 @@ def test_a_failure_while_timing_names_the_rank_that_failed_and_the_later_cases_s
     assert took < 60
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 @pytest.mark.parametrize("env", [
     {"FAULTS": "broadcast=timing,-reduce-=oom"},  # rank 1 then leaves the next case's build agreement
     {"FAULTS": "broadcast=timing", "BEFORE_START": "-reduce-"},  # a rank leaves the next case before it starts
@@ -198,6 +202,7 @@ def test_the_group_is_made_anew_in_step_when_a_rank_leaves_the_case_after_a_timi
     assert took < 60
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_a_collective_that_timed_out_in_the_check_does_not_break_the_later_cases(tmp_path):
     # Rank 1's check fails before its collective; rank 0 waits in it until timeout_s and Gloo closes the
     # group's connections: the ranks make a new group at the case's `ready`, and reduce runs.
@@ -284,6 +289,7 @@ def test_rank_0_records_the_most_held_down_gpu_of_any_rank():
     assert distributed.merge_clocks({0: {}, 1: {}}) == {}
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_clocks_held_on_another_rank_reach_the_json(tmp_path):
     # ClockWatch watches only its own rank's GPU and only rank 0 writes: a capped GPU on rank 1 never showed.
     clocks = {"0": {"clocks_held": 0.0, "clocks_window_s": 1.0},

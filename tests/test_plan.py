@@ -108,6 +108,7 @@ def test_a_budget_in_the_plan_only_shortens():
     assert tight.estimated_s < free.estimated_s
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_plan_command_json_and_text():
     out = subprocess.run(
         [sys.executable, "-m", "suite", "plan", "--gpus", "8", "--json"],
@@ -129,6 +130,7 @@ def test_plan_command_json_and_text():
     assert "total" in text and "Per-benchmark overhead assumed" in text and "cuda:1" in text
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_plan_refuses_a_budget_that_is_too_small():
     proc = subprocess.run(
         [sys.executable, "-m", "suite", "plan", "--gpus", "8", "--budget", "30s"],
@@ -144,6 +146,7 @@ def _plan_cmd(*args):
                           text=True)
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_plan_budget_line_gives_one_figure_and_says_collectives_are_separate():
     proc = _plan_cmd("--gpus", "8", "--budget", "10m")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -158,6 +161,7 @@ def test_plan_budget_line_gives_one_figure_and_says_collectives_are_separate():
     assert refusal == tight.stdout.rstrip().splitlines()[-1] and f"give {need} or more" in refusal
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_plan_refuses_devices_the_planned_node_lacks():
     proc = _plan_cmd("--gpus", "2", "--devices", "cuda:3")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
@@ -178,6 +182,7 @@ def test_compute_families_declare_it_and_get_the_sustained_warm_up():
             assert warmup_seconds(case, config.timing_for(family)) == want, family
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_plan_counts_what_pytest_collects():
     """The plan's benchmark count is pytest's collected count for the same config on this machine."""
     plan = json.loads(_plan_cmd("--json").stdout)
@@ -188,6 +193,7 @@ def test_plan_counts_what_pytest_collects():
     assert plan["families"]["collectives"]["measured"] == 0, "outside torchrun the collectives are skipped"
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 @pytest.mark.parametrize("config", ["configs/quick.yaml", "configs/default.yaml"])
 def test_plan_measured_count_is_what_pytest_runs_here(config):
     """The plan's `measured` (benchmarks that will not skip on this machine) equals the tests that pass in a
@@ -249,6 +255,7 @@ def test_a_gpu_case_is_bounded_by_its_datasheet_peak():
     assert c.call_s == pytest.approx(2 * 65536**3 / (c.rate * 1e12)) and c.rate > 500  # an H100's bf16 peak
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_plan_prints_the_long_cases_beside_at_most(tmp_path):
     cfg = tmp_path / "mid.yaml"
     cfg.write_text(

@@ -475,6 +475,7 @@ def test_a_sigterm_handler_set_by_someone_else_is_left_alone(pytestconfig):
         signal.signal(signal.SIGTERM, before)
 
 
+@pytest.mark.slow  # starts Python children (torchrun ranks, pytest, the CLI): the slow tier
 def test_python_O_is_refused_in_one_line_since_it_strips_every_result_check():
     result = subprocess.run([sys.executable, "-O", "-m", "pytest", "benchmarks", "--suite-config",
                              "configs/quick.yaml", "-k", "matmul", "--co", "-q", "-p", "no:cacheprovider"],
