@@ -44,8 +44,13 @@ CONNECT_SHARE = 0.5
 _STORE_PREFIX = "gpubench-suite"
 # The environment that changes what a collective measures (links, algorithms, interfaces): recorded with the
 # results, so two runs' numbers are read next to their settings.
-ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "CCL_", "TORCH_XCCL_")
+# NCCL's choices (NCCL_ALGO, NCCL_PROTO, NVLS) move all-reduce busbw by a third; FI_* (libfabric, EFA) and
+# UCX_* set the inter-node transport.
+ENV_PREFIXES = ("NCCL_", "TORCH_NCCL_", "GLOO_", "CCL_", "TORCH_XCCL_", "FI_", "UCX_")
 ENV_SUFFIXES = ("_SOCKET_IFNAME",)
+# NCCL also reads its variables from these files (NCCL_CONF_FILE first, then the user's, then the system's):
+# recorded under their path, their settings joined with "; ".
+NCCL_CONF_FILES = ("~/.nccl.conf", "/etc/nccl.conf")
 
 
 # The run's count of case failures that may have left a collective timed out (a failure while timing, or a
@@ -114,15 +119,31 @@ class LaunchEnv:
             return len(set(self.hosts))
         return max(1, self.world_size // max(1, self.local_world_size))
 
+    @property
+    def host_position(self) -> int | None:
+        """This rank's position among the ranks on its host, once start-up gathered the hostnames."""
+        return self.hosts[: self.rank].count(self.hosts[self.rank]) if self.hosts else None
+
     def with_hosts(self, hosts: list[str]) -> LaunchEnv:
         """This environment with every rank's hostname, and local_world_size counted from them."""
         return dataclasses.replace(self, hosts=tuple(hosts), local_world_size=hosts.count(hosts[self.rank]))
 
 
 def launch_environment(environ: dict | None = None) -> dict[str, str]:
-    """The NCCL_*, TORCH_NCCL_*, GLOO_*, CCL_*, TORCH_XCCL_* and *_SOCKET_IFNAME variables, sorted."""
+    """The NCCL_*, TORCH_NCCL_*, GLOO_*, CCL_*, TORCH_XCCL_*, FI_*, UCX_* and *_SOCKET_IFNAME variables, sorted,
+    and the settings of the NCCL configuration files that exist."""
     env = os.environ if environ is None else environ
-    return {k: env[k] for k in sorted(env) if k.startswith(ENV_PREFIXES) or k.endswith(ENV_SUFFIXES)}
+    found = {k: env[k] for k in sorted(env) if k.startswith(ENV_PREFIXES) or k.endswith(ENV_SUFFIXES)}
+    for name in (env.get("NCCL_CONF_FILE"), *NCCL_CONF_FILES):
+        path = Path(name).expanduser() if name else None
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines() if path else []
+        except OSError:
+            continue
+        settings = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        if settings:
+            found[str(path)] = "; ".join(settings)
+    return found
 
 
 def nccl_version() -> str | None:
@@ -177,9 +198,12 @@ def resolve_backend(setting: str, devices: list[str]) -> str:
 BACKEND_DEVICE_KIND = {"nccl": "cuda", "xccl": "xpu"}
 
 
-def rank_device(backend: str, local_rank: int, gpu_count: int | None = None) -> str:
+def rank_device(backend: str, local_rank: int, gpu_count: int | None = None, position: int | None = None) -> str:
     """The rank's own device: cuda:LOCAL_RANK for NCCL, xpu:LOCAL_RANK for XCCL (device 0 when each rank sees
-    one GPU), the CPU for Gloo."""
+    one GPU), the CPU for Gloo. `position`, the rank's place among its host's ranks, wins where it fits the
+    visible devices: srun starting one torchrun agent per task gives every rank LOCAL_RANK 0 (NCCL's
+    "Duplicate GPU"), as do several agents on one host; agents given disjoint CUDA_VISIBLE_DEVICES keep
+    LOCAL_RANK, their positions past the devices they see."""
     kind = BACKEND_DEVICE_KIND.get(backend)
     if kind is None:
         return "cpu"
@@ -191,6 +215,8 @@ def rank_device(backend: str, local_rank: int, gpu_count: int | None = None) -> 
                         "cases.collectives.backend: gloo (or auto)")
     if count == 1:
         return f"{kind}:0"
+    if position is not None and position < count:
+        return f"{kind}:{position}"
     if local_rank >= count:
         raise UserError(f"LOCAL_RANK {local_rank} but this node shows {count} GPU(s): start at most {count} "
                         "ranks per node (--nproc-per-node)")
@@ -657,13 +683,14 @@ def init(env: LaunchEnv, backend: str, timeout_s: float, digest: str) -> DistSta
         raise UserError("backend xccl: this torch has no XCCL (torch.distributed.is_xccl_available() is False; "
                         "it is built into the XPU wheels of torch 2.8 and later): install such a torch, or set "
                         "cases.collectives.backend: gloo")
-    device = rank_device(backend, env.local_rank)
+    rank_device(backend, env.local_rank)  # no such device, or fewer than ranks: said before meeting the others
     store = dist.PrefixStore(f"{_STORE_PREFIX}/{env.run_id}/{_INITS}", open_store(env, timeout_s))
     announce(store, env.rank)
     meet(store, env.rank, env.world_size, digest, timeout_s)
     # nnodes and ranks per node from the hostnames: torchrun's variables count its agents, not hosts.
     hosts, environments = gather_hosts(store, env.rank, env.world_size, timeout_s)
     env = env.with_hosts(hosts)
+    device = rank_device(backend, env.local_rank, position=env.host_position)
     state = DistState(env, backend, device, timeout_s, digest, store=store, environments=environments)
     if dist.is_initialized():  # a script made its own process group: reuse it, leave it to its owner
         _STATE = state

@@ -113,6 +113,14 @@ def test_backend_choice():
     assert distributed.rank_device("nccl", 3, gpu_count=1) == "cuda:0"  # one GPU per rank (Slurm --gpus-per-task)
     with pytest.raises(UserError, match="LOCAL_RANK 4 but this node shows 4 GPU"):
         distributed.rank_device("nccl", 4, gpu_count=4)
+    # srun --ntasks-per-node=8, one torchrun agent per task: every rank is LOCAL_RANK 0; its place among its
+    # host's ranks is its GPU. Agents given disjoint CUDA_VISIBLE_DEVICES (2 each) keep LOCAL_RANK.
+    assert distributed.rank_device("nccl", 0, gpu_count=8, position=5) == "cuda:5"
+    assert distributed.rank_device("nccl", 1, gpu_count=2, position=3) == "cuda:1"
+    env = LaunchEnv.from_environ({"RANK": "13", "WORLD_SIZE": "16", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1"})
+    assert env.host_position is None
+    assert env.with_hosts(["a"] * 8 + ["b"] * 8).host_position == 5
+    assert env.with_hosts(["a", "b"] * 8).host_position == 6  # ranks dealt round-robin over the hosts
 
 
 def test_xccl_is_taken_only_when_asked_for_and_runs_each_rank_on_its_own_xpu(monkeypatch):
@@ -169,6 +177,14 @@ def test_an_xpu_ranks_float64_reference_is_made_on_the_cpu():
     assert torch.equal(total, coll.reduce_values(0, 6, torch.bfloat16, "cpu", 2).double()
                        + coll.reduce_values(1, 6, torch.bfloat16, "cpu", 2).double())
     assert coll._reference_device("cuda:3") == "cuda:3" and coll._reference_device("cpu") == "cpu"
+
+
+def test_nccls_transport_variables_and_conf_files_are_recorded(tmp_path):
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("# tuned for this fabric\nNCCL_ALGO=Ring\n\nNCCL_PROTO=Simple\n")
+    env = {"NCCL_CONF_FILE": str(conf), "FI_PROVIDER": "efa", "UCX_TLS": "rc", "HOME": str(tmp_path)}
+    assert distributed.launch_environment(env) == {
+        "FI_PROVIDER": "efa", "NCCL_CONF_FILE": str(conf), "UCX_TLS": "rc", str(conf): "NCCL_ALGO=Ring; NCCL_PROTO=Simple"}
 
 
 def test_the_oneccl_variables_are_recorded_with_the_launch():
