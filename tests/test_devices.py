@@ -559,3 +559,16 @@ def test_inventory_records_each_gpus_numa_node_from_nvml(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", TopologyNvml(4))
     assert nvml.nvml_info(3, "GPU-3")["numa_node"] == 1  # TopologyNvml puts GPU 3 at bus 0x13
     assert "numa_node" not in nvml.nvml_info(2, "GPU-2")  # /sys does not know its bus
+
+
+def test_a_cuda_device_records_its_pci_address(monkeypatch):
+    from types import SimpleNamespace
+
+    from suite.devices import kinds
+
+    props = SimpleNamespace(name="NVIDIA H200", total_memory=2**30, major=9, minor=0, multi_processor_count=132,
+                            pci_domain_id=0, pci_bus_id=0x3B, pci_device_id=0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: props)
+    assert kinds.Cuda().properties(torch.device("cuda", 0))["pci_bus_id"] == "0000:3b:00.0"
+    props.pci_bus_id = None  # a torch or platform without the address: none is invented
+    assert "pci_bus_id" not in kinds.Cuda().properties(torch.device("cuda", 0))

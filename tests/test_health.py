@@ -787,3 +787,17 @@ def test_a_host_bound_figure_is_shown_not_judged(tmp_path, capsys):
     assert code == 0 and judged(result) == set()
     assert "warning: 1 host-bound result(s) not judged (the host, not the device, set their time)" in (
         result["stderr"])
+
+
+def test_a_finding_names_the_hardware_behind_cuda_n(tmp_path, capsys):
+    # Under CUDA_VISIBLE_DEVICES=4,5,6,7 the slow cuda:1 is the board at PCI 0000:3b:00.0, not the host's GPU 1.
+    data = ours("box", 4, [matmul("cuda:0", 780), matmul("cuda:1", 390), matmul("cuda:2", 781),
+                           matmul("cuda:3", 779)])
+    for i, d in enumerate(d for d in data["machine_info"]["devices"] if d["id"] != "cpu"):
+        d.update(pci_bus_id=f"0000:{0x18 + 0x23 * i:02x}:00.0", uuid=f"GPU-{i}aa1c")
+    fleet.write(tmp_path, "box", data)
+    code, result = health_json(capsys, str(tmp_path))
+    (f,) = [f for f in node(result, "box")["findings"] if f["kind"] == "straggler"]
+    assert code == 1 and f["device"] == "cuda:1" and f["identity"] == "PCI 0000:3b:00.0, GPU-1aa1c"
+    assert main(["health", str(tmp_path)]) == 1
+    assert "cuda:1 (PCI 0000:3b:00.0, GPU-1aa1c) straggler: " in capsys.readouterr().out

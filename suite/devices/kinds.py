@@ -78,6 +78,10 @@ class Cuda(_Accelerator):
         uuid = getattr(p, "uuid", None)
         if uuid is not None:
             info["uuid"] = nvml.nvml_uuid(str(uuid), p.name)
+        # The address nvidia-smi and a technician see: cuda:N is renumbered by CUDA_VISIBLE_DEVICES.
+        address = [getattr(p, k, None) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+        if all(isinstance(v, int) for v in address):
+            info["pci_bus_id"] = "{:04x}:{:02x}:{:02x}.0".format(*address)
         return info
 
     def _uuid(self, index: int | None) -> str | None:

@@ -63,6 +63,9 @@ class Finding:
     reference: float = math.nan  # expected figure, peers' median, or fleet median (1.0 for fleet ratios)
     pct: float = math.nan
     source: str = ""
+    # The hardware behind `device` (PCI address, UUID) as the run recorded it: cuda:N is renumbered by
+    # CUDA_VISIBLE_DEVICES (Slurm, Kubernetes), so it alone does not say which board to pull.
+    identity: str = ""
 
 
 @dataclass
@@ -666,6 +669,12 @@ def _fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) -
     return checked
 
 
+def _identity(device: dict) -> str:
+    """`PCI 0000:3b:00.0, GPU-5a1c…`: what identifies a device whatever CUDA_VISIBLE_DEVICES numbered it."""
+    parts = [f"PCI {device['pci_bus_id']}" if device.get("pci_bus_id") else "", str(device.get("uuid") or "")]
+    return ", ".join(p for p in parts if p)
+
+
 def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
     """Every check over the latest run of each node and tool; deterministic for the same files."""
     warnings: list[str] = []
@@ -706,6 +715,11 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
             node.partial.append(m.file)
         if not m.n_benchmarks:
             node.empty.append(m.file)
+    identities = {(loaded.machines[label].node, str(d.get("id"))): _identity(d)
+                  for label in labels for d in loaded.machines[label].devices}
+    for f in findings:
+        ends = [identities.get((f.node, end), "") for end in f.device.split("->")] if f.device else []
+        f.identity = " -> ".join(ends) if any(ends) else ""
     order = {k: i for i, k in enumerate(KINDS)}
     for f in sorted(findings, key=lambda f: (f.node, order[f.kind], f.device, f.family, f.text)):
         if f.node in nodes:

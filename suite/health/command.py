@@ -71,6 +71,8 @@ def node_lines(health: Health, fail_on: tuple[str, ...]) -> list[tuple[str, str,
                 del groups[(device, kind, family)]
         for (device, kind, family), items in groups.items():
             where = f"{device} " if device else ""
+            if items[0].identity:
+                where = f"{device} ({items[0].identity}) "
             shown = items if kind != "straggler" else sorted(items, key=lambda f: f.pct)[:MAX_EXAMPLES]
             for f in shown[:MAX_EXAMPLES]:
                 lines.append(f"{where}{kind}: {f.text}")
