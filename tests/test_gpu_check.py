@@ -184,6 +184,15 @@ def test_unique_checks_run_first_and_the_general_ones_last(tmp_path):
     assert names == STEPS
 
 
+def test_a_node_of_eight_gpus_is_checked_on_two_and_its_budget_still_holds():
+    # The quick step ran every GPU and every ordered pair (~750 results on 8 GPUs) against an estimate for
+    # one, and was killed; it now runs two GPUs, whose peer copies and all-GPUs case one GPU cannot show.
+    assert gpu_check.quick_gpus(8) == gpu_check.quick_gpus(2) == ["cuda:0", "cuda:1"]
+    assert gpu_check.quick_gpus(1) == ["cuda:0"]
+    assert gpu_check.quick_estimate_s(8) == gpu_check.quick_estimate_s(2) > gpu_check.quick_estimate_s(1)
+    assert sum(gpu_check.step_estimate(name, 8) for name in STEPS) <= gpu_check.BUDGET_S
+
+
 def test_the_default_budget_holds_every_step_and_a_rerun_fits_the_lease():
     estimates = {name: gpu_check.step_estimate(name) for name in STEPS}
     assert sum(estimates.values()) <= gpu_check.BUDGET_S, estimates

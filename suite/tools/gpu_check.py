@@ -66,6 +66,13 @@ GPU_TESTS_S = 35.0
 PLUGINS_OFF = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
 
 
+# The most GPUs the quick step runs on (quick_gpus), and the one whose cases it runs: its own, and those it
+# shares with the other GPU (peer copies both ways, the all-GPUs case); the second GPU's own cases would only
+# repeat the first's.
+QUICK_GPUS = 2
+QUICK_DEVICE = "cuda:0"
+
+
 def quick_estimate_s(gpus: int = 1) -> float:
     """`pytest benchmarks -k cuda` on configs/quick.yaml: suite.plan's figures for its CUDA cases on a node of
     `gpus` GPUs (its own warm-up, max_time and per-family overheads) and one session's start."""
@@ -75,10 +82,10 @@ def quick_estimate_s(gpus: int = 1) -> float:
 
     config = load_config(ROOT / "configs" / "quick.yaml")
     total = SESSION_OVERHEAD_S
-    with use_platform(NodePlatform(gpus)):
+    with use_platform(NodePlatform(min(gpus, QUICK_GPUS))):
         for family, cases in select(config, check_spec(config.devices)).items():
             for case in cases:
-                if "cuda" in case.id and runs_here(case):
+                if QUICK_DEVICE in case.devices and runs_here(case):
                     total += fixed_seconds(case, config) + config.timing_for(family).max_time
     return total
 
@@ -163,6 +170,7 @@ class CheckContext:
     step: str = ""  # the step now running (named in the merged results)
     runs: list[tuple[str, dict, dict]] = field(default_factory=list)
     print_table: bool = True
+    gpus: int = 1  # the node's GPUs (run_check counts them): with two, the multi-GPU paths are checked too
 
     def pick(self, gpu, dry):
         """The GPU's value, or the dry run's (tiny) one."""
@@ -284,16 +292,23 @@ def dry_quick() -> dict:
     return {"devices": "cpu", "timing": DRY_TIMING, "cases": cases}
 
 
+def quick_gpus(gpus: int) -> list[str]:
+    """The GPUs the quick step runs on: two where the node has them (their peer copies and the all-GPUs case
+    are what one GPU cannot show; every ordered pair of eight would be ~12x the results for nothing more)."""
+    return [f"cuda:{i}" for i in range(min(gpus, QUICK_GPUS))]
+
+
 def quick_rows(ctx: CheckContext, out: Path, timeout: float) -> list[CheckRow]:
-    """configs/quick.yaml on the GPU (its CUDA cases: `-k cuda`; the CPU's cases show nothing about the GPU),
-    its JSON kept as quick.json. The dry run: a tiny config on the CPU."""
+    """configs/quick.yaml on the GPU (the cases that involve QUICK_DEVICE, `-k "cuda:0 or all-gpus"`; the CPU's own cases show
+    nothing about the GPU), its JSON kept as quick.json. The dry run: a tiny config on the CPU."""
     if ctx.dry_run:
         config = ctx.workdir / "quick-dry.yaml"
         config.write_text(yaml.safe_dump(dry_quick()), encoding="utf-8")
         select: list[str] = []
     else:
         config = ROOT / "configs" / "quick.yaml"
-        select = ["-k", "cuda"]
+        # The all-GPUs case's id names no device (`all-gpus-bfloat16-...`).
+        select = ["-k", f"{QUICK_DEVICE} or all-gpus", "--suite-devices", ",".join(["cpu", *quick_gpus(ctx.gpus)])]
     result = out / "quick.json"
     code, text = run_command([sys.executable, "-m", "pytest", "benchmarks", "-q", "-rs", *PLUGINS_OFF,
                               f"--suite-config={config}", f"--benchmark-json={result}", *select], timeout)
@@ -492,9 +507,9 @@ def plan(ctx: CheckContext, out: Path) -> list[tuple[str, Callable[[float], list
     return [(name, steps[name]) for name in sorted(steps, key=lambda n: order[n])]
 
 
-def step_estimate(name: str) -> float:
+def step_estimate(name: str, gpus: int = 1) -> float:
     if name == "quick config":
-        return quick_estimate_s()
+        return quick_estimate_s(gpus)
     if name in STEP_ESTIMATES_S:
         return STEP_ESTIMATES_S[name]
     checks = _checks(name)
@@ -536,7 +551,7 @@ def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S, only: st
     for name, run in planned:
         if name not in chosen:
             continue
-        estimate = step_estimate(name)
+        estimate = step_estimate(name, ctx.gpus)
         left = ctx.seconds_left()
         if not ctx.dry_run and left < estimate:
             note = (f"not run: {max(left, 0):.0f} s of the {budget_s:g} s budget left, it needs "
@@ -566,12 +581,9 @@ def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S, only: st
         steps.append(Step(name, time.monotonic() - t0, ok, note, estimate_s=estimate))
         _free_device_memory()
         _write(out, info, steps, rows, None)
-    if not ctx.dry_run:
-        import torch
-
-        if torch.cuda.device_count() < 2:
-            rows.append(CheckRow("peer copies, all GPUs at once, NCCL with 2+ ranks", None, None, "", None,
-                                 "not checked: needs two GPUs (covered by the fake multi-GPU tests)"))
+    if not ctx.dry_run and ctx.gpus < 2:
+        rows.append(CheckRow("peer copies, all GPUs at once, NCCL with 2+ ranks", None, None, "", None,
+                             "not checked: needs two GPUs (covered by the fake multi-GPU tests)"))
     # Out of time is said in the table and the summary, and is no failure by itself.
     code = 1 if any(r.ok is False for r in rows) or any(s.ran and not s.ok for s in steps) else 0
     info["seconds"] = time.monotonic() - started
@@ -633,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx = CheckContext(device="cpu" if args.dry_run else args.device, dry_run=args.dry_run, workdir=work,
                        rounds=DRY_ROUNDS if args.dry_run else ROUNDS,
                        timing=dict(DRY_TIMING if args.dry_run else CHECK_TIMING),
-                       print_table=not args.no_table)
+                       print_table=not args.no_table, gpus=0 if args.dry_run else torch.cuda.device_count())
     if not args.dry_run:
         print(f"gpu-check on {torch.cuda.get_device_name(args.device)} x{torch.cuda.device_count()}, torch "
               f"{torch.__version__}, CUDA {torch.version.cuda}", flush=True)

@@ -29,15 +29,9 @@ CHECK_ORDER = 0
 
 
 def gpu_checks(ctx) -> list:
-    """NCCL starts on the GPU with one rank (the only size one GPU allows) through the suite's own start-up and
-    timer, and 2 Gloo ranks run the collectives file end to end through torchrun on the same machine. The dry
-    run starts Gloo in place of NCCL."""
-    import tempfile
-
-    import yaml
-
-    from suite import distributed
-
+    """NCCL starts on the GPU with one rank through the suite's own start-up and timer; 2 ranks run the
+    collectives file end to end through torchrun: NCCL on a node of two GPUs or more, else Gloo. The dry run
+    starts Gloo in place of NCCL."""
     rows = []
     backend = ctx.pick("nccl", "gloo")
     expected_device = ctx.pick("cuda:0", "cpu")
@@ -59,30 +53,44 @@ def gpu_checks(ctx) -> list:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     rows.append(CheckRow(f"collectives: {backend} starts, all_reduce with 1 rank", None, None, "", ok,
                          lines[-1][:90] if lines else "timed out" if code is None else f"exit {code}"))
-    work = Path(tempfile.mkdtemp(prefix="gpu-check-coll-", dir=ctx.workdir))
-    cfg = work / "gloo.yaml"
-    config = {"devices": "cpu", "cases": {"collectives": {
-        "backend": "gloo", "ops": ["all_reduce", "all_gather"], "sizes": ["1MiB"], "in_place": False,
+    # With two GPUs, what one cannot show: NCCL between them (the same torchrun path Gloo takes on one GPU).
+    rows += _two_ranks(ctx, "nccl", ["cuda:0", "cuda:1"]) if ctx.gpus >= 2 else _two_ranks(ctx, "gloo", "cpu")
+    return rows
+
+
+def _two_ranks(ctx, backend: str, devices) -> list:
+    """The collectives file end to end under torchrun with 2 ranks of `backend`, kept in the merged results."""
+    import tempfile
+
+    import yaml
+
+    from suite import distributed
+
+    work = Path(tempfile.mkdtemp(prefix=f"gpu-check-{backend}-", dir=ctx.workdir))
+    cfg = work / f"{backend}.yaml"
+    config = {"devices": devices, "cases": {"collectives": {
+        "backend": backend, "ops": ["all_reduce", "all_gather"], "sizes": ["1MiB"], "in_place": False,
         "rounds": 5, "iterations": 3, "warmup_rounds": 1, "timeout_s": CHECK_TIMEOUT_S}}}
     cfg.write_text(yaml.safe_dump(config))
-    out = work / "gloo.json"
+    out = work / f"{backend}.json"
     cmd = distributed.torchrun_command(2, ["benchmarks/test_collectives.py", "-q", "-p", "no:cacheprovider",
                                            f"--suite-config={cfg}", f"--benchmark-json={out}"])
     try:
         code, text = run_command(cmd, ctx.step_seconds(2 * CHECK_TIMEOUT_S))
     except subprocess.SubprocessError as exc:
         code, text = None, str(exc)
-    # Kept in the check's merged results too: the node's Gloo figures on its CPU.
+    # Kept in the check's merged results too: the node's figures for this backend.
     benches = ctx.keep_results(out, {"tests": "torchrun x2 benchmarks/test_collectives.py", **config})[
         "benchmarks"] if out.exists() else []
+    rows = []
     for bench in benches:
         info = bench["extra_info"]
         good = code == 0 and info["world_size"] == 2 and info["busbw"] > 0
-        rows.append(CheckRow(f"collectives: gloo x2 {info['op']} 1MiB busbw", info["busbw"], None, "GB/s", good,
-                             "2 ranks via torchrun"))
+        rows.append(CheckRow(f"collectives: {backend} x2 {info['op']} 1MiB busbw", info["busbw"], None, "GB/s",
+                             good, "2 ranks via torchrun"))
     if not benches:
         lines = [line for line in text.strip().splitlines() if line.strip()]
-        rows.append(CheckRow("collectives: gloo x2 via torchrun", None, None, "", False,
+        rows.append(CheckRow(f"collectives: {backend} x2 via torchrun", None, None, "", False,
                              lines[-1][:90] if lines else f"exit {code}"))
     return rows
 
