@@ -10,42 +10,59 @@ from collections.abc import Iterator
 
 import torch
 
+from suite.cases.common import require_host_bytes
 from suite.devices import bound_host_node, host_near
+from suite.units import format_size
 
 # Source bytes never hold a zero and verification first zeroes the destination ("poisons" it), so every byte a
 # copy failed to write differs from the source.
 POISON = 0
 # The pattern is generated this many 32-bit words at a time: the hash's temporaries stay small, so a 1 GiB
-# source costs one pass over memory, not three.
+# source costs one pass over memory, not three, and a buffer is filled without a second one of its size.
 PATTERN_CHUNK_WORDS = 1 << 20
+
+
+def _pattern_words(w: torch.Tensor, start: int, seed: int) -> torch.Tensor:
+    """Fill the int32 tensor `w` with the pattern's words `start`, `start` + 1, ..."""
+    torch.arange(start + seed * 7919, start + seed * 7919 + w.numel(), dtype=torch.int32, out=w)
+    w.mul_(-1640531535)  # 0x9E3779B1 (Knuth's golden-ratio multiplier) as a signed int32
+    w.bitwise_xor_(w >> 15)
+    w.mul_(0x2C1B3C6D)
+    w.bitwise_xor_(w >> 12)
+    w.bitwise_or_(0x01010101)
+    return w
+
+
 def pattern_bytes(nbytes: int, seed: int = 1) -> torch.Tensor:
     """`nbytes` of a non-repeating byte pattern on the CPU (uint8), no byte zero; the same for a given seed.
 
     A multiplicative hash of the word index (fast and deterministic, unlike torch.randint, which takes seconds
     for hundreds of MiB); OR-ing 0x01 into each byte keeps every byte non-zero.
     """
-    words = torch.empty((nbytes + 3) // 4, dtype=torch.int32)
-    for start in range(0, words.numel(), PATTERN_CHUNK_WORDS):
-        w = words[start : start + PATTERN_CHUNK_WORDS]
-        torch.arange(start + seed * 7919, start + seed * 7919 + w.numel(), dtype=torch.int32, out=w)
-        w.mul_(-1640531535)  # 0x9E3779B1 (Knuth's golden-ratio multiplier) as a signed int32
-        w.bitwise_xor_(w >> 15)
-        w.mul_(0x2C1B3C6D)
-        w.bitwise_xor_(w >> 12)
-        w.bitwise_or_(0x01010101)
-    return words.view(torch.uint8)[:nbytes]
+    return fill_pattern(torch.empty(nbytes, dtype=torch.uint8), seed)
+
+
+def fill_pattern(out: torch.Tensor, seed: int = 1) -> torch.Tensor:
+    """Write pattern_bytes(out.numel(), seed) into the uint8 tensor `out` (any device), a chunk at a time."""
+    chunk = torch.empty(PATTERN_CHUNK_WORDS, dtype=torch.int32)
+    step = PATTERN_CHUNK_WORDS * 4
+    for offset in range(0, out.numel(), step):
+        part = out[offset : offset + step]
+        words = _pattern_words(chunk[: (part.numel() + 3) // 4], offset // 4, seed)
+        part.copy_(words.view(torch.uint8)[: part.numel()])
+    return out
 
 
 def buffer(device: str, nbytes: int, pinned: bool = False, data: bool = False) -> torch.Tensor:
-    """A uint8 buffer on `device`: empty, or holding pattern_bytes; host buffers pinned on request."""
+    """A uint8 buffer on `device`: empty, or holding pattern_bytes; host buffers pinned on request. A host
+    buffer the host cannot give is a skip (common.require_host_bytes), never the kernel's OOM killer."""
     if device == "cpu":
+        kind = "pinned" if pinned else "pageable"
+        require_host_bytes(nbytes, f"a {format_size(nbytes)} {kind} host buffer")
         out = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pinned)
-        if data:
-            out.copy_(pattern_bytes(nbytes))
-        return out
-    if data:
-        return pattern_bytes(nbytes).to(device)
-    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+    else:
+        out = torch.empty(nbytes, dtype=torch.uint8, device=device)
+    return fill_pattern(out) if data else out
 
 
 def host_side(case) -> contextlib.AbstractContextManager:
@@ -106,5 +123,5 @@ def tie_to_streams(tensors, streams: list) -> None:
                 tensor.record_stream(stream)
 
 
-__all__ = ["POISON", "buffer", "host_extra", "host_side", "on_streams", "pattern_bytes", "tie_to_streams",
+__all__ = ["POISON", "buffer", "fill_pattern", "host_extra", "host_side", "on_streams", "pattern_bytes", "tie_to_streams",
            "verify_copy"]

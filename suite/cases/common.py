@@ -1,7 +1,9 @@
-"""Helpers the case families share: dtypes, seeded random inputs, result checks, unsupported-op skips."""
+"""Helpers the case families share: dtypes, seeded random inputs, result checks, unsupported-op and host-memory
+skips."""
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from typing import NoReturn
@@ -9,6 +11,7 @@ from typing import NoReturn
 import torch
 
 from suite.cases import SkipCase
+from suite.devices.memory import host_shortfall
 
 TORCH_DTYPES = {
     "float32": torch.float32,
@@ -19,6 +22,9 @@ TORCH_DTYPES = {
 
 # Seed for every input tensor: results are reproducible and never all-zero.
 SEED = 1234
+# Host memory of a computation on the CPU per byte of its operands and results: the float32 draws the inputs
+# are cast from, layout copies, the library's packed panels and workspaces, and the check's float64 copies.
+HOST_WORKSPACE_FACTOR = 3
 
 # Messages torch uses when an op or dtype is not implemented on a backend, MPS's and XPU's included: "Cannot
 # convert a MPS Tensor to float64 dtype" (MPS has no float64), "MPS BFloat16 is only supported on MacOS 14 or
@@ -63,12 +69,31 @@ def keeping_inputs() -> bool:
     return _KEPT_INPUTS is not None
 
 
+def require_host_bytes(nbytes: int, what: str) -> None:
+    """SkipCase, naming the size and what is free, unless the host can give `nbytes` more now (with a margin,
+    suite.devices.memory); nothing where the host does not tell (not Linux). Call it before allocating."""
+    reason = host_shortfall(nbytes, what)
+    if reason:
+        raise SkipCase(reason)
+
+
+def require_host_compute(what: str, device: str, elements: int, element_size: int) -> None:
+    """Where the CPU computes (`device` 'cpu'): require_host_bytes for `elements` of operands and results of
+    `element_size` bytes each, times HOST_WORKSPACE_FACTOR. Nothing for other devices."""
+    if device == "cpu":
+        require_host_bytes(elements * element_size * HOST_WORKSPACE_FACTOR, what)
+
+
 def randn(*shape: int, dtype: torch.dtype, device: str, seed: int = SEED) -> torch.Tensor:
     """Standard normal data made on the CPU with a fixed seed, then moved: identical on every device. Always a
-    tensor of the caller's own (a kept draw is copied, never handed out)."""
+    tensor of the caller's own (a kept draw is copied, never handed out). A skip where the host cannot hold
+    the float32 draw (and, for the CPU, its copy)."""
     key = (shape, seed)
     base = _KEPT_INPUTS.get(key) if _KEPT_INPUTS is not None else None
     if base is None:
+        numel = math.prod(shape)
+        copy = numel * dtype.itemsize if device == "cpu" else 0
+        require_host_bytes(numel * 4 + copy, f"a {'x'.join(map(str, shape))} float32 input drawn on the host")
         gen = torch.Generator().manual_seed(seed)
         base = torch.randn(*shape, generator=gen, dtype=torch.float32)
         cap = kept_inputs_cap() if _KEPT_INPUTS is not None else 0

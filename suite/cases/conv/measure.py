@@ -16,8 +16,10 @@ import torch.nn.functional as F
 
 from suite.cases import Case, SkipCase, Work, make_case
 from suite.cases.common import (
+    HOST_WORKSPACE_FACTOR,
     float64_reference,
     randn,
+    require_host_bytes,
     relative_error,
     skip_if_unsupported,
     to_host64,
@@ -111,12 +113,31 @@ def make_operands(p: dict, device: str):
     return _layout(x, layout), _layout(weight, layout), _layout(grad, layout)
 
 
+def host_bytes(p: dict) -> int:
+    """Host memory the case takes: on the CPU, the timed call's operands and results (times the shared
+    workspace factor); and where the check's full-batch float64 reference runs on the host (forward+backward,
+    on every device but CUDA) its tensors and the input unfolded into columns (im2col of the CPU's float64
+    convolution)."""
+    (h, w), (kh, kw), (hout, wout) = p["size"], p["kernel"], p["out_size"]
+    batch, cin, cout = p["batch"], p["in_channels"], p["out_channels"]
+    x, wt, y = batch * cin * h * w, cout * (cin // p["groups"]) * kh * kw, batch * cout * hout * wout
+    backward = p["step"] == "fwd+bwd"
+    need = 0
+    if p["device"] == "cpu":
+        elements = x + wt + 2 * y + (x + wt if backward else 0)  # input, weight, upstream gradient, output, grads
+        need += elements * torch_dtype(storage_dtype(p["precision"])).itemsize * HOST_WORKSPACE_FACTOR
+    if backward and not p["device"].startswith("cuda"):
+        need += 8 * (x + 2 * wt + 2 * y + batch * cin * kh * kw * hout * wout)
+    return need
+
+
 def build(case: Case, config) -> Work:
     p = case.info
     device, precision = p["device"], p["precision"]
     reason = unsupported_reason(precision, device)
     if reason:
         raise SkipCase(reason)
+    require_host_bytes(host_bytes(p), case.id)
     what = f"{precision} {p['layout']} conv2d {p['step']}"
     try:
         # On MPS moving a float64 tensor to the device is itself what fails: a skip, like the call below.
@@ -185,4 +206,4 @@ def verify(label: str, p: dict, conv, x: torch.Tensor, weight: torch.Tensor, gra
     require_tf32_math(p["precision"], max(errors), f"conv {label}")
 
 
-__all__ = ["NAME", "build", "enumerate_cases", "flops", "forward_flops", "output_size", "verify"]
+__all__ = ["NAME", "build", "enumerate_cases", "flops", "forward_flops", "host_bytes", "output_size", "verify"]

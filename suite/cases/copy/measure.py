@@ -8,6 +8,7 @@ import torch
 
 from suite.cases import Case, OwnFn, SkipCase, Work, make_case
 from suite.cases.buffers import POISON, buffer, host_extra, host_side, on_streams, tie_to_streams, verify_copy
+from suite.cases.common import require_host_bytes
 from suite.devices import current_platform, synchronize
 from suite.units import format_size
 
@@ -195,10 +196,18 @@ def traffic_bytes(case: Case) -> int | None:
     return 2 * case.info["size"] if case.info["path"] in ("host", "local") else None
 
 
+def host_bytes(case: Case) -> int:
+    """Host memory the case's buffers take: the size for each end on the host, per direction."""
+    p = case.info
+    ends = (p["src"] == "cpu") + (p["dst"] == "cpu")
+    return p["size"] * ends * (2 if p["direction"] == "bi" else 1)
+
+
 def build(case: Case, config) -> Work:
     reason = skip_reason(case)
     if reason:
         raise SkipCase(reason)
+    require_host_bytes(host_bytes(case), case.id)
     p = case.info
     src, dst, n, nb = p["src"], p["dst"], p["size"], p["non_blocking"]
     pinned = p["memory"] == "pinned"
@@ -254,6 +263,7 @@ __all__ = [
     "NAME",
     "build",
     "enumerate_cases",
+    "host_bytes",
     "host_side",
     "link_kind",
     "moved_bytes",

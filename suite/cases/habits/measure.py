@@ -9,7 +9,7 @@ import math
 import torch
 
 from suite.cases import Case, OwnFn, SkipCase, Work, make_case
-from suite.cases.common import float64_reference, randn
+from suite.cases.common import float64_reference, randn, require_host_bytes
 from suite.cases.buffers import buffer, host_extra, host_side, on_streams, tie_to_streams, verify_copy
 from suite.devices import current_platform, synchronize
 from suite.units import format_size
@@ -153,10 +153,23 @@ def skip_reason(case: Case) -> str | None:
     return None
 
 
+def host_bytes(case: Case) -> int:
+    """Host memory the case takes beside its inputs' draws: the host buffers, and the float64 matrices its
+    check computes on the CPU (every device but CUDA for sync_per_step; one operand for overlap)."""
+    p = case.info
+    if p["habit"] == "small_vs_batched":
+        return p["chunk"] * p["chunks"] * (1 + (p["dst"] == "cpu"))
+    float64_matrix = 8 * p["n"] ** 2
+    if p["habit"] == "sync_per_step":
+        return 0 if p["device"].startswith("cuda") else 3 * float64_matrix  # a, w and their product
+    return p["size"] + float64_matrix
+
+
 def build(case: Case, config) -> Work:
     reason = skip_reason(case)
     if reason:
         raise SkipCase(reason)
+    require_host_bytes(host_bytes(case), case.id)
     return {"small_vs_batched": _small_vs_batched, "sync_per_step": _sync_per_step, "overlap": _overlap}[
         case.info["habit"]
     ](case)
@@ -282,4 +295,4 @@ def _overlap(case: Case) -> Work:
     return work
 
 
-__all__ = ["NAME", "VARIANTS", "build", "enumerate_cases", "host_side", "skip_reason"]
+__all__ = ["NAME", "VARIANTS", "build", "enumerate_cases", "host_bytes", "host_side", "skip_reason"]

@@ -11,13 +11,15 @@ FLOP are few, their memory traffic is not, so tflops understates the work of a s
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
 from suite.cases import Case, SkipCase, Work, make_case
-from suite.cases.common import SEED, randn, relative_error, skip_if_unsupported, to_host64, torch_dtype
+from suite.cases.common import (HOST_WORKSPACE_FACTOR, SEED, randn, relative_error, require_host_bytes,
+                                skip_if_unsupported, to_host64, torch_dtype)
 from suite.cases.conv.measure import forward_flops
 from suite.cases.matmul.measure import tolerance
 from suite.cases.precision import mode_record, require_tf32_math, storage_dtype, unsupported_reason
@@ -86,6 +88,34 @@ def layer_flops(net: nn.Module, shape: tuple[int, ...], batch: int) -> list[int]
     return found
 
 
+def activations(net: nn.Module, shape: tuple[int, ...]) -> tuple[int, int]:
+    """(all, largest) output elements of the network's layers for one sample, found by one CPU pass."""
+    sizes: list[int] = []
+    probe = copy.deepcopy(net).to("cpu", torch.float32)
+    leaves = [m for m in probe.modules() if not list(m.children())]
+    handles = [m.register_forward_hook(lambda _m, _i, out: sizes.append(out.numel())) for m in leaves]
+    with torch.no_grad():
+        probe(torch.ones(1, *shape))
+    for h in handles:
+        h.remove()
+    return sum(sizes), max(sizes, default=0)
+
+
+def host_bytes(p: dict, net: nn.Module) -> int:
+    """Host memory the case takes: on the CPU, the batch's input and every layer's output (kept for the backward
+    pass), the weights and their gradients (times the shared workspace factor); on every device, the check's
+    float64 forward on the host (the input, two layers' outputs at a time, the weights)."""
+    model, batch = p["model"], p["batch_size"]
+    inputs = math.prod(input_shape(model))
+    every, largest = activations(net, input_shape(model))
+    weights = sum(t.numel() for t in net.parameters())
+    need = 8 * (batch * (inputs + 2 * largest) + weights)
+    if p["device"] == "cpu":
+        elements = batch * (inputs + every) + 2 * weights
+        need += elements * torch_dtype(storage_dtype(p["precision"])).itemsize * HOST_WORKSPACE_FACTOR
+    return need
+
+
 def step_flops(per_layer: list[int], step: str) -> int:
     """A forward: the sum. A training step: 3x the sum, less the first layer's input gradient."""
     total = sum(per_layer)
@@ -114,6 +144,7 @@ def build(case: Case, config) -> Work:
         raise SkipCase(reason)
     dtype = torch_dtype(storage_dtype(precision))
     cpu_net = make_net(model)
+    require_host_bytes(host_bytes(p, cpu_net), case.id)
     try:
         # The classic: build the network anywhere, then move it (parameters and buffers) with net.to(device).
         # Inside the skip: on MPS moving float64 parameters or inputs to the device is what fails.
@@ -183,4 +214,5 @@ def verify(label: str, net: nn.Module, x: torch.Tensor, device: str, dtype: torc
             f"model {label}: the gradient of {name} is not on {want}")
 
 
-__all__ = ["NAME", "build", "enumerate_cases", "layer_flops", "make_net", "step_flops", "verify"]
+__all__ = ["NAME", "activations", "build", "enumerate_cases", "host_bytes", "layer_flops", "make_net", "step_flops",
+           "verify"]

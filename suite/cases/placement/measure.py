@@ -8,6 +8,7 @@ import torch
 
 from suite.cases import Case, OwnFn, SkipCase, Work, make_case
 from suite.cases.buffers import buffer, host_extra, host_side, verify_copy
+from suite.cases.common import require_host_bytes
 from suite.devices import device_id, synchronize
 from suite.units import format_size
 
@@ -67,12 +68,21 @@ def skip_reason(case: Case) -> str | None:
     return None
 
 
+def host_bytes(case: Case) -> int:
+    """Host memory the case takes: the source where it is on the CPU, and the result where that is (to_same's
+    result is the source itself)."""
+    p = case.info
+    target = p.get("dst") or p["device"]
+    return p["size"] * ((p["device"] == "cpu") + (p["op"] != "to_same" and target == "cpu"))
+
+
 def build(case: Case, config) -> Work:
     p = case.info
     dev, op, n = p["device"], p["op"], p["size"]
     reason = skip_reason(case)
     if reason:
         raise SkipCase(reason)
+    require_host_bytes(host_bytes(case), case.id)
     x = buffer(dev, n, data=True)
     target = torch.device(p.get("dst") or dev)
     dst = torch.empty_like(x) if op == "copy_" else None
@@ -123,4 +133,4 @@ def build(case: Case, config) -> Work:
     return work
 
 
-__all__ = ["NAME", "OPS", "build", "enumerate_cases", "host_side", "other_device", "same_device", "skip_reason"]
+__all__ = ["NAME", "OPS", "build", "enumerate_cases", "host_bytes", "host_side", "other_device", "same_device", "skip_reason"]
