@@ -8,10 +8,12 @@ import pytest
 import torch
 
 from suite.cases import SkipCase
+from suite.cases.common import HOST_WORKSPACE_FACTOR
 from suite.cases.conv import measure as conv
 from suite.cases.precision import mode_for
 from suite.cases.conv.config import RESNET50_LAYERS
 from suite.config import parse_config
+from suite.devices import memory
 from suite.errors import UserError
 
 SMALL = {"name": "small", "in_channels": 4, "out_channels": 6, "size": 9, "kernel": 3, "stride": 2, "padding": 1}
@@ -169,3 +171,17 @@ def test_cuda_conv_checks_under_each_precision(precision, layout):
         else:
             work.check()
     assert work.extra.get("allow_tf32", False) is (precision == "tf32")
+
+
+def test_host_memory_estimate_and_a_shortfall_is_a_skip(monkeypatch):
+    # input 3x4x9x9, weight 6x4x3x3, output 3x6x5x5: operands, upstream gradient and output, float32, x3
+    assert conv.host_bytes(_case().info) == (972 + 216 + 2 * 450) * 4 * HOST_WORKSPACE_FACTOR
+    gpu = dict(_case(step="fwd+bwd").info, device="cuda:0")
+    assert conv.host_bytes(gpu) == 0  # CUDA checks in float64 on the GPU itself
+    assert conv.host_bytes(dict(gpu, device="mps")) == 8 * (972 + 2 * 216 + 2 * 450 + 3 * 4 * 9 * 25)
+    host = memory.HostMemory(free=2**30, total=2**30, source="MemAvailable")
+    monkeypatch.setattr(memory, "host_memory_free", lambda: host)
+    config = _config(batch=100_000, steps=["fwd"], dtypes=["float32"], layouts=["nchw"])
+    (case,) = conv.enumerate_cases(config, ["cpu"])
+    with pytest.raises(SkipCase, match=r"out of host memory for cpu-float32-nchw-fwd-small-b100000 \(needs 0\.7 GiB"):
+        conv.build(case, config)

@@ -10,7 +10,7 @@ import torch
 from suite.cases import SkipCase, buffers
 from suite.cases.copy import measure as copy_case
 from suite.config import load_config, parse_config
-from suite.devices import missing_reason, use_platform
+from suite.devices import memory, missing_reason, use_platform
 from suite.errors import UserError
 from suite.units import gbps
 from tests.fakes import FakePlatform
@@ -546,3 +546,41 @@ def test_a_gpu_with_a_link_down_adds_no_sweep_kind():
     ids = [{c.id for c in cases_of(4, links=links, sizes=["4KiB", "1MiB"], matrix_sizes=["1MiB"])}
            for links in (down, healthy)]
     assert ids[0] == ids[1]
+
+
+# --- host memory ------------------------------------------------------------------------------------------------
+
+
+def small_host(monkeypatch, free_gib: float = 8, total_gib: float = 16) -> None:
+    host = memory.HostMemory(free=int(free_gib * 2**30), total=int(total_gib * 2**30), source="MemAvailable")
+    monkeypatch.setattr(memory, "host_memory_free", lambda: host)
+
+
+def test_host_bytes_count_each_end_on_the_host():
+    cases = {c.id: copy_case.host_bytes(c) for c in cases_of(2, sizes=["1MiB"], directions=["uni", "bi"])}
+    assert cases["cpu->cpu-pageable-1MiB"] == 2 * 2**20
+    assert cases["cpu->cuda:0-pinned-1MiB"] == cases["cuda:0->cpu-pageable-1MiB"] == 2**20
+    assert cases["cpu<->cuda:0-pinned-non_blocking-1MiB"] == 2 * 2**20
+    assert cases["cuda:0->cuda:1-device-1MiB"] == 0
+
+
+def test_a_host_copy_larger_than_free_memory_is_a_skip_naming_both(monkeypatch):
+    small_host(monkeypatch)
+    case = next(c for c in cases_of(0, sizes=["12GiB"]) if c.info["path"] == "host")
+    with pytest.raises(SkipCase) as skip:
+        copy_case.build(case, config(sizes=["12GiB"]))
+    assert str(skip.value) == (
+        "out of host memory for cpu->cpu-pageable-12GiB (needs 24.0 GiB; the host has 8.0 GiB free of 16.0 GiB "
+        "(MemAvailable; 1.0 GiB of it kept spare)): use smaller sizes for this host"
+    )
+
+
+def test_a_host_buffer_larger_than_free_memory_is_a_skip(monkeypatch):
+    small_host(monkeypatch)
+    with pytest.raises(SkipCase, match=r"out of host memory for a 12GiB pinned host buffer \(needs 12.0 GiB"):
+        buffers.buffer("cpu", 12 * 2**30, pinned=True)
+
+
+def test_a_buffer_is_filled_with_the_pattern_a_chunk_at_a_time():
+    n = 2 * 4 * buffers.PATTERN_CHUNK_WORDS + 3  # two whole chunks and a ragged end
+    assert torch.equal(buffers.buffer("cpu", n, data=True), buffers.pattern_bytes(n))

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from suite import devices as dev
-from suite.devices import machine, numa, nvml, use_platform
+from suite.devices import machine, memory, numa, nvml, use_platform
 from suite.limits import CLOCK_LIMITS
 from tests.fakes import FakePlatform
 
@@ -572,3 +572,93 @@ def test_a_cuda_device_records_its_pci_address(monkeypatch):
     assert kinds.Cuda().properties(torch.device("cuda", 0))["pci_bus_id"] == "0000:3b:00.0"
     props.pci_bus_id = None  # a torch or platform without the address: none is invented
     assert "pci_bus_id" not in kinds.Cuda().properties(torch.device("cuda", 0))
+
+
+# --- host memory ------------------------------------------------------------------------------------------------
+
+GIB = 2**30
+
+
+def fake_host(tmp_path, monkeypatch, available_gib: float, total_gib: float, cgroup: str = "0::/\n",
+              files: dict[str, str] | None = None) -> None:
+    """Point suite.devices.memory at a fake /proc/meminfo, /proc/self/cgroup and cgroup mount under tmp_path;
+    `files` are written relative to the mount."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemTotal:       {int(total_gib * GIB / 1024)} kB\nMemFree:          1024 kB\n"
+                       f"MemAvailable:   {int(available_gib * GIB / 1024)} kB\n")
+    proc_cgroup = tmp_path / "cgroup"
+    proc_cgroup.write_text(cgroup)
+    root = tmp_path / "sys-fs-cgroup"
+    root.mkdir()
+    for rel, text in (files or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    monkeypatch.setattr(memory, "MEMINFO", meminfo)
+    monkeypatch.setattr(memory, "PROC_CGROUP", proc_cgroup)
+    monkeypatch.setattr(memory, "CGROUP_ROOT", root)
+
+
+def test_host_memory_is_memavailable_without_a_cgroup_limit(tmp_path, monkeypatch):
+    fake_host(tmp_path, monkeypatch, 20, 24, files={"memory.max": "max\n", "memory.current": "123\n"})
+    host = memory.host_memory_free()
+    assert (host.free, host.total, host.source) == (20 * GIB, 24 * GIB, "MemAvailable")
+
+
+def test_margin_and_what_a_case_may_take():
+    small = memory.HostMemory(free=3 * GIB, total=8 * GIB, source="MemAvailable")
+    assert small.margin == memory.HOST_MEMORY_MARGIN_BYTES == GIB  # 5% of 8 GiB is less than 1 GiB
+    assert small.usable == 2 * GIB
+    big = memory.HostMemory(free=900 * GIB, total=1000 * GIB, source="MemAvailable")
+    assert big.margin == 50 * GIB and big.usable == 850 * GIB
+    assert memory.HostMemory(free=GIB // 2, total=8 * GIB, source="x").usable == 0
+
+
+def test_cgroup_v2_limits_of_the_process_and_its_ancestors_bound_it(tmp_path, monkeypatch):
+    job = "user.slice/job.scope"
+    fake_host(tmp_path, monkeypatch, 20, 24, cgroup="0::/user.slice/job.scope\n", files={
+        f"{job}/memory.max": f"{8 * GIB}\n", f"{job}/memory.current": f"{5 * GIB}\n",
+        f"{job}/memory.stat": f"anon {4 * GIB}\ninactive_file {GIB}\n",  # the kernel reclaims it first
+        "user.slice/memory.max": f"{16 * GIB}\n", "user.slice/memory.current": f"{6 * GIB}\n",
+    })
+    host = memory.host_memory_free()
+    assert (host.free, host.total) == (4 * GIB, 8 * GIB)
+    assert "cgroup v2 memory.max" in host.source and host.source.endswith("job.scope")
+
+
+def test_cgroup_v1_limit_bounds_it_and_its_no_limit_value_does_not(tmp_path, monkeypatch):
+    lines = "4:memory:/docker/abc\n1:cpu,cpuacct:/docker/abc\n0::/\n"
+    fake_host(tmp_path, monkeypatch, 20, 24, cgroup=lines, files={
+        "memory/docker/abc/memory.limit_in_bytes": f"{16 * GIB}\n",
+        "memory/docker/abc/memory.usage_in_bytes": f"{14 * GIB}\n",
+        "memory/docker/abc/memory.stat": f"hierarchical_memory_limit {12 * GIB}\ntotal_inactive_file {GIB}\n",
+    })
+    host = memory.host_memory_free()
+    assert (host.free, host.total) == (0, 12 * GIB) and host.usable == 0  # usage past the limit
+    assert "cgroup v1" in host.source
+    unlimited = "memory/docker/abc/memory.stat"
+    (memory.CGROUP_ROOT / unlimited).write_text("hierarchical_memory_limit 9223372036854771712\n")
+    (memory.CGROUP_ROOT / "memory/docker/abc/memory.limit_in_bytes").write_text("9223372036854771712\n")
+    assert memory.host_memory_free().source == "MemAvailable"
+
+
+def test_in_a_container_the_cgroup_mount_is_the_containers_own(tmp_path, monkeypatch):
+    # /proc names the host's path, which does not exist under the container's mount
+    fake_host(tmp_path, monkeypatch, 20, 24, cgroup="0::/kubepods/pod1/ctr\n",
+              files={"memory.max": f"{4 * GIB}\n", "memory.current": f"{GIB}\n"})
+    assert memory.host_memory_free().free == 3 * GIB
+
+
+def test_a_shortfall_names_the_size_asked_for_and_what_is_free(tmp_path, monkeypatch):
+    fake_host(tmp_path, monkeypatch, 10, 24)
+    assert memory.host_shortfall(8 * GIB, "x") is None  # 10 GiB free less a 1.2 GiB margin
+    reason = memory.host_shortfall(64 * GIB, "cpu->cpu-pageable-64GiB")
+    assert reason == (
+        "out of host memory for cpu->cpu-pageable-64GiB (needs 64.0 GiB; the host has 10.0 GiB free of 24.0 GiB "
+        "(MemAvailable; 1.2 GiB of it kept spare)): use smaller sizes for this host"
+    )
+
+
+def test_without_proc_the_check_says_nothing(tmp_path, monkeypatch):
+    monkeypatch.setattr(memory, "MEMINFO", tmp_path / "absent")
+    assert memory.host_memory_free() is None
+    assert memory.host_shortfall(2**60, "x") is None

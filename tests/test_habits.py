@@ -8,7 +8,7 @@ import torch
 from suite.cases import SkipCase
 from suite.cases.habits import measure as habits
 from suite.config import parse_config
-from suite.devices import use_platform
+from suite.devices import memory, use_platform
 from suite.errors import UserError
 from tests.fakes import FakePlatform
 
@@ -201,3 +201,15 @@ def test_the_overlap_check_catches_a_wrong_copy_and_a_wrong_matmul(monkeypatch, 
     monkeypatch.setattr(habits.torch, "mm", lambda a, b, out: out.copy_(real_mm(a, b) * 1.5))
     with pytest.raises(AssertionError, match="matmul relative error"):
         work.check()
+
+
+def test_host_memory_counts_buffers_and_host_float64_and_a_shortfall_is_a_skip(monkeypatch):
+    need = {c.id: habits.host_bytes(c) for c in cases_of(["cpu", "cuda:0"], chunk="1MiB", chunks=4)}
+    assert need["cpu->cpu-small_vs_batched-one_batched-1x4MiB"] == 8 * 2**20
+    assert need["cpu->cuda:0-small_vs_batched-many_small-4x1MiB"] == 4 * 2**20
+    assert need["cuda:0-sync_per_step-item-every_step-5steps"] == 0  # float64 on the GPU itself
+    host = memory.HostMemory(free=2**30, total=2**30, source="MemAvailable")
+    monkeypatch.setattr(memory, "host_memory_free", lambda: host)
+    (case, _) = cases_of(["cpu"], chunk="1GiB", chunks=4, habits=["small_vs_batched"])
+    with pytest.raises(SkipCase, match=r"out of host memory for cpu->cpu-small_vs_batched-many_small-4x1GiB \(needs 8.0 GiB"):
+        habits.build(case, config())

@@ -6,10 +6,11 @@ import pytest
 import torch
 from torch import nn
 
-from suite.cases import make_case
+from suite.cases import SkipCase, make_case
 from suite.cases.model import measure as model
 from suite.cases.precision import mode_for
 from suite.config import parse_config
+from suite.devices import memory
 from suite.errors import UserError
 
 
@@ -142,3 +143,14 @@ def test_a_tf32_model_whose_output_is_ieee_exact_is_a_skip():
     model.verify("m", net, x, "cpu", torch.float32, "float32")
     with pytest.raises(SkipCase, match="model m: tf32 was asked for but the result has IEEE float32 accuracy"):
         model.verify("m", net, x, "cpu", torch.float32, "tf32")
+
+
+def test_host_memory_estimate_and_a_shortfall_is_a_skip(monkeypatch):
+    assert model.activations(model.make_net("mlp"), model.IMAGE_SHAPE) == (784 + 4 * 1024 + 10, 1024)
+    linear = model.make_net("linear")
+    # on a GPU only the check's float64 forward on the host: input, two layers' outputs, 4 weights
+    assert model.host_bytes(_case("linear", 1000, device="cuda:0").info, linear) == 8 * (1000 * (3 + 2) + 4)
+    host = memory.HostMemory(free=2**30, total=2**30, source="MemAvailable")
+    monkeypatch.setattr(memory, "host_memory_free", lambda: host)
+    with pytest.raises(SkipCase, match=r"out of host memory for cpu-float32-mlp-b1000000 \(needs \d+\.\d GiB"):
+        model.build(_case("mlp", 1_000_000), None)

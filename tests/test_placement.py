@@ -8,7 +8,7 @@ import torch
 from suite.cases import SkipCase
 from suite.cases.placement import measure as placement
 from suite.config import parse_config
-from suite.devices import use_platform
+from suite.devices import memory, use_platform
 from suite.errors import UserError
 from tests.fakes import FakePlatform
 
@@ -156,3 +156,15 @@ def test_gpu_allocating_check_fails_when_memory_is_returned_uncopied():
     work.fn = lambda: torch.empty_like(x)
     with pytest.raises(AssertionError, match="bytes differ from the source"):
         work.check()
+
+
+def test_host_memory_counts_the_host_side_and_a_shortfall_is_a_skip(monkeypatch):
+    with use_platform(FakePlatform(gpus=1)):
+        cases = placement.enumerate_cases(config(sizes=["1MiB"]), ["cpu", "cuda:0"])
+    need = {c.id: placement.host_bytes(c) for c in cases}
+    assert need["cpu-to_same-1MiB"] == need["cpu-to_other-1MiB"] == need["cuda:0-to_other-1MiB"] == 2**20
+    assert need["cpu-clone-1MiB"] == 2 * 2**20 and need["cuda:0-clone-1MiB"] == 0
+    host = memory.HostMemory(free=2**30, total=2**30, source="MemAvailable")
+    monkeypatch.setattr(memory, "host_memory_free", lambda: host)
+    with pytest.raises(SkipCase, match=r"out of host memory for cpu-clone-4GiB \(needs 8.0 GiB; the host has 1.0 GiB"):
+        placement.build(cpu_case("clone", "4GiB"), config())

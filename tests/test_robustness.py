@@ -621,3 +621,20 @@ def test_ctrl_c_stores_nothing_under_a_named_benchmark_save_either(fake_suite, t
     assert status == pytest.ExitCode.INTERRUPTED, text[-2000:]
     assert not [p for p in store.rglob("*") if p.is_file()], text[-2000:]
     assert "[suite] nothing stored by --benchmark-save/--benchmark-autosave: a run cut short" in text
+
+
+def test_a_host_copy_larger_than_the_host_is_a_skip_in_seconds_and_the_next_case_runs(run_benchmarks):
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    gib = 64
+    while gib * 2**30 <= 2 * total:  # more than the host has, whatever it has (64 GiB on a 24 GiB machine)
+        gib *= 2
+    config = {**FAST, "cases": {"copy": {"sizes": [f"{gib}GiB", "4KiB"], "directions": ["uni"]}}}
+    start = time.monotonic()
+    result, data = run_benchmarks(config, tests="benchmarks/test_copy.py")
+    assert time.monotonic() - start < 90, "refused before allocating, not killed by the kernel minutes later"
+    out = result.stdout.str()
+    assert result.ret == 0, out[-3000:]
+    assert f"out of host memory for cpu->cpu-pageable-{gib}GiB (needs {2 * gib}.0 GiB; the host has" in out
+    assert re.search(r"has \d+\.\d GiB free of \d+\.\d GiB", out)
+    assert "1 passed, 1 skipped" in out
+    assert [b["name"] for b in data["benchmarks"]] == ["test_copy[cpu->cpu-pageable-4KiB]"]

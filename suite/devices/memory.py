@@ -87,7 +87,7 @@ def _cgroup_bounds() -> list[HostMemory]:
         limit, usage = _read_int(folder / "memory.max"), _read_int(folder / "memory.current")
         if limit is not None and usage is not None:  # "max" (no limit) reads as None
             spare = limit - usage + _stat(folder / "memory.stat").get("inactive_file", 0)
-            bounds.append(HostMemory(min(spare, limit), limit, f"cgroup v2 memory.max of {folder}"))
+            bounds.append(HostMemory(max(0, min(spare, limit)), limit, f"cgroup v2 memory.max of {folder}"))
     for folder in _cgroup_dirs("memory"):
         stat = _stat(folder / "memory.stat")
         # hierarchical_memory_limit is the smallest limit of this cgroup and its ancestors
@@ -95,7 +95,7 @@ def _cgroup_bounds() -> list[HostMemory]:
         usage = _read_int(folder / "memory.usage_in_bytes")
         if limit is not None and usage is not None and limit < _CGROUP_V1_NO_LIMIT:
             spare = limit - usage + stat.get("total_inactive_file", 0)
-            bounds.append(HostMemory(min(spare, limit), limit, f"cgroup v1 memory limit of {folder}"))
+            bounds.append(HostMemory(max(0, min(spare, limit)), limit, f"cgroup v1 memory limit of {folder}"))
     return bounds
 
 
