@@ -3,7 +3,8 @@
 Vendors quote tensor-core figures "with sparsity" (2:4 structured sparsity doubles them); every number here is
 the dense one (the sparse figure halved where a datasheet gives only that). float32 is the plain FP32 (CUDA
 core) peak, tf32 the TF32 tensor-core peak, float16 the FP16 tensor-core peak with FP32 accumulation (what
-PyTorch uses), float64 the FP64 tensor-core peak where the chip has one. Peaks are upper bounds at boost clock:
+PyTorch uses), float64 the FP64 tensor-core peak where the chip has one, float8_e4m3fn and float8_e5m2 the FP8
+tensor-core peak (both formats run at one rate), int8 the INT8 tensor-core peak in TOPS. Peaks are upper bounds at boost clock:
 the best published matmul (MAMF) reaches 78-87% of them on NVIDIA GPUs, 51% on the MI300X (docs/reference.md).
 
 Device names are matched by tokens (`NVIDIA H100 80GB HBM3` -> h100, 80gb, hbm3). Where the name does not say
@@ -39,30 +40,37 @@ class Match:
     peaks: dict[str, float] = field(default_factory=dict)
 
 
-def _peaks(fp64: float | None, fp32: float, tf32: float | None, bf16: float | None, fp16: float) -> dict:
-    values = {"float64": fp64, "float32": fp32, "tf32": tf32, "bfloat16": bf16, "float16": fp16}
+def _peaks(fp64: float | None, fp32: float, tf32: float | None, bf16: float | None, fp16: float,
+           fp8: float | None = None, int8: float | None = None) -> dict:
+    values = {"float64": fp64, "float32": fp32, "tf32": tf32, "bfloat16": bf16, "float16": fp16,
+              "float8_e4m3fn": fp8, "float8_e5m2": fp8, "int8": int8}
     return {k: v for k, v in values.items() if v is not None}
 
 
-_H100_PCIE = _peaks(51.2, 51.2, 378.0, 756.0, 756.0)
+_H100_PCIE = _peaks(51.2, 51.2, 378.0, 756.0, 756.0, fp8=1513.0, int8=1513.0)
 _V100_PCIE = _peaks(7.0, 14.0, None, None, 112.0)
 _AMBIGUOUS = "the name does not say SXM, PCIe or NVL: the lowest (PCIe) peaks are taken"
 
 # Most specific rows first: the first row whose tokens all match wins.
 PEAKS: tuple[Peak, ...] = (
-    Peak("H100 NVL", _peaks(60.0, 60.0, 417.5, 835.5, 835.5), "NVIDIA H100 NVL datasheet (sparse figures halved)",
+    Peak("H100 NVL", _peaks(60.0, 60.0, 417.5, 835.5, 835.5, fp8=1670.5, int8=1670.5),
+         "NVIDIA H100 NVL datasheet (sparse figures halved)",
          ("h100", "nvl")),
     Peak("H100 PCIe", _H100_PCIE, _H100_WP, ("h100", "pcie")),
-    Peak("H100 SXM5", _peaks(66.9, 66.9, 494.7, 989.4, 989.4), _H100_WP, ("h100", ("sxm", "hbm3"))),
+    Peak("H100 SXM5", _peaks(66.9, 66.9, 494.7, 989.4, 989.4, fp8=1978.9, int8=1978.9), _H100_WP,
+         ("h100", ("sxm", "hbm3"))),
     Peak("H100 (form factor unknown)", _H100_PCIE, _H100_WP, ("h100",), note=_AMBIGUOUS),
-    Peak("H200 NVL", _peaks(60.0, 60.0, 417.5, 835.5, 835.5), "NVIDIA H200 datasheet (sparse figures halved)",
+    Peak("H200 NVL", _peaks(60.0, 60.0, 417.5, 835.5, 835.5, fp8=1670.5, int8=1670.5),
+         "NVIDIA H200 datasheet (sparse figures halved)",
          ("h200", "nvl")),
-    Peak("H200 SXM", _peaks(67.0, 67.0, 494.5, 989.5, 989.5), "NVIDIA H200 datasheet (sparse figures halved)",
+    Peak("H200 SXM", _peaks(67.0, 67.0, 494.5, 989.5, 989.5, fp8=1979.0, int8=1979.0),
+         "NVIDIA H200 datasheet (sparse figures halved)",
          ("h200",)),
-    Peak("GH200", _peaks(67.0, 67.0, 494.0, 990.0, 990.0), "NVIDIA GH200 Grace Hopper Superchip datasheet",
+    Peak("GH200", _peaks(67.0, 67.0, 494.0, 990.0, 990.0, fp8=1979.0, int8=1979.0),
+         "NVIDIA GH200 Grace Hopper Superchip datasheet (sparse figures halved)",
          ("gh200",)),
-    Peak("A100", _peaks(19.5, 19.5, 156.0, 312.0, 312.0),
-         "NVIDIA A100 Tensor Core GPU datasheet (same peaks for 40/80 GB, SXM and PCIe)", ("a100",)),
+    Peak("A100", _peaks(19.5, 19.5, 156.0, 312.0, 312.0, int8=624.0),
+         "NVIDIA A100 Tensor Core GPU datasheet (same peaks for 40/80 GB, SXM and PCIe; no FP8)", ("a100",)),
     Peak("A10", _peaks(None, 31.2, 62.5, 125.0, 125.0), "NVIDIA A10 Tensor Core GPU datasheet", ("a10",)),
     Peak("L4", _peaks(None, 30.3, 60.0, 121.0, 121.0), "NVIDIA L4 Tensor Core GPU datasheet (sparse figures halved)",
          ("l4",)),
@@ -79,9 +87,12 @@ PEAKS: tuple[Peak, ...] = (
     Peak("V100 (form factor unknown)", _V100_PCIE, "NVIDIA V100 Tensor Core GPU datasheet", ("v100",),
          note=_AMBIGUOUS),
     Peak("T4", _peaks(None, 8.1, None, None, 65.0), "NVIDIA T4 Tensor Core GPU datasheet", ("t4",)),
-    Peak("B200", {"bfloat16": 2250.0, "float16": 2250.0},
-         "docs/reference.md (ml-engineering compute/accelerator README); bf16/fp16 only", ("b200",)),
-    Peak("MI300X", _peaks(163.4, 163.4, 653.7, 1307.4, 1307.4), "AMD Instinct MI300X data sheet (matrix cores)",
+    Peak("B200", {"float64": 37.0, "bfloat16": 2250.0, "float16": 2250.0, "float8_e4m3fn": 4500.0,
+                  "float8_e5m2": 4500.0, "int8": 4500.0},
+         "bf16/fp16/fp8: docs/reference.md (ml-engineering compute/accelerator README); fp64 and int8: NVIDIA "
+         "HGX B200 datasheet (8-GPU figures / 8, sparse halved); no fp32/tf32 row", ("b200",)),
+    Peak("MI300X", _peaks(163.4, 163.4, 653.7, 1307.4, 1307.4, fp8=2614.9, int8=2614.9),
+         "AMD Instinct MI300X data sheet (matrix cores; fp8 and int8 dense, the sparse figures halved)",
          ("mi300x",)),
 )
 

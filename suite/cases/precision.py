@@ -1,4 +1,5 @@
 """Precision modes of the compute cases: float32 (IEEE), TF32, bfloat16, float16, float64; set per case, restored.
+FP8 and INT8 (matmuls only) and whether the installed torch and the device have them.
 
 A case's `precision` is its dtype, except `tf32`: float32 storage with TensorFloat-32 tensor-core math allowed
 in cuBLAS and cuDNN. Plain `float32` means IEEE float32 everywhere: TF32 is switched off explicitly (cuDNN
@@ -19,7 +20,19 @@ import torch
 from suite import devices as dev
 from suite.cases import Case, SkipCase
 
-PRECISIONS = ("float32", "tf32", "bfloat16", "float16", "float64")
+# The tensor-core formats run through torch's scaled and integer matmuls (torch._scaled_mm, torch._int_mm), not
+# torch.matmul: the OCP FP8 formats and INT8.
+FP8 = ("float8_e4m3fn", "float8_e5m2")
+INT8 = "int8"
+PRECISIONS = ("float32", "tf32", "bfloat16", "float16", "float64", *FP8, INT8)
+# FP8 tensor cores arrived with Ada and Hopper (compute capability 8.9).
+FP8_MIN_CAPABILITY = (8, 9)
+# MI300 (gfx94x) runs FP8 in the fnuz variants (no infinities, one NaN, exponent bias one higher); gfx95x and
+# NVIDIA the OCP ones. Untested on a ROCm GPU here.
+FNUZ = {"float8_e4m3fn": "float8_e4m3fnuz", "float8_e5m2": "float8_e5m2fnuz"}
+# The torch function each of these precisions needs, which older releases lack (torch._scaled_mm: 2.1; its
+# one-element fp32 scales and single-tensor result: 2.5; torch._int_mm: 2.1).
+LOW_PRECISION_OP = {**{name: "_scaled_mm" for name in FP8}, INT8: "_int_mm"}
 # TF32 tensor cores arrived with Ampere (compute capability 8.0); older GPUs run float32 in IEEE only.
 TF32_MIN_CAPABILITY = (8, 0)
 # TF32 keeps 10 of float32's 23 mantissa bits: on the suite's normal data a TF32 matmul or convolution is off
@@ -47,8 +60,56 @@ def storage_dtype(precision: str) -> str:
     return "float32" if precision == "tf32" else precision
 
 
+def _rocm_arch(device: str) -> str | None:
+    """The gfx arch of a ROCm GPU ('gfx942'), '' where it is not said; None on a CUDA build."""
+    if not getattr(torch.version, "hip", None):
+        return None
+    return str(dev.current_platform().properties(torch.device(device)).get("gcn_arch") or "")
+
+
+def low_precision_dtype(precision: str, device: str) -> torch.dtype:
+    """The torch dtype of a FP8 or INT8 precision's data on `device` (the fnuz FP8 variants on MI300)."""
+    if precision in FNUZ and (_rocm_arch(device) or "").startswith("gfx94"):
+        return getattr(torch, FNUZ[precision])
+    return getattr(torch, precision)
+
+
+def _low_precision_reason(precision: str, device: str) -> str | None:
+    op = LOW_PRECISION_OP[precision]
+    missing = [name for name in (op, precision) if not hasattr(torch, name)]
+    if missing:
+        return (f"{precision} matmuls need torch.{' and torch.'.join(missing)}, which torch {torch.__version__} "
+                "does not have")
+    kind = device.split(":")[0]
+    if kind == "cpu":
+        return None
+    if kind != "cuda":
+        return f"{precision} matmuls run on CUDA and ROCm GPUs and the CPU here; torch.{op} on {device} is untested"
+    if dev.missing_reason(device) is not None or precision == INT8:
+        return None
+    arch = _rocm_arch(device)
+    if arch is not None:
+        if not arch.startswith(("gfx94", "gfx95")):
+            return (f"{precision} on ROCm needs FP8 matrix cores (gfx94x/gfx95x: MI300 or later); {device} is "
+                    f"{arch or '?'}")
+        if arch.startswith("gfx94") and not hasattr(torch, FNUZ[precision]):
+            return f"{precision} on {arch} runs as torch.{FNUZ[precision]}, which torch {torch.__version__} lacks"
+        return None
+    props = dev.current_platform().properties(torch.device(device))
+    capability = str(props.get("capability") or "")
+    if capability.count(".") == 1 and capability.replace(".", "").isdigit():
+        if tuple(int(part) for part in capability.split(".")) < FP8_MIN_CAPABILITY:
+            return (f"{precision} needs FP8 tensor cores: compute capability >= {FP8_MIN_CAPABILITY[0]}."
+                    f"{FP8_MIN_CAPABILITY[1]} (Ada, Hopper or newer); {device} ({props.get('name', '?')}) is "
+                    f"{capability}")
+    return None
+
+
 def unsupported_reason(precision: str, device: str) -> str | None:
-    """Why `precision` cannot run on `device`, where the suite knows in advance; None otherwise."""
+    """Why `precision` cannot run on `device`, where the suite knows in advance (for FP8 and INT8: what the
+    installed torch offers, and the device's FP8 tensor cores); None otherwise."""
+    if precision in LOW_PRECISION_OP:
+        return _low_precision_reason(precision, device)
     if precision != "tf32":
         return None
     kind = device.split(":")[0]
@@ -225,5 +286,5 @@ def mode_record(precision: str, device: str, uses: tuple[str, ...] = ("matmul", 
     return record
 
 
-__all__ = ["PRECISIONS", "mode_for", "mode_record", "onednn_state", "precision_mode", "require_tf32_math",
-           "storage_dtype", "tf32_state", "unsupported_reason"]
+__all__ = ["FP8", "INT8", "PRECISIONS", "low_precision_dtype", "mode_for", "mode_record", "onednn_state",
+           "precision_mode", "require_tf32_math", "storage_dtype", "tf32_state", "unsupported_reason"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from suite.cases.matmul import read as matmul
-from suite.summary import compute_grid, precision
+from suite.summary import compute_grid
 
 RATE = "tflops"  # the rate that says how fast this family is
 # Seconds a benchmark costs beyond warm-up and timed rounds (suite.plan; measured as matmul's OVERHEAD_S).
@@ -24,7 +24,7 @@ MEASURES = matmul.MEASURES
 
 def summary(benches: list[dict]) -> list[str]:
     return compute_grid(
-        "ceiling", benches, lambda i: f"{i.get('device')}", lambda i: f"{precision(i)} {matmul.shape(i)}"
+        "ceiling", benches, lambda i: f"{i.get('device')}", lambda i: f"{matmul.label(i)} {matmul.shape(i)}"
     )
 
 
@@ -33,5 +33,5 @@ def headline(results: list[tuple[dict, dict]]) -> list[tuple[str, str, str]]:
     from suite.tools.evidence import against, best_per_precision, fmt
 
     return [(f"ceiling (sustained median, best shape) {precision} {i['m']}×{i['n']}×{i['k']}",
-             f"{fmt(i['tflops'])} TFLOP/s", against(i, ceiling=False))
+             f"{fmt(i['tflops'])} {i.get('unit', 'TFLOP/s')}", against(i, ceiling=False))
             for precision, i in best_per_precision(results, "tflops").items()]

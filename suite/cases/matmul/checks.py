@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from suite.cases.matmul.measure import ALL_GPUS, NAME, shape_id
+from suite.cases.precision import unsupported_reason
 from suite.tools.checkrow import IN_PROCESS_RUN_S, RATIO_TOLERANCE, CheckRow, bench_s, judged, truth_s
 from suite.tools.paired import Pair, Target, one, timer_seconds
 
@@ -16,8 +17,12 @@ CHECK_SHAPE = 8192
 # TF32 on must make an fp32 matmul at least this much faster than IEEE fp32 (H200 datasheet: 494 vs 67 dense
 # TFLOP/s, ~7x): far below the datasheet ratio, far above noise, so a switch that does nothing fails.
 TF32_MIN_SPEEDUP = 2.0
-# bf16 8192^3 against events; fp32 with TF32 on and off.
-STEP_ESTIMATE_S = truth_s(NAME, 1, 1, True) + IN_PROCESS_RUN_S + 2 * bench_s(NAME, True)
+# The FP8 row's precision, and its n in the dry run (the CPU's FP8 matmul is a slow reference path: ~40
+# MFLOP/s, 64^3 in ~15 ms).
+FP8 = "float8_e4m3fn"
+FP8_DRY_N = 64
+# bf16 and fp8 8192^3 against events; fp32 with TF32 on and off.
+STEP_ESTIMATE_S = 2 * truth_s(NAME, 1, 1, True) + IN_PROCESS_RUN_S + 2 * bench_s(NAME, True)
 # Its place in the check (suite.tools.gpu_check: lower first).
 CHECK_ORDER = 10
 # The dry run's stand-in for configs/quick.yaml's matmul cases.
@@ -25,8 +30,9 @@ DRY_QUICK = {"dtypes": ["float32"], "shapes": ["64x64x64"]}
 
 
 def gpu_checks(ctx) -> list:
-    """A large bf16 matmul against CUDA events (alternating, same process); TF32 on faster than off; with two
-    or more GPUs, the all-at-once aggregate against the per-device rates measured right after it."""
+    """A large bf16 and a large FP8 matmul against CUDA events (alternating, same process); TF32 on faster than
+    off; with two or more GPUs, the all-at-once aggregate against the per-device rates measured right after
+    it."""
     n = ctx.pick(CHECK_SHAPE, 128)
     dtype = ctx.pick("bfloat16", "float32")
     shape = shape_id(n, n, n)
@@ -45,8 +51,23 @@ def gpu_checks(ctx) -> list:
         rows.append(CheckRow(title, rate.get("tf32"), rate.get("float32"), "TFLOP/s", judged(ctx, False),
                              f"results for {sorted(rate)} only (tf32 skips off CUDA, and where its result is "
                              "IEEE-exact: see the log)"))
+    rows += _fp8_check(ctx, tests)
     if not ctx.dry_run and torch.cuda.device_count() >= 2:
         rows += _all_gpus_check(ctx)
+    return rows
+
+
+def _fp8_check(ctx, tests: str) -> list:
+    """FP8 e4m3 (torch._scaled_mm) against CUDA events, like the bf16 row; on a GPU without FP8, a row that
+    says why it was not checked."""
+    n = ctx.pick(CHECK_SHAPE, FP8_DRY_N)
+    shape = shape_id(n, n, n)
+    title = f"matmul {FP8} {shape}"
+    reason = unsupported_reason(FP8, ctx.device)
+    if reason:
+        return [CheckRow(title, None, None, "ms", None, f"not checked: {reason}")]
+    rows, _ = ctx.timing_truth(NAME, {"devices": [ctx.device], "cases": {"matmul": {
+        "dtypes": [FP8], "shapes": [shape]}}}, tests, {f"{ctx.device}-{FP8}-{shape}": title})
     return rows
 
 

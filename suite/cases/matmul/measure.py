@@ -1,14 +1,17 @@
-"""Matmul: C = A @ B for (m, n, k) shapes x precisions x devices, and on every GPU at once; 2*m*n*k FLOP per call."""
+"""Matmul: C = A @ B for (m, n, k) shapes x precisions x devices, and on every GPU at once; 2*m*n*k FLOP per call
+(operations for INT8). FP8 and INT8 run through torch's scaled and integer matmuls (suite.cases.matmul.formats)."""
 
 from __future__ import annotations
 
 import statistics
+from typing import Callable
 
 import torch
 
 from suite.cases import Case, SkipCase, Work, make_case
 from suite.cases.common import randn, relative_error, skip_if_unsupported, to_host64, torch_dtype
-from suite.cases.precision import mode_record, require_tf32_math, storage_dtype, unsupported_reason
+from suite.cases.matmul import formats
+from suite.cases.precision import INT8, mode_record, require_tf32_math, storage_dtype, unsupported_reason
 
 NAME = "matmul"
 COMPUTE = True  # keeps compute units busy: a sustained warm-up on accelerators (timing.warmup_seconds)
@@ -89,25 +92,34 @@ def tolerance(precision: str) -> float:
     return TF32_TOLERANCE if precision == "tf32" else TOLERANCE[storage_dtype(precision)]
 
 
-def _inputs(device: str, precision: str, m: int, n: int, k: int, what: str):
-    reason = unsupported_reason(precision, device)
+def check_rows(m: int, n: int, k: int) -> int:
+    return min(m, max(MIN_CHECK_ROWS, min(CHECK_ROWS, CHECK_FLOP_BUDGET // (2 * n * k))))
+
+
+def product(device: str, precision: str, m: int, n: int, k: int, what: str = "matmul"
+            ) -> tuple[Callable[[], object], Callable[[str], None]]:
+    """One matmul's operands on `device`: the call to time and its check (given a label); SkipCase where the
+    precision, the installed torch or the device cannot run it."""
+    low = precision in formats.ROUNDOFF
+    reason = unsupported_reason(precision, device) or (low and formats.shape_reason(precision, device, m, n, k))
     if reason:
         raise SkipCase(reason)
-    dtype = torch_dtype(storage_dtype(precision))
     try:
+        if low:
+            return formats.product(precision, device, m, n, k, check_rows(m, n, k))
         # Making the operands is inside too: on MPS moving a float64 tensor to the device is what fails.
+        dtype = torch_dtype(storage_dtype(precision))
         a = randn(m, k, dtype=dtype, device=device, seed=1)
         b = randn(k, n, dtype=dtype, device=device, seed=2)
         out = torch.empty(m, n, dtype=dtype, device=device)
         torch.matmul(a, b, out=out)
     except Exception as exc:  # noqa: BLE001 - only 'unsupported' becomes a skip; the rest re-raises
         skip_if_unsupported(exc, f"{precision} {what}", device)
-    return a, b, out
+    return (lambda: torch.matmul(a, b, out=out)), (lambda label: _check(a, b, out, precision, label))
 
 
 def _check(a, b, out, precision: str, label: str) -> None:
-    k, n = b.shape
-    rows = min(a.shape[0], max(MIN_CHECK_ROWS, min(CHECK_ROWS, CHECK_FLOP_BUDGET // (2 * n * k))))
+    rows = check_rows(a.shape[0], *reversed(b.shape))
     torch.matmul(a, b, out=out)
     reference = to_host64(a[:rows]) @ to_host64(b)
     err = relative_error(out[:rows], reference)
@@ -118,13 +130,15 @@ def _check(a, b, out, precision: str, label: str) -> None:
 
 def build_matmul(label: str, device: str, precision: str, m: int, n: int, k: int) -> Work:
     """One matmul on one device; run inside `precision.mode_for(case)` so TF32 is on or off as asked."""
-    a, b, out = _inputs(device, precision, m, n, k, "matmul")
+    run, check = product(device, precision, m, n, k)
+    return Work(fn=run, check=lambda: check(label), flops=flops(m, n, k),
+                extra=_record(precision, device))
 
-    def run() -> None:
-        torch.matmul(a, b, out=out)
 
-    return Work(fn=run, check=lambda: _check(a, b, out, precision, label), flops=flops(m, n, k),
-                extra=mode_record(precision, device, ("matmul",)))
+def _record(precision: str, device: str) -> dict:
+    # INT8 counts integer operations: `tflops` keeps its name (one rate key for every precision), `unit` says
+    # they are tera-operations.
+    return {**mode_record(precision, device, ("matmul",)), **({"unit": "TOPS"} if precision == INT8 else {})}
 
 
 def skip_reason(case: Case) -> str | None:
@@ -151,18 +165,18 @@ def build_all_gpus(case: Case) -> Work:
     p = case.info
     gpus = list(p["gpus"])
     precision, m, n, k = p["precision"], p["m"], p["n"], p["k"]
-    operands = [_inputs(dev, precision, m, n, k, "matmul") for dev in gpus]
-    extra: dict = {**mode_record(precision, gpus[0], ("matmul",)), "gpu_count": len(gpus)}
+    operands = [product(dev, precision, m, n, k) for dev in gpus]
+    extra: dict = {**_record(precision, gpus[0]), "gpu_count": len(gpus)}
 
     def run() -> None:
         # Launches are asynchronous: each device starts as soon as its launch is queued, so the devices run
         # at the same time; the timer then synchronises all of them.
-        for a, b, out in operands:
-            torch.matmul(a, b, out=out)
+        for call, _ in operands:
+            call()
 
     def check() -> None:
-        for dev, (a, b, out) in zip(gpus, operands):
-            _check(a, b, out, precision, f"{case.id} on {dev}")
+        for dev, (_, check_one) in zip(gpus, operands):
+            check_one(f"{case.id} on {dev}")
 
     # `derive` runs right after the timed rounds (suite.plugin.run_case): the per-device rates come from GPUs
     # at their sustained clocks, comparable with the aggregate the timed rounds measured.
@@ -177,11 +191,11 @@ def per_device_rates(gpus: list[str], operands: list, flop: int) -> dict:
     times: dict[str, list[float]] = {d: [] for d in gpus}
     for i in range(2 * PER_DEVICE_ROUNDS):
         events = []
-        for dev, (a, b, out) in zip(gpus, operands):
+        for dev, (call, _) in zip(gpus, operands):
             with torch.cuda.device(dev):
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                torch.matmul(a, b, out=out)
+                call()
                 end.record()
             events.append((dev, start, end))
         for dev in gpus:

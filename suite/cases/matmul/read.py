@@ -31,15 +31,21 @@ def call_flops(params: dict) -> int | None:
     return flops(params["m"], params["n"], params["k"])  # all GPUs at once: each runs this, side by side
 
 
+def label(info: dict) -> str:
+    """The precision with its unit where it is not TFLOP/s: 'int8 (TOPS)' (its `tflops` counts integer ops)."""
+    unit = info.get("unit")
+    return f"{precision(info)} ({unit})" if unit else precision(info)
+
+
 def summary(benches: list[dict]) -> list[str]:
-    return compute_grid("matmul", benches, lambda i: f"{i.get('device')} {precision(i)}", shape)
+    return compute_grid("matmul", benches, lambda i: f"{i.get('device')} {label(i)}", shape)
 
 # Health judges matmul only at 2*4096^3 FLOP or more: MAMF's best shapes are large; smaller ones do not fill
 # the GPU.
 MIN_MATMUL_FLOPS = 2 * 4096**3
 MEASURES = {
     f"matmul_{short}": Measure("tflops", "TFLOP/s", (("precision", precision),), min_flops=MIN_MATMUL_FLOPS)
-    for short, precision in (("bf16", "bfloat16"), ("fp16", "float16"), ("tf32", "tf32"))
+    for short, precision in (("bf16", "bfloat16"), ("fp16", "float16"), ("tf32", "tf32"), ("fp8", "float8_e4m3fn"))
 }
 
 
@@ -47,5 +53,6 @@ def headline(results: list[tuple[dict, dict]]) -> list[tuple[str, str, str]]:
     """The GPU check's evidence rows (suite.tools.evidence): the largest matmul per precision."""
     from suite.tools.evidence import against, best_per_precision, fmt
 
-    return [(f"matmul {precision} {i['m']}×{i['n']}×{i['k']}", f"{fmt(i['tflops'])} TFLOP/s", against(i))
+    return [(f"matmul {precision} {i['m']}×{i['n']}×{i['k']}", f"{fmt(i['tflops'])} {i.get('unit', 'TFLOP/s')}",
+             against(i))
             for precision, i in best_per_precision(results, "flops").items()]
