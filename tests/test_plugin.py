@@ -312,3 +312,41 @@ def test_the_table_options_are_pytest_benchmarks_own(pytestconfig):
 
     for name in _TABLE_OPTIONS:  # getoption raises ValueError for a name no plugin defines
         pytestconfig.getoption(name)
+
+
+def test_fp8_and_int8_matmuls_run_from_the_yaml_into_json_summary_report_and_compare(run_benchmarks, tmp_path):
+    import json
+    import re
+
+    from suite.cli import main
+
+    config = {"devices": ["cpu"], "timing": {"warmup_s": 0.0, "max_time": 0.05, "min_rounds": 2},
+              "cases": {"matmul": {"dtypes": ["float32", "float8_e4m3fn", "float8_e5m2", "int8"],
+                                   "shapes": ["32x32x32"]}}}
+    result, data = run_benchmarks(config, "-k", "matmul")
+    result.assert_outcomes(passed=4)
+    infos = {b["extra_info"]["precision"]: b["extra_info"] for b in data["benchmarks"]}
+    assert set(infos) == {"float32", "float8_e4m3fn", "float8_e5m2", "int8"}
+    for precision, info in infos.items():
+        assert info["tflops"] > 0 and info["flops"] == 2 * 32**3 and info["pct_of_ceiling"] == pytest.approx(100)
+        assert info.get("unit") == ("TOPS" if precision == "int8" else None)
+    assert set(data["suite"]["ceilings"]["cpu"]) == set(infos)
+    out = result.stdout.str()
+    assert "cpu int8 (TOPS)" in out and "cpu float8_e4m3fn" in out and "cpu float8_e5m2" in out
+    new = tmp_path / "new.json"
+    new.write_text(json.dumps(data), encoding="utf-8")
+    html = tmp_path / "r.html"
+    assert main(["report", str(new), "-o", str(html)]) == 0
+    text = html.read_text(encoding="utf-8")
+    # The matmul family's precision table: each precision's best, int8 in TOPS, with % of ceiling and datasheet.
+    assert re.search(r"<td>int8</td><td class=\"num\">[-+.e0-9]+ TOPS</td><td class=\"num\">100%</td>", text)
+    assert re.search(r"<td>float8_e5m2</td><td class=\"num\">[-+.e0-9]+ TFLOP/s</td>", text)
+    assert "<th>% of datasheet</th>" in text
+    # A run without FP8 (the same run's float32 alone) compares with this one on float32; a real older file
+    # reports beside it.
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(dict(data, benchmarks=[b for b in data["benchmarks"]
+                                                      if b["extra_info"]["precision"] == "float32"])))
+    assert main(["compare", str(old), str(new)]) in (0, 1)
+    real = ROOT / "tests" / "data" / "real" / "cpu_default_run.json"
+    assert main(["report", str(real), str(new), "-o", str(html)]) == 0

@@ -312,3 +312,120 @@ def test_a_tf32_convolution_whose_output_is_ieee_exact_is_a_skip():
             verify("c", {**p, "step": step}, ieee, x, w, g)
         verify("c", {**p, "step": step}, tensor_cores, x, w, g)
         verify("c", {**p, "step": step, "precision": "float32"}, ieee, x, w, g)
+
+
+# --- FP8 and INT8 (torch._scaled_mm, torch._int_mm): what torch and the device offer, and the check ---------
+
+from suite.cases.matmul import formats  # noqa: E402
+from suite.cases.matmul.measure import build_matmul as matmul_work  # noqa: E402
+from suite.cases.precision import low_precision_dtype  # noqa: E402
+
+LOW = ["float8_e4m3fn", "float8_e5m2", "int8"]
+
+
+@pytest.mark.parametrize("precision, missing", [("float8_e4m3fn", "_scaled_mm"), ("float8_e5m2", "float8_e5m2"),
+                                                ("int8", "_int_mm")])
+def test_a_torch_without_the_op_or_format_skips_with_the_reason(monkeypatch, precision, missing):
+    monkeypatch.delattr(torch, missing)
+    reason = unsupported_reason(precision, "cpu")
+    assert f"torch.{missing}" in reason and torch.__version__ in reason
+    with pytest.raises(SkipCase, match=f"torch.{missing}"):
+        matmul_work("x", "cpu", precision, 32, 32, 32)
+
+
+def test_fp8_needs_capability_8_9_and_int8_does_not():
+    class Ampere(FakePlatform):
+        def properties(self, device):
+            return dict(super().properties(device), name="NVIDIA A100-SXM4-80GB", capability="8.0")
+
+    with use_platform(Ampere(gpus=1)):
+        reason = unsupported_reason("float8_e4m3fn", "cuda:0")
+        assert "compute capability >= 8.9" in reason and "8.0" in reason and "A100" in reason
+        assert unsupported_reason("int8", "cuda:0") is None
+    with use_platform(FakePlatform(gpus=1)):  # capability 9.0
+        assert unsupported_reason("float8_e5m2", "cuda:0") is None
+    assert "untested" in unsupported_reason("float8_e4m3fn", "mps")
+
+
+def test_rocm_mi300_runs_the_fnuz_formats_and_older_gpus_skip(monkeypatch):
+    class Rocm(FakePlatform):
+        arch = "gfx942"
+
+        def properties(self, device):
+            return dict(super().properties(device), name="AMD Instinct MI300X", gcn_arch=self.arch)
+
+    monkeypatch.setattr(torch.version, "hip", "6.2", raising=False)
+    with use_platform(Rocm(gpus=1)):
+        assert unsupported_reason("float8_e4m3fn", "cuda:0") is None
+        assert low_precision_dtype("float8_e4m3fn", "cuda:0") == torch.float8_e4m3fnuz
+        assert low_precision_dtype("float8_e5m2", "cuda:0") == torch.float8_e5m2fnuz
+        Rocm.arch = "gfx90a"
+        assert "MI300 or later" in unsupported_reason("float8_e5m2", "cuda:0")
+    assert low_precision_dtype("float8_e4m3fn", "cpu") == torch.float8_e4m3fn
+
+
+def test_cuda_shape_limits_are_a_skip_with_the_reason():
+    assert "multiples of 16" in formats.shape_reason("float8_e4m3fn", "cuda:0", 64, 64, 40)
+    assert "m > 16" in formats.shape_reason("int8", "cuda:0", 8, 64, 64)
+    assert formats.shape_reason("int8", "cuda:0", 32, 64, 64) is None
+    assert formats.shape_reason("float8_e4m3fn", "cpu", 3, 5, 7) is None
+
+
+@pytest.mark.parametrize("precision", LOW)
+def test_low_precision_matmul_runs_and_is_checked_on_the_cpu(precision):
+    work = matmul_work("x", "cpu", precision, 48, 32, 64)
+    work.fn()
+    work.check()
+    assert work.flops == 2 * 48 * 32 * 64
+    assert work.extra == {"precision": precision, **({"unit": "TOPS"} if precision == "int8" else {})}
+
+
+def test_inputs_use_the_formats_range():
+    a = torch.randn(64, 64)
+    q = formats._to_int8(a)
+    assert q.abs().max() == formats.INT8_MAX and q.unique().numel() > 50
+    seen = {}
+    real = torch._scaled_mm
+
+    def spy(aq, bq, **kwargs):
+        seen["amax"] = aq.float().abs().max().item()
+        return real(aq, bq, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch, "_scaled_mm", spy)
+        matmul_work("x", "cpu", "float8_e4m3fn", 32, 32, 32)
+    assert seen["amax"] == torch.finfo(torch.float8_e4m3fn).max
+
+
+@pytest.mark.parametrize("precision, op", [("float8_e4m3fn", "_scaled_mm"), ("float8_e5m2", "_scaled_mm"),
+                                           ("int8", "_int_mm")])
+def test_a_wrong_low_precision_result_fails_the_check(monkeypatch, precision, op):
+    work = matmul_work("x", "cpu", precision, 32, 32, 32)
+    real = getattr(torch, op)
+    # Off by 5% (FP8: beyond its tolerance) or by one integer (INT8: its products are exact).
+    wrong = (lambda *a, **k: real(*a, **k) * 1.05) if op == "_scaled_mm" else (lambda *a, **k: real(*a, **k) + 1)
+    monkeypatch.setattr(torch, op, wrong)
+    with pytest.raises(AssertionError, match="dequantized inputs"):
+        work.check()
+
+
+def test_an_older_torchs_scaled_mm_result_with_its_amax_is_read(monkeypatch):
+    work = matmul_work("x", "cpu", "float8_e4m3fn", 32, 32, 32)
+    real = torch._scaled_mm
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *a, **k: (real(*a, **k), torch.tensor(1.0)))
+    work.check()
+
+
+def test_tolerance_grows_with_k_and_int8_is_exact():
+    assert formats.tolerance("float8_e4m3fn", 16384) > formats.tolerance("float8_e4m3fn", 64) > 2 * 2**-8
+    assert formats.tolerance("float8_e4m3fn", 16384) < 0.05  # a wrong kernel is off by ~1
+    assert formats.tolerance("int8", 65536) == 0.0
+
+
+def test_only_matmul_and_ceiling_take_the_low_precisions():
+    config = parse_config({"cases": {"matmul": {"dtypes": ["fp8", "e5m2", "int8", "fp64"]},
+                                     "ceiling": {"dtypes": ["float8_e4m3fn"]}}})
+    assert config.cases.matmul.dtypes == ["float8_e4m3fn", "float8_e5m2", "int8", "float64"]
+    assert config.cases.ceiling.dtypes == ["float8_e4m3fn"]
+    with pytest.raises(UserError, match="is not a dtype"):
+        parse_config({"cases": {"conv": {"dtypes": ["float8_e4m3fn"]}}})

@@ -61,8 +61,8 @@ def storage_dtype(precision: str) -> str:
 
 
 def _rocm_arch(device: str) -> str | None:
-    """The gfx arch of a ROCm GPU ('gfx942'), '' where it is not said; None on a CUDA build."""
-    if not getattr(torch.version, "hip", None):
+    """The gfx arch of a ROCm GPU ('gfx942'), '' where it is not said; None on a CUDA build or another device."""
+    if not getattr(torch.version, "hip", None) or not device.startswith("cuda"):
         return None
     return str(dev.current_platform().properties(torch.device(device)).get("gcn_arch") or "")
 
