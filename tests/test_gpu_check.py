@@ -104,24 +104,24 @@ def test_the_merged_results_load_in_report_and_compare(dry_run, tmp_path, capsys
 
 
 @pytest.mark.slow
-def test_evidence_keeps_the_checks_files_as_they_came_and_writes_the_readme(dry_run, tmp_path, capsys):
+def test_evidence_keeps_the_checks_files_as_they_came_and_writes_its_page(dry_run, tmp_path, capsys):
     from suite.tools import evidence
 
     proc, out = dry_run
     assert proc.returncode == 0, proc.stdout[-3000:]
-    readme = tmp_path / "README.md"
+    page = tmp_path / "evidence.md"
     start, end = evidence.START.format(name="h200"), evidence.END.format(name="h200")
-    readme.write_text(f"# x\n\n{start}\nold\n{end}\n\nrest\n")
+    page.write_text(f"# x\n\n{start}\nold\n{end}\n\nrest\n")
     real = tmp_path / "real"
     with pytest.raises(evidence.UserError, match="a dry run"):
-        evidence.keep(out, real=real, readme=readme)
-    kept = evidence.keep(out, allow_dry_run=True, real=real, readme=readme)
+        evidence.keep(out, real=real, page=page)
+    kept = evidence.keep(out, allow_dry_run=True, real=real, page=page)
     assert [p.name for p in kept] == ["h200_check.json", "h200_quick.json", "h200_gpu_check.json"]
     for source, target in zip(("results.json", "quick.json", "check.json"), kept):
         assert target.read_bytes() == (out / source).read_bytes(), "kept byte for byte, never rewritten"
-    text = readme.read_text()
+    text = page.read_text()
     assert text.startswith("# x\n") and text.endswith("\n\nrest\n") and "\nold\n" not in text
-    assert evidence.read_section(readme) == evidence.section("h200", real)
+    assert evidence.read_section(page) == evidence.section("h200", real)
     section = evidence.section("h200", real)
     assert "**Measured on a dry run on the CPU (no GPU)**" in section and "torch " in section
     assert "| matmul float32 " in section and "| copy host pageable " in section and "| habit " in section
