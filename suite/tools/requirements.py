@@ -153,20 +153,31 @@ def choose_wheels(folder: Path) -> tuple[list[Path], list[str]]:
     and its pydantic-core go together)."""
     wheels = {wheel_name_version(w)[0]: w for w in sorted(folder.glob("*.whl"))}
     chosen: dict[str, str] = {}
-    notes = {}
+    notes: dict[str, str] = {}
     for name, wheel in wheels.items():
-        carried = wheel_name_version(wheel)[1]
-        have = installed(name)
-        have_v, carried_v = _version(have.split("+")[0]) if have else None, _version(carried.split("+")[0])
-        older = have_v is not None and carried_v is not None and have_v < carried_v
-        if have is None:
-            chosen[name] = f"{name} {carried}: not installed here"
-        elif older:
-            chosen[name] = f"{name} {carried}: replaces {have} (older)"
-        else:
-            notes[name] = f"{name} {carried}: not needed, {have} is installed"
+        line, wanted = _wanted(name, wheel_name_version(wheel)[1])
+        (chosen if wanted else notes)[name] = line
     pins = {name: {p for p, v in _exact_pins(w).items() if p in wheels and wheel_name_version(wheels[p])[1] == v}
             for name, w in wheels.items()}
+    _add_pinned(chosen, notes, wheels, pins)
+    _drop_uninstallable(chosen, notes, wheels, pins)
+    return [wheels[n] for n in chosen], [chosen[n] for n in chosen] + list(notes.values())
+
+
+def _wanted(name: str, carried: str) -> tuple[str, bool]:
+    """(the line on a carried wheel, whether to install it): where this Python lacks it or has it older."""
+    have = installed(name)
+    if have is None:
+        return f"{name} {carried}: not installed here", True
+    have_v, carried_v = _version(have.split("+")[0]), _version(carried.split("+")[0])
+    if have_v is not None and carried_v is not None and have_v < carried_v:
+        return f"{name} {carried}: replaces {have} (older)", True
+    return f"{name} {carried}: not needed, {have} is installed", False
+
+
+def _add_pinned(chosen: dict[str, str], notes: dict[str, str], wheels: dict[str, Path],
+                pins: dict[str, set[str]]) -> None:
+    """Choose every carried wheel a chosen one pins exactly, and what those pin in turn."""
     pending = list(chosen)
     while pending:
         for pinned in pins[pending.pop()]:
@@ -175,9 +186,13 @@ def choose_wheels(folder: Path) -> tuple[list[Path], list[str]]:
                                  "that is installed"
                 notes.pop(pinned, None)
                 pending.append(pinned)
-    # A wheel built for another Python or platform cannot be installed here, and neither can what pins it or
-    # what it pins (pydantic without its pydantic-core breaks at import): the node's own copies stay, and the
-    # requirements check says whether they are enough.
+
+
+def _drop_uninstallable(chosen: dict[str, str], notes: dict[str, str], wheels: dict[str, Path],
+                        pins: dict[str, set[str]]) -> None:
+    """A wheel built for another Python or platform cannot be installed here, and neither can what pins it or
+    what it pins (pydantic without its pydantic-core breaks at import): the node's own copies stay, and the
+    requirements check says whether they are enough."""
     tags = set(_packaging("tags").sys_tags())
     unusable = {n for n in chosen if not tags & set(_packaging("utils").parse_wheel_filename(wheels[n].name)[3])}
     group = set(unusable)
@@ -192,7 +207,6 @@ def choose_wheels(folder: Path) -> tuple[list[Path], list[str]]:
         notes[name] = f"{name} {wheel_name_version(wheels[name])[1]}: not installed, {why} " \
                       f"(scripts/prepare-device.sh with PY_VERSION={sys.version_info[0]}.{sys.version_info[1]})"
         del chosen[name]
-    return [wheels[n] for n in chosen], [chosen[n] for n in chosen] + list(notes.values())
 
 
 def carried_problems(folder: Path, need: tuple[str, ...] = CARRIED) -> list[str]:
@@ -230,37 +244,47 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser(name, help=text).add_argument("folder", type=Path)
     args = parser.parse_args(argv)
     if args.command == "check":
-        reqs = requirements()
-        found = problems(reqs)
-        for line, fatal in found:
-            print(f"requirements: {line}" if fatal else f"requirements: warning: {line}", file=sys.stderr)
-        if args.extra:
-            for line in unmet(requirements(args.extra)):
-                print(f"requirements ({args.extra}, tests that need it skip or fail): {line}", file=sys.stderr)
-        fatal = any(f for _, f in found)
-        if not fatal:
-            head = f"{len(reqs) - len(found)} of {len(reqs)} met, the rest usable" if found else f"all {len(reqs)} met"
-            print(f"requirements: {head} ("
-                  + ", ".join(f"{_name(r)} {installed(_name(r)) or '-'}" for r in reqs) + ")")
-        return 1 if fatal else 0
+        return _check(args.extra)
     if not args.folder.is_dir():
         print(f"requirements: {args.folder} is not a folder of wheels", file=sys.stderr)
         return 2
     try:
-        if args.command == "wheels":
-            chosen, notes = choose_wheels(args.folder)
-        else:
-            wrong = carried_problems(args.folder)
+        return (_wheels if args.command == "wheels" else _carried)(args.folder)
     except (zipfile.BadZipFile, ValueError) as exc:
         print(f"requirements: a carried wheel in {args.folder} cannot be read ({exc}); run "
               "scripts/prepare-device.sh again", file=sys.stderr)
         return 2
-    if args.command == "wheels":
-        for line in notes:
-            print(f"   {line}", file=sys.stderr)
-        for wheel in chosen:
-            print(wheel)
-        return 0
+
+
+def _check(extra: str | None) -> int:
+    """`check`: a line on each unmet requirement (stderr), the summary where none is fatal; 1 if one is."""
+    reqs = requirements()
+    found = problems(reqs)
+    for line, fatal in found:
+        print(f"requirements: {line}" if fatal else f"requirements: warning: {line}", file=sys.stderr)
+    if extra:
+        for line in unmet(requirements(extra)):
+            print(f"requirements ({extra}, tests that need it skip or fail): {line}", file=sys.stderr)
+    if any(fatal for _, fatal in found):
+        return 1
+    head = f"{len(reqs) - len(found)} of {len(reqs)} met, the rest usable" if found else f"all {len(reqs)} met"
+    print(f"requirements: {head} (" + ", ".join(f"{_name(r)} {installed(_name(r)) or '-'}" for r in reqs) + ")")
+    return 0
+
+
+def _wheels(folder: Path) -> int:
+    """`wheels`: a line on each carried wheel (stderr), then the paths to install, one a line."""
+    chosen, notes = choose_wheels(folder)
+    for line in notes:
+        print(f"   {line}", file=sys.stderr)
+    for wheel in chosen:
+        print(wheel)
+    return 0
+
+
+def _carried(folder: Path) -> int:
+    """`carried`: what is wrong with the folder, one line each (stderr); 1 if anything is."""
+    wrong = carried_problems(folder)
     for line in wrong:
         print(f"prepare-device: {line}", file=sys.stderr)
     return 1 if wrong else 0
