@@ -165,54 +165,73 @@ def section(name: str = "h200", real: Path = REAL) -> str:
     check = _read(paths["check.json"])
     results = _read(paths["results.json"]) if paths["results.json"].is_file() else {}
     benchmarks = _benchmarks(paths["results.json"])
-    quick = _benchmarks(paths["quick.json"])
     seen = {(b["group"], b["param"]) for b in benchmarks}
-    benchmarks += [b for b in quick if (b["group"], b["param"]) not in seen]
+    benchmarks += [b for b in _benchmarks(paths["quick.json"]) if (b["group"], b["param"]) not in seen]
     machine = results.get("machine_info") or check.get("facts", {}).get("machine_info") or {}
+    lines = [_measured_on(check, machine, paths), ""]
+    lines += _table(("measured", "figure", "against"), ("---",) * 3,
+                    [tuple(map(_cell, row)) for row in _figures(benchmarks)])
+    lines += _table(("check", "suite", "reference", "unit", "ratio", "verdict", "note"),
+                    ("---", "---:", "---:", "---", "---:", "---", "---"),
+                    [_check_row(r) for r in check.get("rows") or []])
+    lines.append(ONE_GPU)
+    return "\n".join(lines)
+
+
+def _table(header: tuple[str, ...], align: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """A markdown table and the blank line after it; nothing where there are no rows."""
+    if not rows:
+        return []
+    return [_md_row(header), _md_row(align), *map(_md_row, rows), ""]
+
+
+def _md_row(cells: tuple[str, ...]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _check_row(r: dict) -> tuple[str, ...]:
+    ratio = f"{r['ratio']:.3f}" if isinstance(r.get("ratio"), (int, float)) else "–"
+    return (_cell(r["name"]), fmt(r.get("suite")), fmt(r.get("reference")), _cell(r.get("unit", "")), ratio,
+            _cell(r.get("verdict", "")), _cell(r.get("note", "")))
+
+
+def _measured_on(check: dict, machine: dict, paths: dict[str, Path]) -> str:
+    """The section's first paragraph: the GPU and its software, when and how the check ended, its files."""
     gpu = next((d for d in machine.get("devices", []) if d.get("kind") not in (None, "cpu")), None)
     software = machine.get("software", {})
     what = "a dry run on the CPU (no GPU)" if check.get("dry_run") else (
         f"one {gpu['name']}" if gpu else "a machine with no GPU")
-    node = []
-    if gpu:
-        node.append(f"{gpu.get('memory_bytes', 0) / 2**30:.0f} GiB")
-        for key, template in (("driver_version", "driver {}"), ("power_limit_w", "{:.0f} W limit"),
-                         ("pcie_gen_max", "PCIe gen {}")):
-            if gpu.get(key) is not None:
-                node.append(template.format(gpu[key]))
-        if isinstance(gpu.get("nvlinks_active"), int) and gpu["nvlinks_active"]:
-            switch = " into NVSwitches" if gpu.get("nvlinks_to_switch") == gpu["nvlinks_active"] else ""
-            node.append(f"{gpu['nvlinks_active']} NVLinks active{switch} (NVML)")
+    node = _gpu_facts(gpu) if gpu else []
     stack = ", ".join(f"{k} {software[k]}" for k in ("torch", "cuda", "cudnn", "nccl", "python")
                       if software.get(k))
+    files = ", ".join(f"[`{p.relative_to(ROOT)}`]({os.path.relpath(p, PAGE.parent)})" if p.is_relative_to(ROOT)
+                      else p.name for p in paths.values() if p.is_file())
+    took = f", {check['seconds']:.0f} s" if isinstance(check.get("seconds"), (int, float)) else ""
+    return (f"**Measured on {what}**" + (f" ({', '.join(node)})" if node else "") + f"; {stack}. "
+            f"`scripts/gpu-check.sh`, {str(check.get('started', ''))[:10]}{took}: {_ended(check)}. "
+            f"The files, as the check wrote them: {files}.")
+
+
+def _gpu_facts(gpu: dict) -> list[str]:
+    """The GPU's memory, driver, power limit, PCIe and NVLinks, as far as the inventory knows them."""
+    node = [f"{gpu.get('memory_bytes', 0) / 2**30:.0f} GiB"]
+    for key, template in (("driver_version", "driver {}"), ("power_limit_w", "{:.0f} W limit"),
+                          ("pcie_gen_max", "PCIe gen {}")):
+        if gpu.get(key) is not None:
+            node.append(template.format(gpu[key]))
+    if isinstance(gpu.get("nvlinks_active"), int) and gpu["nvlinks_active"]:
+        switch = " into NVSwitches" if gpu.get("nvlinks_to_switch") == gpu["nvlinks_active"] else ""
+        node.append(f"{gpu['nvlinks_active']} NVLinks active{switch} (NVML)")
+    return node
+
+
+def _ended(check: dict) -> str:
     code = check.get("exit_code")
     ended = {0: "every check that ran passed", 1: "a check failed", None: "cut short by the hard stop"}.get(
         code, f"exit {code}")
     if check.get("only"):
         ended += f" (a rerun of only: {', '.join(check['only'])})"
-    files = ", ".join(f"[`{p.relative_to(ROOT)}`]({os.path.relpath(p, PAGE.parent)})" if p.is_relative_to(ROOT)
-                      else p.name for p in paths.values() if p.is_file())
-    lines = [f"**Measured on {what}**" + (f" ({', '.join(node)})" if node else "") + f"; {stack}. "
-             f"`scripts/gpu-check.sh`, {str(check.get('started', ''))[:10]}"
-             + (f", {check['seconds']:.0f} s" if isinstance(check.get("seconds"), (int, float)) else "")
-             + f": {ended}. The files, as the check wrote them: {files}.", ""]
-    figures = _figures(benchmarks)
-    if figures:
-        lines += ["| measured | figure | against |", "| --- | --- | --- |"]
-        lines += [f"| {_cell(a)} | {_cell(b)} | {_cell(c)} |" for a, b, c in figures]
-        lines.append("")
-    rows = check.get("rows") or []
-    if rows:
-        lines += ["| check | suite | reference | unit | ratio | verdict | note |",
-                  "| --- | ---: | ---: | --- | ---: | --- | --- |"]
-        for r in rows:
-            ratio = f"{r['ratio']:.3f}" if isinstance(r.get("ratio"), (int, float)) else "–"
-            lines.append(f"| {_cell(r['name'])} | {fmt(r.get('suite'))} | {fmt(r.get('reference'))} | "
-                         f"{_cell(r.get('unit', ''))} | {ratio} | {_cell(r.get('verdict', ''))} | "
-                         f"{_cell(r.get('note', ''))} |")
-        lines.append("")
-    lines.append(ONE_GPU)
-    return "\n".join(lines)
+    return ended
 
 
 def _markers(name: str) -> tuple[str, str]:
