@@ -21,9 +21,9 @@ from pathlib import Path
 import yaml
 
 from suite.errors import UserError
+from suite.tools import ROOT
 from suite.tools.paired import MIN_PAIRS_FOR_RATIO, Pair, Row, alternate, fmt_value, run_suite, summarise
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 # Pairs of (suite, reference) per family: enough that one disturbed pair cannot move the median.
 ROUNDS = 7
 # --quick: the machinery end to end in seconds (tests); too few pairs and too small sizes for a verdict.
@@ -135,6 +135,18 @@ def run(args) -> int:
     import torch
 
     known = families()
+    scale = _scale(args, known)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads (suite and Timer alike), "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {scale.rounds} paired rounds per "
+          "family", flush=True)
+    chosen = {family: known[family] for family in args.families or known}
+    rows = summarise(_pairs(chosen, scale), judge=not args.quick)
+    return _report(rows, args.quick)
+
+
+def _scale(args, known: dict) -> Scale:
+    """The run's scale from the command line; a UserError for a family without a check, a checkout without
+    benchmarks/, or too few rounds for a verdict."""
     unknown = [f for f in args.families if f not in known]
     if unknown:
         raise UserError(f"no accuracy check for {', '.join(map(repr, unknown))}; families with one: "
@@ -142,31 +154,35 @@ def run(args) -> int:
     if not (ROOT / "benchmarks").is_dir():
         raise UserError(f"{ROOT / 'benchmarks'} not found: the accuracy check runs the project's benchmarks/; "
                         "install the project from its checkout (pip install -e .)")
-    if args.rounds is not None and args.rounds < (1 if args.quick else MIN_PAIRS_FOR_RATIO):
+    scale = QUICK if args.quick else FULL
+    if args.rounds is None:
+        return scale
+    if args.rounds < (1 if args.quick else MIN_PAIRS_FOR_RATIO):
         if args.quick:
             raise UserError(f"--rounds {args.rounds}: give at least 1")
         raise UserError(f"--rounds {args.rounds}: give at least {MIN_PAIRS_FOR_RATIO} (a verdict is on the "
                         f"median of the paired ratios; default {ROUNDS}), or add --quick to check only that "
                         "it runs")
-    scale = QUICK if args.quick else FULL
-    if args.rounds is not None:
-        scale = replace(scale, rounds=args.rounds)
-    chosen = list(dict.fromkeys(args.families or known))
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads (suite and Timer alike), "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {scale.rounds} paired rounds per "
-          "family", flush=True)
+    return replace(scale, rounds=args.rounds)
+
+
+def _pairs(chosen: dict, scale: Scale) -> list[Pair]:
+    """Every family's rounds, in turn; how long each took goes to stderr."""
     pairs: list[Pair] = []
     with tempfile.TemporaryDirectory(prefix="suite-accuracy-") as tmp:
         runner = SuiteRunner(Path(tmp), scale.timing or shipped_timing())
-        for family in chosen:
-            checks = known[family]
+        for family, checks in chosen.items():
             start = time.monotonic()
             if hasattr(checks, "accuracy_rounds"):
                 pairs += checks.accuracy_rounds(scale, Path(tmp))
             else:
                 pairs += alternate(scale.rounds, lambda checks=checks: checks.accuracy_round(runner, scale))
             print(f"  {family}: {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
-    rows = summarise(pairs, judge=not args.quick)
+    return pairs
+
+
+def _report(rows: list[Row], quick: bool) -> int:
+    """Print the table and what it cannot say; the exit code (2: a ratio not finite and positive, 1: a FAIL)."""
     bad = [r for r in rows if not (r.low > 0 and math.isfinite(r.high))]
     # Other processes on the cores make a multi-threaded op wait for a descheduled thread (milliseconds), on
     # both sides: the load says how far a run's figures can be trusted.
@@ -175,7 +191,7 @@ def run(args) -> int:
     if any(r.ratio is None for r in rows):
         print(f"\nratio '-': fewer than {MIN_PAIRS_FOR_RATIO} paired rounds; the median of two is their "
               "mean, which one disturbed pair moves anywhere (each pair's ratio is in the range beside it)")
-    if args.quick:
+    if quick:
         print("\n--quick: sizes and rounds too small for the targets; nothing judged")
     if bad:
         print(f"\nerror: no finite positive ratio for {', '.join(r.title for r in bad)}", file=sys.stderr)

@@ -17,9 +17,8 @@ import yaml
 
 from suite.plan import DEFAULT_OVERHEAD_S, OVERHEAD_S
 from suite.timing import ACCELERATOR_MIN_ROUND_S, DEFAULT_PRECISION, SUSTAINED_WARMUP_S
+from suite.tools import ROOT
 
-# The checkout: commands run from it, and it comes first on their PYTHONPATH.
-ROOT = Path(__file__).resolve().parent.parent.parent
 EXPECTATIONS = ROOT / "suite" / "expectations.yaml"
 # Timing truth: the median of the paired ratios (suite / reference) may differ from 1 by this much.
 RATIO_TOLERANCE = 0.10

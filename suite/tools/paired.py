@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parent.parent.parent
+from suite.tools import ROOT
+
 # A row's ratio is the median of at least this many paired ratios: the median of two is their mean, which one
 # disturbed pair moves anywhere; a row with fewer shows '-' and gets no verdict.
 MIN_PAIRS_FOR_RATIO = 3

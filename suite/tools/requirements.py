@@ -18,8 +18,8 @@ import zipfile
 from pathlib import Path
 
 from suite.requirements import FIX, FIX_CARRIED, MIN_PYTEST_BENCHMARK, installed
+from suite.tools import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent.parent
 DIST = "gpubench-suite"
 # What scripts/prepare-device.sh carries for the offline node (docs/gpu-check.md): pydantic and what it needs,
 # which the node lacks, and pytest-benchmark, whose version there is not known and must be MIN_PYTEST_BENCHMARK
