@@ -52,6 +52,7 @@ FORMATS = ("text", "markdown", "csv", "json")
 STATUS_ORDER = ("regression", "improvement", "unchanged", "not judged", "missing", "only in candidate")
 # --changed-only lists every row but these (the counts stay whole), so a comparison fits a PR comment.
 QUIET_STATUSES = ("unchanged",)
+MAX_INVALID_NAMED = 10  # invalid results named one per line on stderr; the rest counted
 # A results file read from `<json>.partial.jsonl`: its run stopped (killed, crashed, Ctrl-C) or still runs.
 PARTIAL_NOTE = "partial: the run did not finish"
 _THRESHOLD_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*%?\s*$")
@@ -139,6 +140,10 @@ class Row:
     # Beyond threshold and noise, but inside the range of the baseline machine's own latest runs: "unchanged",
     # and this says so ("within 5 baseline runs' range").
     note: str = ""
+    # Why either side's result is invalid ("candidate: NaN median"): a number missing, not finite, zero or
+    # negative (the table's `invalid`). Such a row is "not judged"; an invalid candidate result where the
+    # baseline's was valid fails the gate like a regression.
+    invalid: str = ""
 
 
 def classify(base_time: float, cand_time: float, base_iqr: float, cand_iqr: float, threshold: float) -> str:
@@ -199,7 +204,11 @@ def _side(path: str, labels: dict[str, str], what: str) -> Side:
                 f"{what} {m.file} {NOTHING_MEASURED}: nothing to compare; rerun it, or pass the run to judge"
             )
         key = (m.identity, m.tool, m.launch)
-        table = loaded.table[loaded.table["label"] == label].drop_duplicates("match_key")
+        # Of a benchmark recorded twice, an invalid result is the one kept: a gate never passes on the valid
+        # twin of garbage.
+        table = loaded.table[loaded.table["label"] == label]
+        table = table.sort_values("invalid", ascending=False, kind="stable").drop_duplicates("match_key")
+        table = table.sort_index()
         runs[key] = (label, table)
         nodes[key] = (m.node, m.tool, m.launch)
         devices |= {str(d["id"]) for d in m.devices if d.get("id")}
@@ -311,7 +320,7 @@ def history_ranges(history: pd.DataFrame, metric: str, device_map: dict[str, str
     if history.empty:
         return {}
     keyed = history.assign(_key=benchmark_keys(history, device_map))
-    keyed = keyed[keyed[metric] > 0]
+    keyed = keyed[(keyed[metric] > 0) & (keyed["invalid"] == "")]
     grouped = keyed.groupby("_key").agg(low=(metric, "min"), high=(metric, "max"), runs=("label", "nunique"))
     return {key: (float(r.low), float(r.high), int(r.runs)) for key, r in zip(grouped.index,
                                                                                grouped.itertuples())}
@@ -336,7 +345,7 @@ def compare_tables(
     ranges = history_ranges(history, metric, device_map) if history is not None else {}
     # Plain dicts of the five columns read: iterrows over the whole table (dozens of columns) and a .loc per
     # row took most of a folder compare's time (about 0.5-1 s per machine pair at a full run's size).
-    columns = list(dict.fromkeys(["case", "name", metric, "iqr", "rounds"]))
+    columns = list(dict.fromkeys(["case", "name", metric, "iqr", "rounds", "invalid"]))
     base_rows = (base.assign(_key=benchmark_keys(base, device_map)).drop_duplicates("_key")
                  .set_index("_key")[columns].to_dict("index"))
     cand_rows = (cand.assign(_key=benchmark_keys(cand)).drop_duplicates("_key")
@@ -346,6 +355,12 @@ def compare_tables(
         c = cand_rows.get(key)
         if c is None:
             rows.append(Row("missing", b["case"], b["name"], b[metric], math.nan, math.nan, math.nan, math.nan))
+            continue
+        if b["invalid"] or c["invalid"]:
+            why = "; ".join(f"{side}: {r['invalid']}" for side, r in (("baseline", b), ("candidate", c))
+                            if r["invalid"])
+            rows.append(Row("not judged", b["case"], c["name"], b[metric], c[metric], math.nan, math.nan, math.nan,
+                            invalid=why))
             continue
         noise = NOISE_IQR_SHARE * (_zero(b["iqr"]) + _zero(c["iqr"]))
         few = min(_zero(b["rounds"]), _zero(c["rounds"])) < MIN_ROUNDS_TO_JUDGE
@@ -376,7 +391,7 @@ def _cells(r: Row) -> list[str]:
     ratio = "—" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
     change = "—" if math.isnan(r.change_pct) else f"{r.change_pct:+.1f}%"
     return [
-        f"{r.status} (in range)" if r.note else r.status,  # the summary line says which range
+        f"{r.status} ({r.invalid})" if r.invalid else f"{r.status} (in range)" if r.note else r.status,
         r.case,
         r.benchmark,
         format_time(r.baseline),
@@ -407,12 +422,18 @@ class Pair:
         return sum(r.status == status for r in self.rows)
 
     @property
+    def invalid(self) -> list[Row]:
+        """Rows whose candidate result is invalid where the baseline's was valid: they fail the gate."""
+        return [r for r in self.rows if r.invalid.startswith("candidate")]
+
+    @property
     def counts(self) -> dict[str, int]:
-        return {s: self.count(s) for s in STATUS_ORDER}
+        return {**{s: self.count(s) for s in STATUS_ORDER}, "invalid": len(self.invalid)}
 
     @property
     def compared(self) -> int:
-        return sum(r.status not in ("missing", "only in candidate") for r in self.rows)
+        """Benchmarks of both sides whose results were both valid."""
+        return sum(r.status not in ("missing", "only in candidate") and not r.invalid for r in self.rows)
 
     def shown(self, changed_only: bool) -> list[Row]:
         return [r for r in self.rows if r.status not in QUIET_STATUSES] if changed_only else self.rows
@@ -420,8 +441,8 @@ class Pair:
     def verdict(self, allow_missing: bool) -> str:
         if not self.compared:
             return "nothing compared"
-        failed = [s for s in ("regression", "missing")
-                  if self.count(s) and not (s == "missing" and allow_missing)]
+        failed = [s for s in ("regression", "invalid", "missing")
+                  if self.counts[s] and not (s == "missing" and allow_missing)]
         if failed:
             return " + ".join(failed)
         return "pass (missing allowed)" if self.count("missing") else "pass"
@@ -510,14 +531,18 @@ def outcome(pairs: list[Pair], missing_machines: list[str], allow_missing: bool)
     """The exit code and why: 2 nothing compared, 1 a regression or (without --allow-missing) something of
     the baseline missing, else 0."""
     if not sum(p.compared for p in pairs):
+        invalid = sum(bool(r.invalid) for p in pairs for r in p.rows)
+        if invalid:
+            return 2, f"nothing valid was compared: {invalid} benchmark(s) with an invalid result on a side"
         return 2, "no benchmark of the baseline is in the candidate: nothing was compared"
     many = len(pairs) > 1
 
     def on(status: str) -> str:
-        hit = sum(1 for p in pairs if p.count(status))
+        hit = sum(1 for p in pairs if p.counts[status])
         return f" on {hit} of {len(pairs)} machine pairs" if many else ""
 
     regressions = sum(p.count("regression") for p in pairs)
+    invalid = sum(len(p.invalid) for p in pairs)
     missing = sum(p.count("missing") for p in pairs)
     absent = []  # what of the baseline the candidate lacks: fails, unless --allow-missing
     if missing:
@@ -530,6 +555,7 @@ def outcome(pairs: list[Pair], missing_machines: list[str], allow_missing: bool)
         absent.append(f"{len(missing_machines)} machine(s) of the baseline missing")
     allowed = "; ".join(absent) + ", allowed by --allow-missing" if absent and allow_missing else ""
     failed = [f"{regressions} regression(s){on('regression')}"] if regressions else []
+    failed += [f"{invalid} invalid result(s) in the candidate{on('invalid')}"] if invalid else []
     failed += [] if allow_missing else absent
     if failed:
         return 1, "; ".join(failed + ([allowed] if allowed else []))
@@ -537,6 +563,24 @@ def outcome(pairs: list[Pair], missing_machines: list[str], allow_missing: bool)
     reason = f"no regression in {compared} benchmark(s) compared"
     reason += f" on {len(pairs)} machine pairs" if many else ""
     return 0, "; ".join([reason] + ([allowed] if allowed else []))
+
+
+def invalid_lines(pairs: list[Pair]) -> list[str]:
+    """One line per invalid candidate result (MAX_INVALID_NAMED of them, then a count), and a count of the
+    baseline's invalid results, which are not judged."""
+    rows = [(p, r) for p in pairs for r in p.invalid]
+    where = "compare: invalid in the candidate"
+    lines = [f"{where}{f' {p.cand_label}' if len(pairs) > 1 else ''}: {r.benchmark} "
+             f"({r.invalid.partition('candidate: ')[2]})" for p, r in rows[:MAX_INVALID_NAMED]]
+    if len(rows) > MAX_INVALID_NAMED:
+        lines.append(f"{where}: ... and {len(rows) - MAX_INVALID_NAMED} more")
+    if rows:
+        lines.append("compare: a result whose numbers are missing, not finite, zero or negative fails the "
+                     "gate; rerun the candidate")
+    base = sum(r.invalid.startswith("baseline") for p in pairs for r in p.rows)
+    if base:
+        lines.append(f"warning: {base} benchmark(s) invalid in the baseline: not judged")
+    return lines
 
 
 def summary_table(pairs: list[Pair], fmt: str, allow_missing: bool, only_base: list[str] = (),
@@ -668,6 +712,12 @@ def run(args: argparse.Namespace) -> int:
     emit(render_all(pairs, args.fmt, args.metric, threshold, thresholds, args.changed_only,
                     args.allow_missing, missing_machines, extra_machines))
     code, _ = outcome(pairs, missing_machines, args.allow_missing)
+    for line in invalid_lines(pairs):
+        print(line, file=sys.stderr)
+    if code == 2 and any(r.invalid for p in pairs for r in p.rows):
+        print("compare: nothing valid was compared: every benchmark in common has an invalid result on one "
+              "side (see above); rerun the run whose results are invalid", file=sys.stderr)
+        return 2
     if code == 2:
         # Nothing in common passes no gate, --allow-missing or not.
         print("compare: no benchmark of the baseline is in the candidate: nothing was compared; compare runs "

@@ -118,6 +118,13 @@ STATE_KEYS = ("link", "host_numa_node", "host_share", "bound", "clocks_held", "c
               "clocks_held_reliability", "clocks_held_hw_thermal", "clocks_held_hw_power_brake",
               "clocks_held_rank")
 STAT_KEYS = ("median", "iqr", "q1", "q3", "min", "max", "mean", "stddev", "rounds", "iterations")
+# A result is invalid (a finding, never a pass) when a number of its stats or extra_info is non-finite, one it
+# is measured by (CHECKED_KEYS) negative, or its time or a rate zero: the `invalid` column holds why ("NaN
+# median"), "" for a valid one. Absent keys are not checked: a habit has no rate, another tool's timing no
+# spread. A zero rate of another tool is its print precision (nccl-tests writes 0.00 GB/s for 8 bytes), not
+# a broken figure.
+POSITIVE_KEYS = ("median", *RATE_UNITS, "traffic_gbps", "algbw")
+CHECKED_KEYS = (*POSITIVE_KEYS, *(k for k in (*STAT_KEYS, *NUMERIC_KEYS) if k not in POSITIVE_KEYS))
 DERIVED_COLUMNS = ("metric", "metric_name", "metric_unit")  # set from the rate columns once per table
 
 COLUMNS = (
@@ -139,6 +146,7 @@ COLUMNS = (
     *NUMERIC_KEYS,
     *STOP_KEYS,
     *STATE_KEYS,
+    "invalid",
     "metric",
     "metric_name",
     "metric_unit",
@@ -551,6 +559,32 @@ def _floats(values: list) -> list:
     return [float(v) if v.__class__ in _NUMBER_TYPES else math.nan for v in values]
 
 
+def _invalid(raw: dict[str, list], n: int, zero_rate_ok: bool) -> list[str]:
+    """Per row, why its numbers make it invalid (the first of CHECKED_KEYS that does), "" where none does."""
+    reasons = np.full(n, "", dtype=object)
+    for key in reversed(CHECKED_KEYS):  # the first key's reason is written last
+        values = raw[key]
+        numbers = np.array(_floats(values), dtype="float64")
+        nan = np.isnan(numbers)
+        if nan.any():  # None is a key not recorded; NaN, text or a bool in its place is a broken number
+            nan[nan] = [values[i] is not None for i in np.flatnonzero(nan)]
+        zero = numbers == 0 if key == "median" or (key in POSITIVE_KEYS and not zero_rate_ok) else False
+        word = np.select([nan, np.isinf(numbers), numbers < 0, zero], ["NaN", "infinite", "negative", "zero"],
+                         "")
+        reasons = np.where(word != "", np.char.add(word, " " + key).astype(object), reasons)
+    return list(reasons)
+
+
+def _non_finite(numbers: dict) -> str:
+    """"NaN k" for the first NaN or infinite number among a benchmark's stats or extra_info, else "". Run on
+    every row of a fleet: values first (x - x is NaN only for NaN and ±inf), the key once one is found."""
+    for value in numbers.values():
+        if value.__class__ is float and value - value != 0.0:
+            key = next(k for k, v in numbers.items() if v is value)
+            return f"{'NaN' if value != value else 'infinite'} {key}"
+    return ""
+
+
 def _scalars(values: list) -> list:
     if set(map(type, values)) <= _SCALAR_TYPES:
         return values
@@ -642,10 +676,12 @@ def _rows(
         "params_json": params_json,
         "match_key": match_keys,
     }
-    for key in STAT_KEYS:
-        columns[key] = _floats([st.get(key) for st in stats])
-    for key in NUMERIC_KEYS:
-        columns[key] = _floats([e.get(key) for e in extras])
+    raw = {key: [st.get(key) for st in stats] for key in STAT_KEYS}
+    raw.update({key: [e.get(key) for e in extras] for key in NUMERIC_KEYS})
+    for key, values in raw.items():
+        columns[key] = _floats(values)
+    columns["invalid"] = [reason or _non_finite(st) or _non_finite(e) for reason, st, e in
+                          zip(_invalid(raw, n, zero_rate_ok=machine.tool != OUR_TOOL), stats, extras)]
     for key in (*STOP_KEYS, *STATE_KEYS):
         columns[key] = _scalars([e.get(key) for e in extras])
     for key in keys:
@@ -856,8 +892,10 @@ def speed_ratios(table: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """Per benchmark common to the baseline and another machine: how many times faster the other one is.
 
     With a higher-is-better rate on both sides (same metric): candidate / baseline; otherwise
-    baseline median time / candidate median time. Columns: case, label, match_key, ratio.
+    baseline median time / candidate median time. Invalid results are left out. Columns: case, label,
+    match_key, ratio.
     """
+    table = table[table["invalid"] == ""]
     cols = ["match_key", "case", "metric", "metric_name", "median"]
     base = table.loc[table["label"] == baseline, cols].drop_duplicates("match_key")
     others = table.loc[table["label"] != baseline, ["label", *cols]].drop_duplicates(["label", "match_key"])

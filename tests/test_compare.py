@@ -624,3 +624,62 @@ def test_the_range_needs_three_runs_and_covers_only_the_latest_five(tmp_path, ca
     assert main(["compare", str(folder), str(cand), "--format", "csv"]) == 1
     text = capsys.readouterr().out
     assert text.splitlines()[0].endswith(",note") and "baseline runs' range" not in text
+
+
+def broken(data: dict, indices, median: float) -> dict:
+    """A copy where the benchmarks at `indices` record `median` as their median time."""
+    out = copy.deepcopy(data)
+    for i in indices:
+        out["benchmarks"][i]["stats"]["median"] = median
+    return out
+
+
+@pytest.mark.parametrize("median", [float("nan"), -1.0, 0.0, float("inf")])
+def test_a_candidate_with_invalid_results_fails_naming_each(pair, capsys, median):
+    base_path, base, candidate = pair
+    assert main(["compare", base_path, candidate(broken(base, [0, 1], median)), "--format", "json"]) == 1
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    assert result["counts"]["invalid"] == 2 and result["counts"]["unchanged"] == 18
+    reason = {"nan": "NaN", "-1.0": "negative", "0.0": "zero", "inf": "infinite"}[str(median)] + " median"
+    named = [line for line in captured.err.splitlines() if line.startswith("compare: invalid in the")]
+    assert named == [f"compare: invalid in the candidate: {base['benchmarks'][i]['name']} ({reason})"
+                     for i in (0, 1)]
+
+
+def test_invalid_results_are_named_one_a_line_up_to_a_cap(pair, capsys):
+    base_path, base, candidate = pair
+    assert main(["compare", base_path, candidate(broken(base, range(15), -1.0))]) == 1
+    captured = capsys.readouterr()
+    assert "exit 1: 15 invalid result(s) in the candidate" in captured.out
+    named = [line for line in captured.err.splitlines() if line.endswith(" (negative median)")]
+    assert len(named) == 10 and all(line.startswith("compare: invalid in the candidate: ") for line in named)
+    assert "compare: invalid in the candidate: ... and 5 more" in captured.err
+
+
+def test_nothing_valid_compared_exits_2(pair, capsys):
+    """A candidate whose every median is NaN or negative once passed: "no regression in 20 compared"."""
+    base_path, base, candidate = pair
+    nan = broken(broken(base, range(0, 20, 2), float("nan")), range(1, 20, 2), -1.0)
+    assert main(["compare", base_path, candidate(nan)]) == 2
+    captured = capsys.readouterr()
+    assert "exit 2: nothing valid was compared: 20 benchmark(s) with an invalid result" in captured.out
+    assert "compare: nothing valid was compared" in captured.err and "Traceback" not in captured.err
+
+
+def test_a_baseline_result_that_is_invalid_is_not_judged(pair, capsys):
+    base_path, base, candidate = pair
+    Path(base_path).write_text(json.dumps(broken(base, [0], float("nan")), allow_nan=True), encoding="utf-8")
+    assert main(["compare", base_path, candidate(base), "--format", "json"]) == 0
+    captured = capsys.readouterr()
+    (row,) = [r for r in json.loads(captured.out)["results"] if r["invalid"]]
+    assert row["status"] == "not judged" and row["invalid"] == "baseline: NaN median"
+    assert "warning: 1 benchmark(s) invalid in the baseline: not judged" in captured.err
+
+
+def test_of_a_benchmark_recorded_twice_the_invalid_one_is_judged(pair, capsys):
+    base_path, base, candidate = pair
+    twice = copy.deepcopy(base)
+    twice["benchmarks"].append(broken(base, [0], -1.0)["benchmarks"][0])
+    assert main(["compare", base_path, candidate(twice)]) == 1
+    assert "1 invalid" in capsys.readouterr().out

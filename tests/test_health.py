@@ -801,3 +801,24 @@ def test_a_finding_names_the_hardware_behind_cuda_n(tmp_path, capsys):
     assert code == 1 and f["device"] == "cuda:1" and f["identity"] == "PCI 0000:3b:00.0, GPU-1aa1c"
     assert main(["health", str(tmp_path)]) == 1
     assert "cuda:1 (PCI 0000:3b:00.0, GPU-1aa1c) straggler: " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("median", [float("nan"), -1.0])
+def test_invalid_results_are_a_finding_that_fails_by_default(tmp_path, capsys, median):
+    """A real H200 run is healthy; with one median broken it is flagged, naming the result and why (it once
+    stayed HEALTHY with every median NaN or negative)."""
+    data = json.loads((DATA / "real" / "h200_quick.json").read_text())
+    assert main(["health", str(DATA / "real" / "h200_quick.json")]) == 0
+    name = data["benchmarks"][0]["name"]
+    data["benchmarks"][0]["stats"]["median"] = median
+    (tmp_path / "bad.json").write_text(json.dumps(data, allow_nan=True))
+    capsys.readouterr()
+    code, result = health_json(capsys, str(tmp_path / "bad.json"))
+    assert code == 1 and result["verdict"] == "flagged" and "invalid" in result["fail_on"]
+    (f,) = [f for f in result["nodes"][0]["findings"] if f["kind"] == "invalid"]
+    reason = {"nan": "NaN", "-1.0": "negative"}[str(median)]
+    assert f["device"] == "cuda:0" and f["text"] == f"{name}: {reason} median"
+    assert result["counts"]["invalid"] == 1
+    assert main(["health", str(tmp_path / "bad.json")]) == 1
+    assert f"cuda:0 (GPU-3291c09b-08f8-9b12-f76b-1fc8deec764d) invalid: {name}: {reason} median" in \
+        capsys.readouterr().out

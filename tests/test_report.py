@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 import subprocess
 import sys
@@ -735,3 +736,42 @@ def test_history_of_a_fleet_draws_the_machines_that_changed(tmp_path, figures):
     legend = {t.get_text() for legend in figures[-1].legends for t in legend.get_texts()}
     assert any(name.startswith("node-8") for name in legend), legend
     assert "The 8 of 9 machines with history whose latest run moved furthest" in chart.caption
+
+
+@pytest.mark.parametrize("value", [0.0, -3.0, float("nan"), float("inf")])
+def test_a_report_of_only_invalid_results_builds_and_says_so(tmp_path, figures, value):
+    """Every figure zero, negative, NaN or Inf: the report once died drawing a log axis of nothing."""
+    data = json.loads((DATA / "cpu_only.json").read_text())
+    for bench in data["benchmarks"]:
+        bench["stats"].update(median=value, iqr=value)
+        for key in ("tflops", "gbps", "samples_per_s", "busbw"):
+            if key in bench["extra_info"]:
+                bench["extra_info"][key] = value
+    (tmp_path / "bad.json").write_text(json.dumps(data, allow_nan=True))
+    out = tmp_path / "r.html"
+    assert main(["report", str(tmp_path / "bad.json"), "-o", str(out)]) == 0
+    html = out.read_text(encoding="utf-8")
+    word = {"0.0": "zero", "-3.0": "negative", "nan": "NaN", "inf": "infinite"}[str(value)]
+    assert html.count(f"invalid: {word} median") == len(data["benchmarks"])
+    assert figures == [], "no chart of invalid results"
+
+
+def test_an_invalid_row_is_shown_as_such_and_left_out_of_charts_and_means(tmp_path, figures):
+    data = json.loads((DATA / "h200x2.json").read_text())
+    rated = [b for b in data["benchmarks"] if b["extra_info"].get("gbps")]
+    rated[0]["stats"]["median"] = float("nan")
+    rated[1]["stats"]["median"], rated[1]["extra_info"]["gbps"] = -1e-3, -3.0
+    (tmp_path / "bad.json").write_text(json.dumps(data, allow_nan=True))
+    out = tmp_path / "r.html"
+    assert main(["report", str(tmp_path / "bad.json"), str(DATA / "h200x2.json"), "-o", str(out)]) == 0
+    html = out.read_text(encoding="utf-8")
+    assert "invalid: NaN median" in html and "invalid: negative median" in html
+    assert "nan%" not in html and "-3 GB/s" not in html
+    assert figures, "the valid results are still drawn"
+    drawn = [v for fig in figures for ax in fig.axes for line in ax.get_lines() for v in line.get_ydata()]
+    assert all(v > 0 for v in drawn if isinstance(v, float) and not math.isnan(v))
+    speeds = load_results([tmp_path / "bad.json", DATA / "h200x2.json"])
+    from suite.results import speed_ratios
+
+    ratios = speed_ratios(speeds.table, list(speeds.machines)[1])
+    assert len(ratios) == len(data["benchmarks"]) - 2 and (ratios["ratio"] == 1).all()

@@ -200,7 +200,7 @@ def test_label_overrides_and_duplicates(tmp_path):
 
 
 def _table(rows):
-    base = {"case": "matmul", "metric_name": "tflops", "params_json": "{}", "fullname": "x"}
+    base = {"case": "matmul", "metric_name": "tflops", "params_json": "{}", "fullname": "x", "invalid": ""}
     return pd.DataFrame([{**base, **r} for r in rows])
 
 
@@ -285,3 +285,45 @@ def test_an_output_that_cannot_be_written_is_one_line(argv, tmp_path, capsys):
     assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: cannot write") and "No space left on device" in err and err.count("\n") == 1
+
+
+def test_invalid_numbers_are_marked_with_the_reason_and_keep_the_benchmarks_identity(tmp_path):
+    data = json.loads((DATA / "h200x2.json").read_text())
+    # Ten benchmarks with a rate (tflops or gbps) and a size (flops or bytes), made invalid in turn.
+    b = [x for x in data["benchmarks"] if {"tflops", "flops"} <= x["extra_info"].keys()][:10]
+    b[0]["stats"]["median"] = math.nan
+    b[1]["stats"]["median"] = -1.0
+    b[2]["stats"]["median"] = 0
+    b[3]["extra_info"]["tflops"] = -3.0
+    b[4]["extra_info"]["tflops"] = math.inf
+    b[5]["stats"]["iqr"] = -0.5
+    b[6]["extra_info"]["flops"] = math.nan
+    b[7]["stats"]["median"] = math.inf
+    b[7]["extra_info"]["tflops"] = math.nan  # the first reason is kept: the time's
+    b[8]["stats"]["iqr"] = 0  # no spread: valid
+    b[9]["extra_info"].pop("tflops")  # a rate not recorded is no broken rate
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data, allow_nan=True))
+    table = load_results([path]).table.set_index("name")
+    good = load_results([DATA / "h200x2.json"]).table.set_index("name")
+    names = [x["name"] for x in b]
+    assert list(table.loc[names, "invalid"]) == [
+        "NaN median", "negative median", "zero median", "negative tflops", "infinite tflops", "negative iqr",
+        "NaN flops", "infinite median", "", ""]
+    assert (table.drop(names)["invalid"] == "").all() and (good["invalid"] == "").all()
+    assert table["match_key"].equals(good["match_key"]), "validity is no part of a benchmark's identity"
+
+
+def test_another_tools_zero_rate_is_its_print_precision_not_invalid():
+    table = load_results([DATA / "imported" / "nccl-tests" / "all_reduce_perf_2x8xH100.txt"]).table
+    assert (table["busbw"] == 0).any() and (table["invalid"] == "").all()
+
+
+def test_invalid_results_are_left_out_of_speed_ratios():
+    table = _table([
+        {"label": "base", "match_key": "a", "metric": 100.0, "median": 2.0},
+        {"label": "base", "match_key": "b", "metric": 100.0, "median": 2.0},
+        {"label": "new", "match_key": "a", "metric": 200.0, "median": 1.0},
+        {"label": "new", "match_key": "b", "metric": -200.0, "median": -1.0, "invalid": "negative median"},
+    ])
+    assert speed_ratios(table, "base")["match_key"].tolist() == ["a"]

@@ -36,10 +36,11 @@ TUKEY_K = 1.5  # lower fence = q1 - 1.5 x IQR: the usual outlier rule, robust to
 # With fewer machines of one model there is no fleet to speak of: two machines cannot say which is slow.
 FLEET_MIN_MACHINES = 3
 MAX_EXAMPLES = 3  # findings shown per device and family; the JSON keeps every one
-KINDS = ("wrong", "low", "straggler", "fleet", "missing")
+KINDS = ("wrong", "invalid", "low", "straggler", "fleet", "missing")
 # missing is reported, not failed: a run may skip a case. wrong: another tool's data check failed
-# (nccl-tests #wrong).
-DEFAULT_FAIL_ON = ("wrong", "low", "straggler", "fleet")
+# (nccl-tests #wrong). invalid: a result whose numbers are missing, not finite, zero or negative (the table's
+# `invalid`); it is judged by no other check.
+DEFAULT_FAIL_ON = ("wrong", "invalid", "low", "straggler", "fleet")
 NO_RESULTS = "no results"  # status of a node whose latest run measured nothing: neither healthy nor judged
 # Status of a node no check applied to: no expected figure for its results, no peer device of its model to
 # compare with, no fleet of FLEET_MIN_MACHINES of its kind (a CPU-only run, another tool's timings). Calling
@@ -680,6 +681,10 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
     warnings: list[str] = []
     labels = latest_runs(loaded.machines, by="node", warnings=warnings)
     rows = _prepare(loaded, labels)
+    invalid = rows["invalid"] != ""
+    findings = [Finding("invalid", r.node, r.subject, r.case, f"{r.name}: {r.invalid}")
+                for r in rows[invalid].itertuples(index=False)]
+    rows = rows[~invalid]
     # A figure whose time the host set (Python issuing calls slower than the GPU runs them) says how fast
     # this host drives the device, not how fast the device is: shown in the report, never judged.
     host_bound = rows["bound"] == "host" if "bound" in rows else pd.Series(False, index=rows.index)
@@ -688,7 +693,6 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
                         f"set their time): {', '.join(sorted(rows.loc[host_bound, 'name'])[:3])}"
                         + (", …" if host_bound.sum() > 3 else ""))
         rows = rows[~host_bound]
-    findings: list[Finding] = []
     tables: dict[str, list[dict]] = {}
     pct = _expected(rows, loaded, labels, expectations, findings, tables)
     checked = {

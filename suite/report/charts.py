@@ -107,7 +107,7 @@ def grouped_barh(
     ax.set_yticks(y, [safe_text(c) for c in categories], fontsize=8)
     ax.invert_yaxis()
     positive = [v for vals in series.values() for v in vals if v is not None and v > 0]
-    if log or (positive and max(positive) / min(positive) > LOG_SCALE_SPAN):
+    if positive and (log or max(positive) / min(positive) > LOG_SCALE_SPAN):  # no log axis of nothing
         ax.set_xscale("log")
         # Plain numbers (0.5, 2, 40) read faster than 5×10⁻¹; minor ticks stay unlabelled.
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
@@ -284,9 +284,12 @@ def chart_machines(
 
 def charts_for(case: str, rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     """The charts of one family, drawn for at most MAX_CHART_MACHINES machines (baseline first); pick them
-    with chart_machines to cover every GPU model."""
+    with chart_machines to cover every GPU model. Invalid results are left out (the table shows them)."""
+    rows = rows[rows["invalid"] == ""]
     shown = [m for m in machines if (rows["label"] == m).any()][:MAX_CHART_MACHINES]
     rows = rows[rows["label"].isin(shown)]
+    if rows.empty:
+        return []
     charts = []
     for draw in getattr(family_charts(case), "CHARTS", [generic_bars]):
         charts.extend(draw(rows, shown))

@@ -73,13 +73,14 @@ def _family_order(cases: list[str]) -> list[str]:
 
 
 def _section(case: str, rows, partial: set[str]) -> dict:
-    """A family's section without its charts: title, note, its own tables (its `charts` module's TABLES) and
-    every result."""
+    """A family's section without its charts: title, note, its own tables (its `charts` module's TABLES, of
+    the valid results, as its charts) and every result, invalid ones said to be."""
     if case == FOREIGN_CASE:
         title, note = FOREIGN_TITLE, FOREIGN_NOTE
     else:
         title, note = family_read(case, "TITLE", case), family_read(case, "NOTE", "")
-    tables = [t for build in getattr(family_charts(case), "TABLES", []) if (t := build(rows)) is not None]
+    valid = rows[rows["invalid"] == ""]
+    tables = [t for build in getattr(family_charts(case), "TABLES", []) if (t := build(valid)) is not None]
     return {"case": case, "title": title, "note": note, "tables": tables, "rows": result_rows(rows, partial),
             "metric_header": _metric_header(rows)}
 

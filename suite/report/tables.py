@@ -241,7 +241,7 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[tuple]:
         for s, d, dev in zip(rows["src"], rows["dst"], rows["device"])
     ]
     traffic = rows["traffic_gbps"]
-    bound, host_share = _column(rows, "bound"), _column(rows, "host_share")
+    bound, host_share, invalid = _column(rows, "bound"), _column(rows, "host_share"), _column(rows, "invalid")
     for i, r in enumerate(
         rows[["label", "name", "params_json", "median", "iqr", "rounds", "metric", "metric_unit"]].itertuples(
             index=False
@@ -249,7 +249,7 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[tuple]:
     ):
         label = r.label + (" (partial)" if r.label in partial_labels else "")
         iqr_text = format_time(r.iqr)
-        if r.median and not math.isnan(r.iqr):
+        if 0 < r.median < math.inf and math.isfinite(r.iqr):
             iqr_text += f" ({100 * r.iqr / r.median:.1f}%)"
         metric = format_rate(r.metric, r.metric_unit)
         t = traffic.iat[i]
@@ -259,6 +259,8 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[tuple]:
             share = host_share[i]
             metric += " host-bound" + (f" ({100 * share:.0f}% issuing)" if isinstance(share, float)
                                        and not math.isnan(share) else "")
+        if invalid[i]:  # its numbers are no measurement: say why, and show none of them as its rate
+            metric = f"invalid: {invalid[i]}"
         rounds = stop_text(r.rounds, stopped_on[i], margin[i], target[i])
         out.append(
             (
@@ -272,7 +274,7 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[tuple]:
                 _sort(r.iqr),
                 rounds,
                 metric,
-                _sort(r.metric),
+                "" if invalid[i] else _sort(r.metric),
             )
         )
     return out
