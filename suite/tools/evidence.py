@@ -17,9 +17,7 @@ from pathlib import Path
 
 from suite.cases import FAMILIES, family_read
 from suite.errors import UserError
-from suite.summary import format_time
 from suite.tools import ROOT
-from suite.units import format_size
 
 REAL = ROOT / "tests" / "data" / "real"
 # The page the sections are written to; the README links it and quotes its headline figures.

@@ -10,10 +10,8 @@
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
-import platform
 import shlex
 import shutil
 import signal
@@ -21,8 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -30,6 +28,7 @@ import yaml
 from suite.errors import UserError
 from suite.plan import SESSION_OVERHEAD_S
 from suite.timing import process_age
+from suite.tools.check_files import RESULTS_NAME, Step, facts, merge_results, write_files
 from suite.tools.checkrow import (CHECK_TIMING, DRY_ROUNDS, PROCESS_START_S, RATIO_TOLERANCE, ROOT, ROUNDS,
                                   CheckRow, bench_s, run_command, subprocess_env)
 from suite.tools.paired import Pair, Target, alternate, event_seconds, read_results, run_suite, summarise
@@ -53,10 +52,6 @@ HARD_STOP_MARGIN_S = 25
 # hard stop, so the step's own row says what ran long.
 STEP_TIMEOUT_FACTOR = 2.0
 STEP_GRACE_S = 10
-# Schema of check.json; raise it when a key changes meaning.
-CHECK_SCHEMA = 2
-# The merged results file under OUTDIR (tests/data/real/h200_check.json once committed).
-RESULTS_NAME = "results.json"
 # `pytest tests -m gpu`: collecting every test module (~5 s) and a dozen short in-process GPU tests.
 GPU_TESTS_S = 35.0
 
@@ -103,58 +98,6 @@ DEFAULT_STEP_ESTIMATE_S = 30.0
 # the quick config and the gpu tests, which a normal run on the GPU also shows.
 OWN_ORDER = {"out of memory": 1, "sigkill": 2, "quick config": 1000, "gpu tests": 1001}
 DEFAULT_ORDER = 500
-
-
-@dataclass
-class Step:
-    name: str
-    seconds: float
-    ok: bool
-    note: str = ""
-    ran: bool = True
-    estimate_s: float | None = None
-
-
-# Added to extra_info when the JSON is written (suite.cases.ceiling.annotate) from that run's own
-# ceilings: the merged file recomputes them from all of the check's runs.
-ANNOTATION_KEYS = ("ceiling_tflops", "pct_of_ceiling", "datasheet_tflops", "pct_of_datasheet",
-                   "datasheet_gpu")
-
-
-def merge_results(runs: list[tuple[str, dict, dict]]) -> dict | None:
-    """One pytest-benchmark JSON from the check's suite runs [(step, config as written, results JSON)]: one
-    benchmark per case (its fullname), the run whose median is the median of that case's runs (the check's
-    alternations; the lower one of an even count), annotated anew against the ceilings of all the runs."""
-    from suite.cases.ceiling import annotate  # the plugin's annotation of every results file
-
-    runs = [(step, config, data) for step, config, data in runs if isinstance(data.get("benchmarks"), list)]
-    if not runs:
-        return None
-    seen: dict[str, list[dict]] = {}
-    for _, _, data in runs:
-        for bench in data["benchmarks"]:
-            seen.setdefault(str(bench.get("fullname") or bench.get("name")), []).append(bench)
-    benchmarks = []
-    for group in seen.values():
-        ordered = sorted(group, key=lambda b: b["stats"]["median"])
-        bench = copy.deepcopy(ordered[(len(ordered) - 1) // 2])
-        for key in ANNOTATION_KEYS:
-            bench.get("extra_info", {}).pop(key, None)
-        benchmarks.append(bench)
-    first, last = runs[0][2], runs[-1][2]
-    block = dict(last.get("suite") or {})
-    block.pop("config", None)  # each run had its own; they are listed under gpu_check.runs
-    devices = list(dict.fromkeys(d for _, _, data in runs
-                                 for d in (data.get("suite") or {}).get("devices", [])))
-    block.update(config_path=f"suite.gpu_check ({len(runs)} runs merged)", devices=devices, gpu_check={
-        "rule": "one benchmark per case: the run whose median is the median of the check's runs of it",
-        "runs": [{"step": step, "config": config, "benchmarks": len(data["benchmarks"])}
-                 for step, config, data in runs]})
-    merged = {"machine_info": last.get("machine_info", {}), "commit_info": first.get("commit_info", {}),
-              "benchmarks": benchmarks, "datetime": first.get("datetime"), "version": first.get("version"),
-              "suite": block}
-    annotate(merged)
-    return merged
 
 
 @dataclass
@@ -270,6 +213,13 @@ def _rate_note(bench: dict) -> str:
 # --- steps of the check itself (the families add theirs) --------------------------------------------------
 
 
+def _pytest(tests: str | Path, cfg: Path, out: Path, before: Sequence[str] = (), after: Sequence[str] = (),
+            quiet: bool = True) -> list[str]:
+    """The command line of a `pytest` run in a new process on config `cfg`, writing its results to `out`."""
+    return [sys.executable, "-m", "pytest", str(tests), *before, *(["-q", "-rs"] if quiet else []), *PLUGINS_OFF,
+            f"--suite-config={cfg}", f"--benchmark-json={out}", *after]
+
+
 def _last_line(text: str) -> str:
     lines = [line for line in text.strip().splitlines() if line.strip()]
     return lines[-1][:100] if lines else ""
@@ -299,8 +249,8 @@ def quick_gpus(gpus: int) -> list[str]:
 
 
 def quick_rows(ctx: CheckContext, out: Path, timeout: float) -> list[CheckRow]:
-    """configs/quick.yaml on the GPU (the cases that involve QUICK_DEVICE, `-k "cuda:0 or all-gpus"`; the CPU's own cases show
-    nothing about the GPU), its JSON kept as quick.json. The dry run: a tiny config on the CPU."""
+    """configs/quick.yaml on the GPU (the cases that involve QUICK_DEVICE, `-k "cuda:0 or all-gpus"`; the CPU's
+    own cases show nothing about the GPU), its JSON kept as quick.json. The dry run: a tiny config on the CPU."""
     if ctx.dry_run:
         config = ctx.workdir / "quick-dry.yaml"
         config.write_text(yaml.safe_dump(dry_quick()), encoding="utf-8")
@@ -310,8 +260,7 @@ def quick_rows(ctx: CheckContext, out: Path, timeout: float) -> list[CheckRow]:
         # The all-GPUs case's id names no device (`all-gpus-bfloat16-...`).
         select = ["-k", f"{QUICK_DEVICE} or all-gpus", "--suite-devices", ",".join(["cpu", *quick_gpus(ctx.gpus)])]
     result = out / "quick.json"
-    code, text = run_command([sys.executable, "-m", "pytest", "benchmarks", "-q", "-rs", *PLUGINS_OFF,
-                              f"--suite-config={config}", f"--benchmark-json={result}", *select], timeout)
+    code, text = run_command(_pytest("benchmarks", config, result, after=select), timeout)
     count = len((read_results(result) or {"benchmarks": []})["benchmarks"])
     note = "timed out" if code is None else f"{count} results in quick.json; {_last_line(text)}"
     ok = code == 0 and count > 0
@@ -338,7 +287,7 @@ def oom_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
     if ctx.dry_run:
         folder = _fake_suite_dir(ctx)
         cfg = ctx.write_config({"devices": "cpu"})
-        cmd = [sys.executable, "-m", "pytest", str(folder), f"--rootdir={folder}", "-k", "huge or small"]
+        cmd = _pytest(folder, cfg, out, before=[f"--rootdir={folder}", "-k", "huge or small"])
         after = "cpu-small"
     else:
         import torch
@@ -349,9 +298,7 @@ def oom_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
         after = f"{ctx.device}-bfloat16-1024x1024x1024"
         cfg = ctx.write_config({"devices": [ctx.device], "timing": _structure_timing(ctx), "cases": {
             "matmul": {"dtypes": ["bfloat16"], "shapes": [f"{n}x{n}x64", "1024x1024x1024"]}}})
-        cmd = [sys.executable, "-m", "pytest", str(ROOT / "benchmarks" / "test_matmul.py"),
-               f"--rootdir={ROOT}"]
-    cmd += ["-q", "-rs", *PLUGINS_OFF, f"--suite-config={cfg}", f"--benchmark-json={out}"]
+        cmd = _pytest(ROOT / "benchmarks" / "test_matmul.py", cfg, out, before=[f"--rootdir={ROOT}"])
     code, text = run_command(cmd, timeout)
     skips = [line for line in text.splitlines() if line.startswith("SKIPPED") and "out of memory" in line]
     passed = [b["param"] for b in json.loads(out.read_text())["benchmarks"]] if out.exists() else []
@@ -377,8 +324,8 @@ def sigkill_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
     cfg = ctx.write_config({"devices": [ctx.device], "timing": _structure_timing(ctx, max_time=1.0),
                             "cases": {"matmul": {"dtypes": [dtype], "shapes": shapes}}})
     # Not -q: its header and progress in the log show how far it got before the kill.
-    cmd = [sys.executable, "-m", "pytest", str(ROOT / "benchmarks" / "test_matmul.py"), f"--rootdir={ROOT}",
-           *PLUGINS_OFF, f"--suite-config={cfg}", f"--benchmark-json={out}"]
+    cmd = _pytest(ROOT / "benchmarks" / "test_matmul.py", cfg, out, before=[f"--rootdir={ROOT}"],
+                  quiet=False)
     print(f"+ {shlex.join(cmd)}  (SIGKILL after its first finished case)", flush=True)
     partial = partial_path(out)
     # Its output goes where ours goes (the console and the log): what it printed before the kill stays there.
@@ -408,76 +355,6 @@ def sigkill_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
 
 
 # --- the run --------------------------------------------------------------------------------------------
-
-
-def facts() -> dict:
-    """What the node has: Python, torch and CUDA, the inventory (driver, PCIe, NVML), and which of the suite's
-    needs import (a bare node lacks pydantic; the wheels scripts/prepare-device.sh carried provide it)."""
-    import importlib.util
-
-    from suite.devices import inventory
-    from suite.requirements import installed
-
-    # module -> the distribution that provides it (its version is the one this Python imports: a carried
-    # wheel in front of the node's own)
-    modules = {"torch": "torch", "pydantic": "pydantic", "pydantic_core": "pydantic-core",
-               "jsonschema": "jsonschema", "pytest": "pytest", "pytest_benchmark": "pytest-benchmark",
-               "pytest_timeout": "pytest-timeout", "pandas": "pandas", "matplotlib": "matplotlib",
-               "jinja2": "jinja2", "yaml": "pyyaml", "pynvml": "nvidia-ml-py", "cpuinfo": "py-cpuinfo",
-               "hypothesis": "hypothesis", "pyarrow": "pyarrow"}
-    found = {}
-    for name in modules:
-        spec = importlib.util.find_spec(name)
-        found[name] = spec.origin if spec is not None else None
-    return {"python": platform.python_version(), "executable": sys.executable,
-            "platform": platform.platform(), "machine": platform.machine(),
-            "modules": found, "versions": {dist: installed(dist) for dist in modules.values()},
-            "machine_info": inventory().as_machine_info()}
-
-
-def _summary(steps: list[Step], rows: list[CheckRow]) -> str:
-    passed, failed = sum(r.ok is True and not r.not_run for r in rows), sum(r.ok is False for r in rows)
-    shown = sum(r.ok is None and not r.not_run for r in rows)
-    broken = [s.name for s in steps if s.ran and not s.ok]
-    skipped = [s.name for s in steps if not s.ran]
-    text = f"{len(rows)} rows: {passed} PASS, {failed} FAIL, {shown} not judged"
-    if skipped:
-        text += f", {len(skipped)} NOT RUN"
-    text += "; " + ("all checks that ran passed" if not failed and not broken
-                    else f"{failed + len(broken)} failure(s)")
-    if skipped:
-        text += (f"\nNOT RUN (out of time, not a failure): {', '.join(skipped)}; raise GPU_CHECK_BUDGET_S "
-                 f"(scripts/gpu-check.sh) or --budget-s to run them")
-    return text
-
-
-def format_table(steps: list[Step], rows: list[CheckRow]) -> str:
-    lines = ["steps (seconds, estimate):"]
-    for s in steps:
-        state = "ok  " if s.ok and s.ran else ("--  " if not s.ran else "FAIL")
-        estimate = f"~{s.estimate_s:3.0f}" if s.estimate_s is not None else "    "
-        lines.append(f"  {s.seconds:6.1f} {estimate}  {state}  {s.name}{': ' + s.note if s.note else ''}")
-    lines.append("")
-    lines.append(f"{'check':<58} {'suite':>11} {'reference':>11} {'unit':<9} {'ratio':>6}  verdict  note")
-    for row in rows:
-        def fmt(v):
-            return f"{v:11.4g}" if isinstance(v, (int, float)) else f"{'-':>11}"
-
-        ratio = f"{row.ratio:6.3f}" if row.ratio is not None else f"{'-':>6}"
-        lines.append(f"{row.name:<58} {fmt(row.suite)} {fmt(row.reference)} {row.unit:<9} {ratio}  "
-                     f"{row.verdict:<7}  {row.note}")
-    lines.append("")
-    lines.append(_summary(steps, rows))
-    return "\n".join(lines)
-
-
-def _write(out: Path, info: dict, steps: list[Step], rows: list[CheckRow], code: int | None) -> str:
-    table = format_table(steps, rows)
-    (out / "table.txt").write_text(table + "\n", encoding="utf-8")
-    data = {"schema_version": CHECK_SCHEMA, **info, "exit_code": code, "steps": [asdict(s) for s in steps],
-            "rows": [r.as_dict() for r in rows]}
-    (out / "check.json").write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
-    return table
 
 
 def _checks(name: str):
@@ -547,52 +424,56 @@ def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S, only: st
             "budget_s": budget_s, "timing": ctx.timing, "only": chosen if only else None, "facts": facts()}
     steps: list[Step] = []
     rows: list[CheckRow] = []
-    _write(out, info, steps, rows, None)
+    write_files(out, info, steps, rows, None)
     for name, run in planned:
-        if name not in chosen:
-            continue
-        estimate = step_estimate(name, ctx.gpus)
-        left = ctx.seconds_left()
-        if not ctx.dry_run and left < estimate:
-            note = (f"not run: {max(left, 0):.0f} s of the {budget_s:g} s budget left, it needs "
-                    f"~{estimate:.0f} s")
-            steps.append(Step(name, 0.0, False, note, ran=False, estimate_s=estimate))
-            rows.append(CheckRow(f"{name}: not run (out of time)", None, None, "", None, note, not_run=True))
-            print(f"\n== {name}: NOT RUN ({note})", flush=True)
-            _write(out, info, steps, rows, None)
-            continue
-        print(f"\n== {name} (~{estimate:.0f} s on an H200; {left:.0f} s of the budget left)", flush=True)
-        t0 = time.monotonic()
-        ctx.step = name
-        try:
-            # A subprocess step may overrun its estimate, but not the budget by more than STEP_GRACE_S.
-            timeout = min(STEP_TIMEOUT_FACTOR * estimate, max(left, estimate) + STEP_GRACE_S)
-            ctx.step_deadline = time.monotonic() + timeout
-            got = run(timeout)
-            ok, note = not any(r.ok is False for r in got), ""
-        except Exception as exc:  # noqa: BLE001 - a crashed step is a failed row; the other steps still run
-            import traceback
-
-            traceback.print_exc()
-            why = f"{type(exc).__name__}: {exc}"[:200]
-            got = [CheckRow(f"{name}: the check crashed", None, None, "", False, why)]
-            ok, note = False, "crashed (traceback in the log)"
-        rows += got
-        steps.append(Step(name, time.monotonic() - t0, ok, note, estimate_s=estimate))
-        _free_device_memory()
-        _write(out, info, steps, rows, None)
+        if name in chosen:
+            step, got = _run_step(ctx, name, run, budget_s)
+            steps.append(step)
+            rows += got
+            write_files(out, info, steps, rows, None)
     if not ctx.dry_run and ctx.gpus < 2:
         rows.append(CheckRow("peer copies, all GPUs at once, NCCL with 2+ ranks", None, None, "", None,
                              "not checked: needs two GPUs (covered by the fake multi-GPU tests)"))
     # Out of time is said in the table and the summary, and is no failure by itself.
     code = 1 if any(r.ok is False for r in rows) or any(s.ran and not s.ok for s in steps) else 0
     info["seconds"] = time.monotonic() - started
-    table = _write(out, info, steps, rows, code)
+    table = write_files(out, info, steps, rows, code)
     kind = "(dry run) " if ctx.dry_run else ""
     print(f"\n== gpu-check {kind}done in {info['seconds']:.0f} s; files in {out}", flush=True)
     if ctx.print_table:
         print(f"\n{table}", flush=True)
     return code
+
+
+def _run_step(ctx: CheckContext, name: str, run: Callable[[float], list[CheckRow]], budget_s: float
+              ) -> tuple[Step, list[CheckRow]]:
+    """One step, timed, or a NOT RUN row where its estimate no longer fits the budget."""
+    estimate = step_estimate(name, ctx.gpus)
+    left = ctx.seconds_left()
+    if not ctx.dry_run and left < estimate:
+        note = f"not run: {max(left, 0):.0f} s of the {budget_s:g} s budget left, it needs ~{estimate:.0f} s"
+        print(f"\n== {name}: NOT RUN ({note})", flush=True)
+        return (Step(name, 0.0, False, note, ran=False, estimate_s=estimate),
+                [CheckRow(f"{name}: not run (out of time)", None, None, "", None, note, not_run=True)])
+    print(f"\n== {name} (~{estimate:.0f} s on an H200; {left:.0f} s of the budget left)", flush=True)
+    t0 = time.monotonic()
+    ctx.step = name
+    # A subprocess step may overrun its estimate, but not the budget by more than STEP_GRACE_S.
+    timeout = min(STEP_TIMEOUT_FACTOR * estimate, max(left, estimate) + STEP_GRACE_S)
+    ctx.step_deadline = time.monotonic() + timeout
+    try:
+        got = run(timeout)
+        ok, note = not any(r.ok is False for r in got), ""
+    except Exception as exc:  # noqa: BLE001 - a crashed step is a failed row; the other steps still run
+        import traceback
+
+        traceback.print_exc()
+        why = f"{type(exc).__name__}: {exc}"[:200]
+        got = [CheckRow(f"{name}: the check crashed", None, None, "", False, why)]
+        ok, note = False, "crashed (traceback in the log)"
+    step = Step(name, time.monotonic() - t0, ok, note, estimate_s=estimate)
+    _free_device_memory()
+    return step, got
 
 
 def _free_device_memory() -> None:
