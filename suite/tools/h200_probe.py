@@ -29,6 +29,7 @@ from suite.cases.ceiling.checks import held_note
 from suite.cases.precision import mode_for
 from suite.config import load_config
 from suite.devices import ClockWatch, resolve_spec
+from suite.timing import reference_times
 
 # `cpu` runs the same steps on the CPU: a check that the probe itself works before it spends GPU time.
 DEV = sys.argv[1] if len(sys.argv) > 1 else "cuda:0"
@@ -41,12 +42,6 @@ def pick(gpu, cpu):
 def sync() -> None:
     if DEV.startswith("cuda"):
         torch.cuda.synchronize(DEV)
-
-
-def cuda_event_times(fn, device, seconds=None, calls=None, before=None):
-    from suite.timing import reference_times
-
-    return reference_times(fn, device, seconds=seconds, calls=calls, before=before)
 
 
 def sm_clock() -> str:
@@ -104,7 +99,7 @@ def probe_model() -> None:
                         fn()
                     sync()
                     rounds.append((time.perf_counter() - r0) / per_round)
-                events = cuda_event_times(fn, DEV, seconds=0.3)
+                events = reference_times(fn, DEV, seconds=0.3)
                 print(f"  {case.id:<32} issue {issue * 1e3:7.3f} ms/step, synchronised {total * 1e3:7.3f}, "
                       f"suite-style rounds of {per_round} {statistics.median(rounds) * 1e3:7.3f}, events "
                       f"{statistics.median(events) * 1e3:7.3f}  (issue share {issue / total:.0%})", flush=True)
@@ -152,20 +147,20 @@ def probe_matmul() -> None:
         time.sleep(pick(4.0, 0.1))
         print(f"  idle: {sm_clock()}")
         watch = ClockWatch([DEV])
-        cuda_event_times(op, DEV, calls=3)
-        burst = cuda_event_times(op, DEV, calls=10)
+        reference_times(op, DEV, calls=3)
+        burst = reference_times(op, DEV, calls=10)
         print(f"  {label}: mean of 10 after 3: {rate(burst):6.1f} TFLOP/s; held: {held(watch)}; after: "
               f"{sm_clock()}", flush=True)
         watch = ClockWatch([DEV])
-        cuda_event_times(op, DEV, calls=50, before=flush.zero_)
-        mamf = cuda_event_times(op, DEV, calls=100, before=flush.zero_)
+        reference_times(op, DEV, calls=50, before=flush.zero_)
+        mamf = reference_times(op, DEV, calls=100, before=flush.zero_)
         print(f"  then mamf-finder's (mean of 100 after 50, L2 flushed): {rate(mamf):6.1f} TFLOP/s; first 10 "
               f"{rate(mamf[:10]):6.1f}, last 10 {rate(mamf[-10:]):6.1f}; held: {held(watch)}; after: "
               f"{sm_clock()}", flush=True)
     sync()
     time.sleep(pick(4.0, 0.1))
     watch = ClockWatch([DEV])
-    times = cuda_event_times(op, DEV, seconds=pick(3.0, 0.5))
+    times = reference_times(op, DEV, seconds=pick(3.0, 0.5))
     edges, elapsed, start, spans = [0.05, 0.25, 0.5, 1.0, 2.0, 3.0], 0.0, 0, []
     for i, t in enumerate(times):
         elapsed += t
