@@ -33,20 +33,32 @@ class Outcome:
 
 def skip_if_missing(case: Case) -> None:
     """Skip the test, with the reason, when one of the case's devices is not on this machine."""
-    for name in case.devices:
-        reason = dev.missing_reason(name)
-        if reason:
-            pytest.skip(reason)
+    reason = next(filter(None, map(dev.missing_reason, case.devices)), None)
+    if reason:
+        pytest.skip(reason)
 
 
 def measure_case(case: Case, benchmark, config: SuiteConfig, nodeid: str, partial: PartialState | None,
             budget: RunState) -> dict:
     """The `measure` fixture's call: the case's own timing, the journal's "started" line, then run_case."""
+    # Imported here: benchmarks/conftest.py registers it as a plugin after this one.
     from suite import distributed
 
+    # Under torchrun every rank runs the case in lockstep (suite.distributed): a rank that failed or skipped
+    # alone would leave the others waiting in a collective, or at the next agreement, until timeout_s.
     lockstep = distributed.current()
-    if lockstep is None:  # under torchrun every rank must skip it: run_case
+    if lockstep is None:  # under torchrun every rank must skip it: _start_in_lockstep
         skip_if_missing(case)
+        return _measure(case, benchmark, config, nodeid, partial, budget, None)
+    lockstep.begin_case(case.id)
+    try:
+        return _measure(case, benchmark, config, nodeid, partial, budget, lockstep)
+    finally:
+        lockstep.end_case()
+
+
+def _measure(case: Case, benchmark, config: SuiteConfig, nodeid: str, partial: PartialState | None,
+             budget: RunState, lockstep) -> dict:
     try:
         if partial is not None:
             partial.measure_starts(nodeid)
@@ -60,9 +72,10 @@ def measure_case(case: Case, benchmark, config: SuiteConfig, nodeid: str, partia
         if lockstep is not None:
             # This rank fails before the case starts (the partial file cannot be written, say): the other
             # ranks hear it at the case's agreements, as from a failed build, not after timeout_s.
-            _left_before_start(case, lockstep, exc)
+            with contextlib.suppress(RuntimeError):  # RankTimeout, or the store is gone: this error says enough
+                lockstep.ready(_problem(exc, case))
         raise
-    info = run_case(case, benchmark, config.model_copy(update={"timing": timing}))
+    info = run_case(case, benchmark, config.model_copy(update={"timing": timing}), lockstep)
     max_time = pb_adapter.timed_max_time(benchmark)
     if benchmark.stats is not None and case.family in FAMILIES and max_time is not None:
         # The max_time this benchmark ran under: the config's, or less under a budget (never more).
@@ -94,63 +107,11 @@ def _oom_reason(exc: BaseException, case: Case) -> str | None:
     return f"out of memory for {case.id}{detail}: use smaller sizes for this device"
 
 
-def run_case(case: Case, benchmark, config: SuiteConfig) -> dict:
-    """Skip if a device is missing; build; check once; warm up; time with `benchmark`; return extra_info."""
-    # Imported here: benchmarks/conftest.py registers it as a plugin after this one.
-    from suite import distributed
-
-    # Under torchrun every rank runs the case in lockstep (suite.distributed): a rank that failed or skipped
-    # alone would leave the others waiting in a collective, or at the next agreement, until timeout_s.
-    lockstep = distributed.current()
-    if lockstep is None:
-        return _run_case(case, benchmark, config, None)
-    lockstep.begin_case(case.id)
+def run_case(case: Case, benchmark, config: SuiteConfig, lockstep=None) -> dict:
+    """Build; check once; warm up; time with `benchmark`; return extra_info. `lockstep` (a DistState whose case
+    has begun) when every rank runs the case at once under torchrun."""
     try:
-        return _run_case(case, benchmark, config, lockstep)
-    finally:
-        lockstep.end_case()
-
-
-def _run_case(case: Case, benchmark, config: SuiteConfig, lockstep) -> dict:
-    if lockstep is None:  # under torchrun a missing device is a problem to agree on (_start_in_lockstep)
-        skip_if_missing(case)
-    family = family_module(case.family)
-    # Out of memory anywhere (inputs, check, autotuning workspaces in warm-up, allocations in the timed op) is a
-    # skip with the reason; pytest-benchmark drops a benchmark that raised, so nothing partial is saved.
-    try:
-        try:
-            if lockstep is None:
-                work = family.build(case, config)
-                work.check()
-                # Whether a power, thermal, board or reliability limit held its GPUs' clocks down while it was
-                # warmed up and timed (NVML's counters, read outside the timed rounds).
-                watch = dev.ClockWatch(case.devices)
-            else:
-                work, watch = _start_in_lockstep(case, family, config, lockstep)
-            bound: dict = {}
-            try:
-                if work.pedantic is not None:
-                    # Fixed rounds and warm-up from the case (collectives: every rank must run the same calls
-                    # in lockstep; time-based warm-up and calibration would differ between ranks and hang
-                    # them).
-                    benchmark.pedantic(work.fn, **work.pedantic)
-                else:
-                    timer = SyncTimer([torch.device(d) for d in case.devices])
-                    warm_up(work.fn, timer, config.timing.warmup_s)
-                    benchmark(work.fn)
-                    if benchmark.stats is not None:
-                        bound = bound_info(work.fn, timer, benchmark.stats.iterations)
-            except BaseException as exc:
-                if lockstep is not None:
-                    _failed_in_lockstep(exc, case, lockstep)
-                raise
-        except SkipCase as exc:
-            pytest.skip(str(exc))
-        except (RuntimeError, MemoryError) as exc:
-            reason = _oom_reason(exc, case)
-            if reason is None:
-                raise
-            pytest.skip(reason)
+        work, watch, bound = _build_and_time(case, benchmark, config, lockstep)
     except BaseException:
         # The error (or skip) raised first is the one to report; a failing synchronisation must not replace it.
         with contextlib.suppress(Exception):
@@ -169,41 +130,85 @@ def _run_case(case: Case, benchmark, config: SuiteConfig, lockstep) -> dict:
             # Rank 0 records the worst GPU of any rank (it alone writes); every rank posts, even after an
             # error here, as rank 0 waits for each.
             held = lockstep.gather_clocks(held)
-
-    info: dict = {"case": case.family, **case.info}
-    stats = getattr(benchmark, "stats", None)
-    median = stats.stats.median if stats is not None else None
-    for key in ("flops", "bytes", "traffic_bytes", "samples"):
-        value = getattr(work, key)
-        if value is not None:
-            info[key] = value
-    if median:
-        if work.flops is not None:
-            info["tflops"] = tflops(work.flops, median)
-        if work.bytes is not None:
-            info["gbps"] = gbps(work.bytes, median)
-        if work.traffic_bytes is not None:
-            info["traffic_gbps"] = gbps(work.traffic_bytes, median)
-        if work.samples is not None:
-            info["samples_per_s"] = work.samples / median
-    info.update(work.extra)
-    info.update(bound)
-    info.update(held)
-    if median and work.derive is not None:
-        info.update(work.derive(median))
-    if stats is not None:
-        info.update(stopping_info(stats, pedantic=work.pedantic is not None))
+    info = _extra_info(case, work, benchmark, bound, held)
     benchmark.extra_info.update(info)
     return info
 
 
+def _build_and_time(case: Case, benchmark, config: SuiteConfig, lockstep) -> tuple:
+    """(work, its ClockWatch, bound_info) of the case, built, checked, warmed up and timed. Out of memory
+    anywhere (inputs, check, autotuning workspaces in warm-up, allocations in the timed op) is a skip with the
+    reason; pytest-benchmark drops a benchmark that raised, so nothing partial is saved."""
+    family = family_module(case.family)
+    try:
+        if lockstep is None:
+            work = family.build(case, config)
+            work.check()
+            # Whether a power, thermal, board or reliability limit held its GPUs' clocks down while it was
+            # warmed up and timed (NVML's counters, read outside the timed rounds).
+            watch = dev.ClockWatch(case.devices)
+        else:
+            work, watch = _start_in_lockstep(case, family, config, lockstep)
+        try:
+            return work, watch, _time(case, work, benchmark, config)
+        except BaseException as exc:
+            if lockstep is not None:
+                _failed_in_lockstep(exc, case, lockstep)
+            raise
+    except (SkipCase, RuntimeError, MemoryError) as exc:
+        reason = _skip_reason(exc, case)
+        if reason is None:
+            raise
+        pytest.skip(reason)
+
+
+def _time(case: Case, work, benchmark, config: SuiteConfig) -> dict:
+    """Warm up and time the case's work; bound_info of the timed rounds ({} for fixed rounds)."""
+    if work.pedantic is not None:
+        # Fixed rounds and warm-up from the case (collectives: every rank must run the same calls in lockstep;
+        # time-based warm-up and calibration would differ between ranks and hang them).
+        benchmark.pedantic(work.fn, **work.pedantic)
+        return {}
+    timer = SyncTimer([torch.device(d) for d in case.devices])
+    warm_up(work.fn, timer, config.timing.warmup_s)
+    benchmark(work.fn)
+    return bound_info(work.fn, timer, benchmark.stats.iterations) if benchmark.stats is not None else {}
+
+
+# What a case's work counts, and the rate each count gives over the median round: (count, rate, per second).
+RATES = (("flops", "tflops", tflops), ("bytes", "gbps", gbps), ("traffic_bytes", "traffic_gbps", gbps),
+         ("samples", "samples_per_s", lambda samples, seconds: samples / seconds))
+
+
+def _extra_info(case: Case, work, benchmark, bound: dict, held: dict) -> dict:
+    """The benchmark's extra_info: the case, its counts and their rates, the work's own, bound, clocks held,
+    what the work derives from the median, and why timing stopped."""
+    stats = getattr(benchmark, "stats", None)
+    median = stats.stats.median if stats is not None else None
+    counts = {count: getattr(work, count) for count, _, _ in RATES if getattr(work, count) is not None}
+    info: dict = {"case": case.family, **case.info, **counts}
+    if median:
+        info.update({rate: per_s(counts[count], median) for count, rate, per_s in RATES if count in counts})
+    info.update({**work.extra, **bound, **held})
+    if median and work.derive is not None:
+        info.update(work.derive(median))
+    if stats is not None:
+        info.update(stopping_info(stats, pedantic=work.pedantic is not None))
+    return info
+
+
+def _skip_reason(exc: BaseException, case: Case) -> str | None:
+    """Why `exc` makes the case a skip (pytest's skip, SkipCase, out of memory); None when it is a failure."""
+    if isinstance(exc, pytest.skip.Exception):
+        return str(exc.msg)
+    if isinstance(exc, SkipCase):
+        return str(exc)
+    return _oom_reason(exc, case)
+
+
 def _problem(exc: BaseException, case: Case) -> dict:
     """A rank's own problem with a case, for the other ranks: a skip (as run_case would skip) or a failure."""
-    if isinstance(exc, pytest.skip.Exception):
-        return {"kind": "skip", "text": str(exc.msg)}
-    if isinstance(exc, SkipCase):
-        return {"kind": "skip", "text": str(exc)}
-    reason = _oom_reason(exc, case) if isinstance(exc, (RuntimeError, MemoryError)) else None
+    reason = _skip_reason(exc, case)
     if reason is not None:
         return {"kind": "skip", "text": reason}
     if isinstance(exc, pytest.fail.Exception):
@@ -237,29 +242,13 @@ def _start_in_lockstep(case: Case, family, config: SuiteConfig, lockstep):
         # Started once every rank is ready: waiting for the slowest rank is no part of the window.
         return work, dev.ClockWatch(case.devices)
     kind = "fail" if any(o["kind"] == "fail" for o in outcome.values()) else "skip"
-    if (
-        problem is not None
-        and problem["kind"] == kind
-        and {o["text"] for o in outcome.values()} == {problem["text"]}
-    ):
+    texts = {o["text"] for o in outcome.values()}
+    if problem is not None and problem["kind"] == kind and texts == {problem["text"]}:
         raise own  # this rank's own error, alone or the same on every rank: with its traceback
     message = describe_outcome(outcome, lockstep.env.world_size)
     if kind == "skip":
         pytest.skip(message)
     raise pytest.fail.Exception(message, pytrace=False) from own
-
-
-def _left_before_start(case: Case, lockstep, exc: BaseException) -> None:
-    """Tell the other ranks, at the case's agreements, that this rank fails `case` before it starts."""
-    from suite.distributed import RankTimeout
-
-    lockstep.begin_case(case.id)
-    try:
-        lockstep.ready(_problem(exc, case))
-    except (RankTimeout, RuntimeError):  # the others are gone or the store is: this rank's error says enough
-        pass
-    finally:
-        lockstep.end_case()
 
 
 def _failed_in_lockstep(exc: BaseException, case: Case, lockstep) -> None:

@@ -164,7 +164,7 @@ def test_xccl_init_binds_the_rank_to_its_xpu_and_refuses_a_torch_without_xccl(mo
         state = distributed.init(_env(0, 0, world=1), "xccl", 5, "digest")
     assert calls == [("set_device", "xpu:0"), ("xccl", ["rank", "store", "timeout", "world_size"])]
     assert state.device == "xpu:0" and state.owns_group
-    monkeypatch.setattr(distributed, "xccl_version", lambda: "2021.15.0")
+    monkeypatch.setattr(distributed.lockstep, "xccl_version", lambda: "2021.15.0")
     described = state.describe()
     assert described["backend"] == "xccl" and described["xccl_version"] == "2021.15.0"
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from suite import agent, distributed
-from suite.distributed import DistState, LaunchEnv
+from suite.distributed import DistState, LaunchEnv, launch
 from tests.test_collectives import ROOT, TINY, _in_threads, _only_collectives
 
 DOC = os.path.join(ROOT, "docs", "collectives.md")
@@ -48,8 +48,8 @@ def test_multi_node_rdzv_id_is_one_fixed_name_on_every_node():
 @pytest.fixture
 def no_torchrun(monkeypatch):
     started = []
-    monkeypatch.setattr(distributed.subprocess, "call", lambda cmd, *a, **k: started.append(cmd) or 0)
-    monkeypatch.setattr(distributed.os, "execv", lambda path, cmd: started.append(cmd))
+    monkeypatch.setattr(launch.subprocess, "call", lambda cmd, *a, **k: started.append(cmd) or 0)
+    monkeypatch.setattr(launch.os, "execv", lambda path, cmd: started.append(cmd))
     return started
 
 
