@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass
 
 from suite.cases import Case
@@ -18,7 +19,7 @@ from suite.plan import (
     shareable,
 )
 from suite.summary import Progress
-from suite.timing import min_round_seconds
+from suite.timing import min_round_seconds, parse_duration
 
 # The least max_time a budget hands out: pytest-benchmark still runs min_rounds, so the budget is overrun
 # rather than a benchmark left unmeasured.
@@ -173,17 +174,18 @@ class RunState:
         self.timed_s: dict[str, float] = {}
         self.round_s: dict[str, float] = {}
         self.warmups: dict[str, float] = {}
-        self.max_times: dict[str, float] = {}  # nodeid -> the max_time the budget gave it
+
+    def set_budget(self, option: str | None, configured: float | None) -> None:
+        """--suite-budget (its text, a ValueError where it is not a duration) over the config's timing.budget."""
+        self.budget_s = parse_duration(option) if option is not None else configured
+        self.budget_source = "--suite-budget" if option is not None else "timing.budget"
 
     def plan(self, cases: dict[str, Case], config: SuiteConfig, overrides: dict | None = None) -> None:
         """After selection (nodeid -> case): the families for progress lines; with a budget, refuse it now if
         it is too small (UserError). `overrides`: the timing the command line sets
         (BudgetSchedule.for_cases)."""
         self.families = {nodeid: case.family for nodeid, case in cases.items()}
-        counts: dict[str, int] = {}
-        for family in self.families.values():
-            counts[family] = counts.get(family, 0) + 1
-        self.progress = Progress(counts)
+        self.progress = Progress(dict(Counter(self.families.values())))
         if self.budget_s is None or not cases:
             return
         self.schedule = BudgetSchedule.for_cases(self.budget_s, cases, config, self.run_started,
@@ -198,10 +200,7 @@ class RunState:
         self.started[nodeid] = time.monotonic()
         if self.schedule is None:
             return None
-        share = self.schedule.start(nodeid)
-        if share is not None:
-            self.max_times[nodeid] = share
-        return share
+        return self.schedule.start(nodeid)
 
     def timed(self, nodeid: str, stats) -> None:
         """What a benchmark's timed rounds took (pytest-benchmark's Metadata; its data is per iteration)."""

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "accuracy": ("suite.tools.accuracy", "the suite's figures against torch.utils.benchmark.Timer (and a plain "
                  "torch.distributed loop), paired in one run: one table of ratios"),
     "plan": ("suite.plan", "how many benchmarks a config selects per family and how long they take (--gpus N)"),
+    "finish": ("suite.finish", "write the results JSON of a killed run from its RESULTS.partial.jsonl"),
 }
 # Commands that hand their remaining arguments to another program: one per family that runs under torchrun
 # (its read module's TORCHRUN), through the torchrun launcher: name -> (module with main(argv) -> int, help).

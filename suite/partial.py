@@ -40,8 +40,7 @@ MAX_DEATHS = 2
 def partial_path(json_path: str | Path) -> Path:
     """results/x.json -> results/x.partial.jsonl"""
     path = Path(json_path)
-    stem = path.name[: -len(".json")] if path.name.endswith(".json") else path.name
-    return path.with_name(stem + SUFFIX)
+    return path.with_name(path.name.removesuffix(".json") + SUFFIX)
 
 
 class PartialWriter:
@@ -56,10 +55,6 @@ class PartialWriter:
         self.append = append
         self._fh = None
         self.has_header = append and path.exists() and path.stat().st_size > 0
-
-    @property
-    def opened(self) -> bool:
-        return self._fh is not None
 
     def write(self, obj: dict, durable: bool = True) -> None:
         """Append `obj`, flushed (a killed process loses nothing); `durable`: also fsynced, so that a kernel panic
@@ -98,6 +93,18 @@ class PartialRun:
         """How many runs died while this test was running (started, never finished)."""
         return self.started[nodeid] - self.finished[nodeid]
 
+    def add(self, obj: dict) -> None:
+        """One line of the file: the header, a test's "started" or "finished", or a finished benchmark."""
+        if obj.get("partial"):
+            self.header = obj
+        elif "started" in obj:
+            self.started[obj["started"]] += 1
+        elif "finished" in obj:
+            self.finished[obj["finished"]] += 1
+            self.outcomes[obj["finished"]] = obj.get("outcome", "")
+        elif "stats" in obj and "fullname" in obj:
+            self.benchmarks[obj["fullname"]] = obj
+
 
 def read_partial(path: Path) -> PartialRun:
     """Parse a partial file; a torn last line is dropped, a corrupt one elsewhere is left out and its number
@@ -122,16 +129,15 @@ def read_partial(path: Path) -> PartialRun:
             run.unreadable.append(number)
             continue
         run.lines.append(line)
-        if obj.get("partial"):
-            run.header = obj
-        elif "started" in obj:
-            run.started[obj["started"]] += 1
-        elif "finished" in obj:
-            run.finished[obj["finished"]] += 1
-            run.outcomes[obj["finished"]] = obj.get("outcome", "")
-        elif "stats" in obj and "fullname" in obj:
-            run.benchmarks[obj["fullname"]] = obj
+        run.add(obj)
     return run
+
+
+def results_json(header: dict | None, benchmarks: list[dict], suite: dict | None, partial: bool = False) -> dict:
+    """The results JSON a journal stands for: its header (without the "partial" mark unless `partial`), the
+    benchmarks and the `suite` block."""
+    doc = {key: value for key, value in (header or {}).items() if partial or key != "partial"}
+    return {**doc, "benchmarks": benchmarks, "suite": suite}
 
 
 def rewrite_clean(path: Path, run: PartialRun) -> None:
@@ -393,6 +399,33 @@ class PartialState:
         """Benchmarks the partial file holds now: the earlier run's (--suite-resume appends) and this run's."""
         return len(self.previous.benchmarks) + self.written
 
+    def interrupted_line(self, how: str) -> str:
+        """What a run stopped by Ctrl-C or SIGTERM (`how`) kept, and how to go on."""
+        kept = self.finished_count()
+        if kept:
+            return (f"[suite] {how}: {kept} finished benchmark(s) kept in {self.writer.path}; rerun the same "
+                    "command with --suite-resume to run the rest")
+        return (f"[suite] {how} before any benchmark finished: no results written to "
+                f"{self.config.getoption('benchmark_json')}")
+
+    def unsaved_kept(self) -> str:
+        """What is kept when the results JSON cannot be written."""
+        if self.writer is None:
+            return "nothing measured could be kept"
+        return (f"the {self.finished_count()} benchmark(s) written to {self.writer.path} are kept; free space and "
+                "rerun the same command with --suite-resume to write it")
+
+    def discard(self) -> None:
+        """Drop the file of a run that measured nothing: a file of skips holds no results, and `health` or
+        `report` would take it for the node's latest run."""
+        self.writer.close()
+        self.writer.path.unlink(missing_ok=True)
+
+    def reused_json(self, suite: dict) -> dict:
+        """The results JSON of a resumed run that had nothing left to measure: the earlier run's header and the
+        benchmarks kept from it."""
+        return results_json(self.previous.header, self.reused, suite)
+
     def measure_starts(self, nodeid: str) -> None:
         """A test starts measuring (its devices are there): from here a death is counted against it."""
         self.measuring.add(nodeid)
@@ -451,9 +484,8 @@ def retry_command(config, nodeid: str) -> str:
         parts += ["--suite-config", str(suite_config)]
     json_path = config.getoption("benchmark_json", None)
     if json_path:
-        name = Path(json_path).name
-        stem = name[: -len(".json")] if name.endswith(".json") else name
-        parts += ["--benchmark-json", str(Path(json_path).with_name(stem + "-retry.json"))]
+        path = Path(json_path)
+        parts += ["--benchmark-json", str(path.with_name(path.name.removesuffix(".json") + "-retry.json"))]
     return shlex.join(parts)
 
 
@@ -472,12 +504,12 @@ def refuse_to_overwrite(partial: Path) -> None:
         )
 
 
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
 def check_same_run(partial: Path, previous: PartialRun, identity: dict) -> None:
     """Resume only the same measurement: the same config, devices and machine, or the JSON would mix runs."""
-    header = previous.header if isinstance(previous.header, dict) else {}
-    old = header.get("suite") if isinstance(header.get("suite"), dict) else {}
-    info = header.get("machine_info") if isinstance(header.get("machine_info"), dict) else {}
-    host = info.get("node")
     if previous.header is None:
         if previous.benchmarks:  # its header line is the unreadable one: nothing says what it measured
             raise UserError(
@@ -486,28 +518,58 @@ def check_same_run(partial: Path, previous: PartialRun, identity: dict) -> None:
                 "--suite-resume into another --benchmark-json, or delete it"
             )
         return  # died before its first result: nothing to merge
+    old, info = _dict(previous.header.get("suite")), _dict(previous.header.get("machine_info"))
     if old.get("config") != identity.get("config") or old.get("devices") != identity.get("devices"):
         raise UserError(
             f"--suite-resume: {partial} was measured with another config or device list "
             f"({old.get('config_path')}, devices {old.get('devices')}); resume with the same --suite-config and "
             "--suite-devices, or run without --suite-resume"
         )
+    host = info.get("node")
     if host and host != platform.node():
         raise UserError(f"--suite-resume: {partial} was measured on {host}, not on this machine "
                         f"({platform.node()}); run without --suite-resume")
-    now = identity["now"]() if callable(identity.get("now")) else {}
-    software = info.get("software") if isinstance(info.get("software"), dict) else {}
-    changed = [f"{key} {software[key]} -> {value}" for key, value in (now.get("software") or {}).items()
-               if key in ("torch", "cuda", "hip", "python", "suite") and key in software
-               and software[key] != value]
-    recorded = {str(d.get("id")): d for d in info.get("devices") or [] if isinstance(d, dict)}
-    for name, props in (now.get("hardware") or {}).items():
-        for key, value in props.items():
-            if name in recorded and recorded[name].get(key) not in (None, value):
-                changed.append(f"{name} {key} {recorded[name][key]} -> {value}")
+    changed = _changes(info, identity["now"]() if callable(identity.get("now")) else {})
     if changed:
         raise UserError(
             f"--suite-resume: {partial} was measured with other software or hardware ({'; '.join(changed[:3])}"
             f"{'; ...' if len(changed) > 3 else ''}): one JSON would mix them; run without --suite-resume into "
             "another --benchmark-json"
         )
+
+
+# The software whose version a resumed run must share with the run it resumes.
+SAME_SOFTWARE = ("torch", "cuda", "hip", "python", "suite")
+
+
+def _changes(info: dict, now: dict) -> list[str]:
+    """What differs between the journal's machine_info and this process (software versions, each device's
+    name and UUID), as "what old -> new"; what either side does not record is not compared."""
+    software = _dict(info.get("software"))
+    changed = [f"{key} {software[key]} -> {value}" for key, value in (now.get("software") or {}).items()
+               if key in SAME_SOFTWARE and software.get(key, value) != value]
+    recorded = {str(d.get("id")): d for d in info.get("devices") or [] if isinstance(d, dict)}
+    for name, props in (now.get("hardware") or {}).items():
+        old = recorded.get(name, {})
+        changed += [f"{name} {key} {old[key]} -> {value}" for key, value in props.items()
+                    if old.get(key) not in (None, value)]
+    return changed
+
+
+
+def what_measures(devices: list[str]) -> dict:
+    """This process's software and the selected accelerators (name, UUID): what a resumed run must share with
+    the run it resumes (check_same_run), read only when resuming."""
+    import torch
+
+    from suite import __version__
+    from suite import devices as dev
+
+    platform = dev.current_platform()
+    hardware = {}
+    for name in devices:
+        if torch.device(name).type != "cpu" and name in dev.present_devices():
+            with contextlib.suppress(Exception):  # a device that cannot say: compared by what it can
+                props = platform.properties(torch.device(name))
+                hardware[name] = {k: props.get(k) for k in ("name", "uuid") if props.get(k)}
+    return {"software": {**platform.software(), "suite": __version__}, "hardware": hardware}

@@ -32,11 +32,11 @@ from suite.cases import FAMILIES, Case, family_module  # noqa: E402
 from suite.cases.ceiling import annotate  # noqa: E402 - pct_of_ceiling / pct_of_datasheet on compute results
 from suite.config import DEFAULT_CONFIG, SuiteConfig, load_config, nothing_selected, resolved  # noqa: E402
 from suite.errors import UserError  # noqa: E402
-from suite.partial import PartialState, write_json_atomically  # noqa: E402
+from suite.partial import PartialState, what_measures, write_json_atomically  # noqa: E402
 from suite.requirements import old_pytest_benchmark  # noqa: E402
 from suite.run import Outcome, measure_case  # noqa: E402
 from suite.summary import render  # noqa: E402
-from suite.timing import SyncTimer, min_round_seconds, parse_duration  # noqa: E402
+from suite.timing import SyncTimer, min_round_seconds  # noqa: E402
 
 _CONFIG = pytest.StashKey[SuiteConfig]()
 _CONFIG_PATH = pytest.StashKey[str]()
@@ -44,20 +44,13 @@ _DEVICES = pytest.StashKey[list]()
 _CASES = pytest.StashKey[dict]()
 _PARTIAL = pytest.StashKey[PartialState]()
 _RUN = pytest.StashKey[RunState]()
-_MISSING = pytest.StashKey[list]()  # selected devices this machine lacks (warned about at the start)
 _OUTCOME = pytest.StashKey[Outcome]()  # what the run ended with: the end-of-run lines and exit status
 _SIGTERM_HANDLER = pytest.StashKey[object]()  # this run's SIGTERM handler, to restore the default after it
 
 # Our timing settings (config `timing`) map onto these pytest-benchmark marker keywords; a user who passes
 # the matching --benchmark-* option on the command line keeps theirs.
-_TIMING_OPTIONS = {
-    "min_time": "--benchmark-min-time",
-    "max_time": "--benchmark-max-time",
-    "min_rounds": "--benchmark-min-rounds",
-    "calibration_precision": "--benchmark-calibration-precision",
-    "precision": "--benchmark-precision",
-    "confidence": "--benchmark-confidence",
-}
+_TIMING_OPTIONS = {name: "--benchmark-" + name.replace("_", "-") for name in (
+    "min_time", "max_time", "min_rounds", "calibration_precision", "precision", "confidence")}
 SUMMARY_MODES = ("rates", "both", "off")
 
 
@@ -99,63 +92,51 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
-def _config_path(config: pytest.Config) -> Path:
-    given = config.getoption("suite_config")
-    if given:
-        return Path(given)
-    # The default is the project's config, wherever pytest was started from.
-    return Path(config.rootpath) / DEFAULT_CONFIG
+def _refusal(config: pytest.Config) -> str | None:
+    """Why this run cannot measure anything trustworthy, or None."""
+    if sys.flags.optimize:  # every case checks its result with assert, which -O strips: unchecked figures
+        return ("python -O (or PYTHONOPTIMIZE) strips the result checks every benchmark makes (assert "
+                "statements): run without it")
+    if parallel := xdist_reason(config):
+        return parallel
+    if not config.pluginmanager.hasplugin("benchmark"):
+        return ("pytest-benchmark is not loaded (-p no:benchmark, or not installed): it times every case; run "
+                "without -p no:benchmark (pip install 'pytest-benchmark>=5.3.1')")
+    return None
 
 
 def pytest_configure(config: pytest.Config) -> None:
     # An older pytest-benchmark dies at the run's start with a traceback that names no version.
-    problem = old_pytest_benchmark()
+    problem = old_pytest_benchmark() or _refusal(config)
     if problem:
         raise pytest.UsageError(problem)
-    if sys.flags.optimize:  # every case checks its result with assert, which -O strips: unchecked figures
-        raise pytest.UsageError(
-            "python -O (or PYTHONOPTIMIZE) strips the result checks every benchmark makes (assert statements): "
-            "run without it"
-        )
-    parallel = xdist_reason(config)
-    if parallel:
-        raise pytest.UsageError(parallel)
-    if not config.pluginmanager.hasplugin("benchmark"):
-        raise pytest.UsageError("pytest-benchmark is not loaded (-p no:benchmark, or not installed): it times "
-                                "every case; run without -p no:benchmark (pip install 'pytest-benchmark>=5.3.1')")
     config.addinivalue_line("markers", "gpu: needs a real accelerator; skipped where none is present")
     # A benchmark run shows warnings (a torch deprecation, say) but never fails on one; the project's own
     # tests keep pyproject's "error" filter. Later filterwarnings entries win.
     config.addinivalue_line("filterwarnings", "default")
-    path = _config_path(config)
+    # The default config is the project's, wherever pytest was started from.
+    path = Path(config.getoption("suite_config") or Path(config.rootpath) / DEFAULT_CONFIG)
     given = config.getoption("suite_devices")
-    # an empty shell variable: not the config's devices in silence
-    if given is not None and not given.strip():
-        raise pytest.UsageError(
-            "--suite-devices is empty: name the devices (all, cpu, gpus, cuda:1, cpu,cuda:1) "
-            "or leave the option out to use the config's"
-        )
     try:
+        if given is not None and not given.strip():  # an empty shell variable: not the config's devices in silence
+            raise UserError("--suite-devices is empty: name the devices (all, cpu, gpus, cuda:1, cpu,cuda:1) or "
+                            "leave the option out to use the config's")
         suite_config = load_config(path)
-        spec = config.getoption("suite_devices") or suite_config.devices
-        option = "--suite-devices" if config.getoption("suite_devices") else f"{path}: devices"
-        devices = dev.check_spec(spec, option=option)
+        devices = dev.check_spec(given or suite_config.devices,
+                                 option="--suite-devices" if given else f"{path}: devices")
     except UserError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_CONFIG] = suite_config
     config.stash[_CONFIG_PATH] = str(path)
     config.stash[_DEVICES] = devices
-    config.stash[_MISSING] = dev.missing_devices(devices)
     config.stash[_CASES] = {}
     config.stash[_OUTCOME] = Outcome()
     run = config.stash[_RUN] = RunState(started=_STARTED.pop() if _STARTED else time.monotonic())
     try:
-        budget = config.getoption("suite_budget")
-        run.budget_s = parse_duration(budget) if budget is not None else suite_config.timing.budget
-        run.budget_source = "--suite-budget" if budget is not None else "timing.budget"
+        run.set_budget(config.getoption("suite_budget"), suite_config.timing.budget)
     except ValueError as exc:
         raise pytest.UsageError(f"--suite-budget: {exc}") from None
-    identity = {"config": resolved(suite_config), "devices": devices, "now": lambda: _what_measures(devices)}
+    identity = {"config": resolved(suite_config), "devices": devices, "now": lambda: what_measures(devices)}
     try:
         config.stash[_PARTIAL] = PartialState.start(config, identity, lambda: _suite_block(config))
     except UserError as exc:
@@ -204,11 +185,9 @@ def _stop_on_sigterm(config: pytest.Config) -> None:
     the run is one rank of several under torchrun: its agent SIGTERMs the ranks when one fails, and a rank that
     stopped on its own would wait timeout_s at the run's last agreement for ranks that wait in a collective for
     it (5 minutes, where dying at once takes a second). Rank 0's partial file keeps what finished either way."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    if os.environ.get("TORCHELASTIC_RUN_ID") and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-        return
-    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+    ranks = int(os.environ.get("WORLD_SIZE", "1") or 1) if os.environ.get("TORCHELASTIC_RUN_ID") else 1
+    if threading.current_thread() is not threading.main_thread() or ranks > 1 or (
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
         return
 
     def stop(signum, frame):
@@ -232,6 +211,13 @@ def _family_of(function_name: str) -> str | None:
     return name if name in FAMILIES else None
 
 
+def _case_of(config: pytest.Config, item: pytest.Item) -> Case | None:
+    """The case a collected test measures, or None (not a case family's test, or its "none" placeholder)."""
+    callspec = getattr(item, "callspec", None)
+    family = _family_of(getattr(item, "originalname", item.name))
+    return config.stash[_CASES].get((family, callspec.params.get("case"))) if callspec is not None else None
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "case" not in metafunc.fixturenames:
         return
@@ -242,13 +228,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         )
     config = metafunc.config
     cases = family_module(family).enumerate_cases(config.stash[_CONFIG], config.stash[_DEVICES])
-    registry = config.stash[_CASES]
     if not cases:
         reason = f"no {family} cases selected by {config.stash[_CONFIG_PATH]} (disabled or empty)"
         metafunc.parametrize("case", [pytest.param(None, id="none", marks=pytest.mark.skip(reason=reason))])
         return
-    for case in cases:
-        registry[(family, case.id)] = case
+    config.stash[_CASES].update({(family, c.id): c for c in cases})
     metafunc.parametrize("case", [c.id for c in cases], ids=[c.id for c in cases], indirect=True)
 
 
@@ -265,13 +249,7 @@ def _plan(config: pytest.Config, items: list[pytest.Item]) -> None:
     dropped, and the other families) among them, so each rank plans for the same tests."""
     if _RUN not in config.stash:
         return
-    registry = config.stash[_CASES]
-    cases = {}
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        family = _family_of(getattr(item, "originalname", item.name))
-        if callspec is not None and (family, callspec.params.get("case")) in registry:
-            cases[item.nodeid] = registry[(family, callspec.params["case"])]
+    cases = {item.nodeid: case for item in items if (case := _case_of(config, item)) is not None}
     try:
         config.stash[_RUN].plan(cases, config.stash[_CONFIG], user_timing(config))
     except UserError as exc:
@@ -304,31 +282,29 @@ def user_timing(config: pytest.Config) -> dict:
 
 @pytest.hookimpl(trylast=True)  # after -k / -m deselection: the budget is shared over what will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    suite_config = config.stash[_CONFIG]
-    registry = config.stash[_CASES]
-    timers: dict[tuple, SyncTimer] = {}
+    timers: dict[tuple, SyncTimer] = {}  # one per device set: the devices a round synchronises
     for item in items:
-        callspec = getattr(item, "callspec", None)
-        family = _family_of(getattr(item, "originalname", item.name))
-        if callspec is None or family is None or (family, callspec.params.get("case")) not in registry:
+        case = _case_of(config, item)
+        if case is None:
             continue
-        case = registry[(family, callspec.params["case"])]
-        timing = suite_config.timing_for(family)
-        key = tuple(case.devices)
-        timer = timers.setdefault(key, SyncTimer([torch.device(d) for d in key]))
-        options = {"timer": timer, "group": family}
-        for name, flag in _TIMING_OPTIONS.items():
-            if not _user_set(config, flag):
-                options[name] = getattr(timing, name)
-        if "min_time" in options:
-            options["min_time"] = min_round_seconds(case, timing)
-        if options.get("precision") is None:
-            options.pop("precision", None)  # off: pytest-benchmark's fixed rounds
-        item.add_marker(pytest.mark.benchmark(**options))
+        timing = config.stash[_CONFIG].timing_for(case.family)
+        timer = timers.setdefault(tuple(case.devices), SyncTimer([torch.device(d) for d in case.devices]))
+        item.add_marker(pytest.mark.benchmark(**_benchmark_options(config, case, timing), timer=timer,
+                                              group=case.family))
         if timing.time_limit_s and config.pluginmanager.hasplugin("timeout") and not _user_set(config, "--timeout"):
             item.add_marker(pytest.mark.timeout(timing.time_limit_s))
     if _PARTIAL in config.stash:
         config.stash[_PARTIAL].select(config, items)
+
+
+def _benchmark_options(config: pytest.Config, case: Case, timing) -> dict:
+    """The config's timing as `benchmark` marker keywords, less those the user set on the command line."""
+    options = {name: getattr(timing, name) for name, flag in _TIMING_OPTIONS.items() if not _user_set(config, flag)}
+    if "min_time" in options:
+        options["min_time"] = min_round_seconds(case, timing)
+    if options.get("precision") is None:
+        options.pop("precision", None)  # off: pytest-benchmark's fixed rounds
+    return options
 
 
 @pytest.fixture
@@ -381,30 +357,10 @@ def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output
     annotate(output_json)
 
 
-def _what_measures(devices: list[str]) -> dict:
-    """This process's software and the selected accelerators (name, UUID): what a resumed run must share with
-    the run it resumes (suite.partial.check_same_run), read only when resuming."""
-    platform = dev.current_platform()
-    hardware = {}
-    for name in devices:
-        device = torch.device(name)
-        if device.type != "cpu" and name in dev.present_devices():
-            with contextlib.suppress(Exception):  # a device that cannot say: compared by what it can
-                props = platform.properties(device)
-                hardware[name] = {k: props.get(k) for k in ("name", "uuid") if props.get(k)}
-    return {"software": {**platform.software(), "suite": __version__}, "hardware": hardware}
-
-
 def _suite_block(config: pytest.Config) -> dict:
-    return {
-        "version": __version__,
-        "schema_version": SCHEMA_VERSION,
-        "config_path": config.stash[_CONFIG_PATH],
-        "devices": config.stash[_DEVICES],
-        "config": resolved(config.stash[_CONFIG]),
-        "budget_s": config.stash[_RUN].budget_s,
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-    }
+    return {"version": __version__, "schema_version": SCHEMA_VERSION, "config_path": config.stash[_CONFIG_PATH],
+            "devices": config.stash[_DEVICES], "config": resolved(config.stash[_CONFIG]),
+            "budget_s": config.stash[_RUN].budget_s, "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 
 # --- crash-safe results (suite.partial), the budget and progress lines (suite.budget) ----------------------
@@ -441,12 +397,9 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     if report.failed and _OUTCOME in item.config.stash:
         item.config.stash[_OUTCOME].failed.add(item.nodeid)
     state = item.config.stash.get(_PARTIAL, None)
-    if state is None:
-        return
-    result = None
-    if report.when == "call" and stats is not None and not fixture.has_error:
-        result = stats.as_dict(include_data=False)
-    state.report(item.nodeid, report.when, report.outcome, result)
+    if state is not None:
+        passed = report.when == "call" and stats is not None and not fixture.has_error
+        state.report(item.nodeid, report.when, report.outcome, stats.as_dict(include_data=False) if passed else None)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -498,14 +451,7 @@ def pytest_sessionfinish_save(session: pytest.Session):
     if interrupted and state is not None and state.writer is not None:
         # No JSON; a benchmark interrupted before its first round has no statistics to show either.
         pb_adapter.write_no_json(config)
-        kept = state.finished_count()
-        where = f"kept in {state.writer.path}; rerun the same command with --suite-resume to run the rest"
-        how = "stopped by SIGTERM" if outcome.terminated else "interrupted"
-        outcome.interrupted = (
-            f"[suite] {how}: {kept} finished benchmark(s) {where}" if kept else
-            f"[suite] {how} before any benchmark finished: no results written to "
-            f"{config.getoption('benchmark_json')}"
-        )
+        outcome.interrupted = state.interrupted_line("stopped by SIGTERM" if outcome.terminated else "interrupted")
     result = yield
     if outcome.unsaved:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
@@ -520,11 +466,9 @@ def _save_json(config: pytest.Config, path, output_json: dict) -> None:
         write_json_atomically(Path(path), output_json)
     except OSError as exc:
         state = config.stash.get(_PARTIAL, None)
-        kept = (f"the {state.finished_count()} benchmark(s) written to {state.writer.path} are kept; free space "
-                "and rerun the same command with --suite-resume to write it" if state and state.writer else
-                "nothing measured could be kept")
-        where = Path(path).resolve()
-        config.stash.setdefault(_OUTCOME, Outcome()).unsaved = f"[suite] cannot write {where} ({exc.strerror or exc}): {kept}"
+        kept = state.unsaved_kept() if state else "nothing measured could be kept"
+        config.stash.setdefault(_OUTCOME, Outcome()).unsaved = (
+            f"[suite] cannot write {Path(path).resolve()} ({exc.strerror or exc}): {kept}")
 
 
 @pytest.hookimpl(trylast=True)
@@ -535,43 +479,36 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state is None or state.writer is None or pb_adapter.session(config) is None or outcome.interrupted:
         return
     measured = pb_adapter.measured(config)
-    listing = any(getattr(config.option, name, False) for name in ("collectonly", "setupplan", "setuponly"))
     if not measured and not state.reused and session.exitstatus == pytest.ExitCode.OK:
-        out = config.getoption("benchmark_json")
-        if listing:
-            pass  # --co, --setup-plan: nothing was to run; pytest's own exit status stands
-        elif pb_adapter.disabled(config):
-            outcome.nothing = (
-                "[suite] nothing measured: benchmarks are disabled (--benchmark-disable: each ran once, "
-                f"untimed); no results written to {out}")
+        why = _why_nothing(config)
+        if why:  # said in the terminal summary, after pytest's progress line has ended
+            out = config.getoption("benchmark_json")
+            outcome.nothing = f"[suite] nothing measured: {why}; no results written to {out}"
             session.exitstatus = NOTHING_MEASURED_EXIT
-        else:
-            # Every selected case skipped (no such device, -k matched only skips): pytest-benchmark writes no
-            # JSON, and a silent exit 0 would pass for a run that measured something.
-            outcome.nothing = (
-                f"[suite] nothing measured: every selected case was skipped (pytest -rs shows why); no results "
-                f"written to {out}"
-            )  # said in the terminal summary, after pytest's progress line has ended
-            session.exitstatus = NOTHING_MEASURED_EXIT
-        # Cases that skipped after they started left a partial file of skips: no results to keep, and
-        # `health` or `report` would take it for the node's latest run.
-        state.writer.close()
-        state.writer.path.unlink(missing_ok=True)
+        state.discard()  # cases that skipped after they started left a file of skips
         return
     if not measured and state.reused:
         # Everything was already measured: pytest-benchmark has nothing to save, so the JSON is made from the
         # partial file's own header and benchmarks.
-        header = dict(state.previous.header or {})
-        header.pop("partial", None)
-        header["benchmarks"] = state.reused
-        header["suite"] = _suite_block(config)
-        _save_json(config, config.getoption("benchmark_json"), header)
+        _save_json(config, config.getoption("benchmark_json"), state.reused_json(_suite_block(config)))
         if outcome.unsaved:
             return  # the exit status is set by pytest_sessionfinish_save, around this hook
         if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
             # pytest's "no tests" once --suite-resume deselected every test: they were measured, and the JSON
             # holds them all.
             session.exitstatus = pytest.ExitCode.OK
+
+
+def _why_nothing(config: pytest.Config) -> str | None:
+    """Why a run with --benchmark-json measured nothing, or None where nothing was to run (--co, --setup-plan:
+    pytest's own exit status stands)."""
+    if any(getattr(config.option, name, False) for name in ("collectonly", "setupplan", "setuponly")):
+        return None
+    if pb_adapter.disabled(config):
+        return "benchmarks are disabled (--benchmark-disable: each ran once, untimed)"
+    # Every selected case skipped (no such device, -k matched only skips): pytest-benchmark writes no JSON, and a
+    # silent exit 0 would pass for a run that measured something.
+    return "every selected case was skipped (pytest -rs shows why)"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -587,15 +524,11 @@ def pytest_report_header(config: pytest.Config) -> list[str] | None:
     """Under pytest-benchmark's header (its defaults, which the config's timing replaces): what is in effect."""
     if _CONFIG not in config.stash:
         return None
-    timing = config.stash[_CONFIG].timing
-    user = user_timing(config)
-    max_time, min_rounds = user.get("max_time", timing.max_time), user.get("min_rounds", timing.min_rounds)
-    precision = user.get("precision", timing.precision)
-    confidence = user.get("confidence", timing.confidence)
-    stop = f"precision +-{precision:.3g} at {confidence:g}" if precision else "precision off"
+    timing = config.stash[_CONFIG].timing.model_copy(update=user_timing(config))
+    stop = f"precision +-{timing.precision:.3g} at {timing.confidence:g}" if timing.precision else "precision off"
     budget = config.stash[_RUN].budget_s if _RUN in config.stash else None
     return [f"suite: config {config.stash[_CONFIG_PATH]}, devices {', '.join(config.stash[_DEVICES])}; timing "
-            f"max_time={max_time:g}s min_rounds={min_rounds} {stop} (family sections may differ)"
+            f"max_time={timing.max_time:g}s min_rounds={timing.min_rounds} {stop} (family sections may differ)"
             + (f", budget {budget:g}s" if budget else "")]
 
 
@@ -607,7 +540,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     if _RUN not in config.stash:
         return
-    missing = config.stash[_MISSING]
+    missing = dev.missing_devices(config.stash[_DEVICES])
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     if missing and reporter is not None:
         reporter.write_line(
@@ -635,21 +568,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     from suite.summary import shown_on_this_rank
 
     outcome = config.stash.get(_OUTCOME, None) or Outcome()
-    if outcome.nothing:
-        terminalreporter.write_line(outcome.nothing, red=True)
-    if outcome.not_stored:
-        terminalreporter.write_line(outcome.not_stored, yellow=True)
+    for line, colour in ((outcome.nothing, "red"), (outcome.not_stored, "yellow"), (outcome.interrupted, "yellow")):
+        if line:
+            terminalreporter.write_line(line, **{colour: True})
     if outcome.interrupted:
-        terminalreporter.write_line(outcome.interrupted, yellow=True)
         return
-
     if _RUN not in config.stash or config.getoption("suite_summary") == "off" or not shown_on_this_rank():
         return
-    benchmarks = [copy.deepcopy(b.as_dict(include_data=False)) for b in pb_adapter.measured(config)
-                  if not b.has_error and b.stats and b.fullname not in outcome.failed]
     state = config.stash.get(_PARTIAL, None)
-    if state is not None:
-        benchmarks += copy.deepcopy(state.reused)
+    benchmarks = copy.deepcopy([b.as_dict(include_data=False) for b in pb_adapter.measured(config)
+                                if not b.has_error and b.stats and b.fullname not in outcome.failed]
+                               + (state.reused if state is not None else []))
     if not benchmarks:
         return
     doc = {"machine_info": dev.inventory().as_machine_info(), "benchmarks": benchmarks}
