@@ -89,6 +89,17 @@ def test_sigkill_keeps_every_finished_benchmark_and_resume_completes(fake_suite,
         assert bench["extra_info"]["case"] == "quick" and bench["stats"]["median"] > 0
     kept = set(run.benchmarks)
 
+    # `python -m suite finish`: the JSON of the killed run, from its journal, still marked partial; the journal
+    # stays for the resume below.
+    from suite.cli import main
+
+    finished = tmp_path / "finished.json"
+    assert main(["finish", str(partial), "-o", str(finished)]) == 0
+    doc = json.loads(finished.read_text())
+    assert doc["partial"] is True and [b["fullname"] for b in doc["benchmarks"]] == list(run.benchmarks)
+    assert doc["machine_info"] == run.header["machine_info"] and doc["suite"]["devices"] == ["cpu"]
+    assert partial.exists()
+
     # A resume whose every selected test the killed run finished: nothing left to run (pytest alone would
     # exit 5, "no tests"); the JSON is made from the partial file and the run passes. On a copy, so the
     # resume of the whole run below still has the partial file.
@@ -240,6 +251,33 @@ def test_a_second_run_on_the_same_results_file_is_refused_while_the_first_runs(f
                             timeout=120, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-2000:]
     assert not first.path.exists(), "a finished run leaves no lock file"
+
+
+def test_finish_writes_a_journal_s_json_beside_it_and_refuses_what_it_cannot(tmp_path, capsys):
+    from suite.cli import main
+
+    journal = tmp_path / "run.partial.jsonl"
+    header = {"partial": True, "machine_info": {"node": "n", "devices": []}, "commit_info": {},
+              "suite": {"devices": ["cpu"]}, "datetime": "2026-01-01T00:00:00", "version": "5.3.1"}
+    bench = {"name": "test_quick[cpu]", "fullname": "t.py::test_quick[cpu]", "stats": {"median": 1.0},
+             "extra_info": {}}
+    lines = [header, {"started": bench["fullname"]}, bench, {"finished": bench["fullname"], "outcome": "passed"},
+             {"started": "t.py::test_quick[cpu-2]"}]
+    journal.write_text("".join(json.dumps(line) + "\n" for line in lines) + '{"name": "torn')
+    assert main(["finish", str(journal)]) == 0
+    doc = json.loads((tmp_path / "run.json").read_text())
+    assert doc["benchmarks"] == [bench] and doc["partial"] is True and doc["datetime"] == header["datetime"]
+    assert doc["suite"]["devices"] == ["cpu"] and "ceilings" in doc["suite"], "annotated as a run's end is"
+    assert journal.exists() and not Path(f"{journal}.lock").exists()
+    capsys.readouterr()
+
+    assert main(["finish", str(journal)]) == 2, "an existing JSON is kept"
+    assert "run.json exists; give another path with -o" in capsys.readouterr().err
+    journal.write_text(json.dumps(header) + "\n")
+    assert main(["finish", str(journal), "-o", str(tmp_path / "other.json")]) == 2
+    assert "no finished benchmark: nothing to write" in capsys.readouterr().err
+    assert main(["finish", str(tmp_path / "run.json")]) == 2, "not a journal"
+    assert not (tmp_path / "other.json").exists()
 
 
 def test_a_dangling_symlink_as_the_results_file_is_kept(tmp_path):
