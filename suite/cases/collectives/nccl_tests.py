@@ -11,6 +11,7 @@ i_min i_max i_p99 i_cv% with per-iteration timing, and a timestamp column with -
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite.importers import imported, stats_from_time
@@ -99,142 +100,193 @@ def recognises(text: str) -> bool:
     return _HEADER.search(text) is not None
 
 
-def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str | None]:
-    """(results data, problem): rows of every size, out-of-place and in-place, as collectives benchmarks."""
-    lines = [_PREFIX.sub("", line).rstrip() for line in text.splitlines()]
-    ranks, columns, rows = {}, None, []
-    iters = DEFAULT_ITERS
-    out_of_bounds = 0
-    for line in lines:
-        stripped = line.strip()
-        if not stripped:
-            continue
-        if stripped.startswith("#"):
-            rank = _RANK.match(stripped)
-            bounds = _OUT_OF_BOUNDS.search(stripped)
-            if rank:
-                ranks[int(rank.group(1))] = (rank.group(2), int(rank.group(3)), rank.group(4))
-            elif bounds:
-                out_of_bounds += int(bounds.group(1))
-            elif "nThread" in stripped and _ITERS.search(stripped):
-                iters = int(_ITERS.search(stripped).group(1))
-            elif columns is None and "size" in stripped and "busbw" in stripped:
-                columns = stripped.lstrip("#").split()
-            continue
-        tokens = stripped.split()
+@dataclass
+class _Scan:
+    """What the lines of one nccl-tests output say: ranks, the column header, result rows, iters, checks."""
+
+    ranks: dict[int, tuple[str, int, str]] = field(default_factory=dict)
+    columns: list[str] | None = None
+    rows: list[list[str]] = field(default_factory=list)
+    iters: int = DEFAULT_ITERS
+    out_of_bounds: int = 0
+
+    def comment(self, line: str) -> None:
+        rank = _RANK.match(line)
+        bounds = _OUT_OF_BOUNDS.search(line)
+        if rank:
+            self.ranks[int(rank.group(1))] = (rank.group(2), int(rank.group(3)), rank.group(4))
+        elif bounds:
+            self.out_of_bounds += int(bounds.group(1))
+        elif "nThread" in line and _ITERS.search(line):
+            self.iters = int(_ITERS.search(line).group(1))
+        elif self.columns is None and "size" in line and "busbw" in line:
+            self.columns = line.lstrip("#").split()
+
+    def line(self, line: str) -> None:
+        if line.startswith("#"):
+            self.comment(line)
+            return
+        tokens = line.split()
         # Result lines start with the size; NCCL INFO/WARN lines and other log noise are not result lines.
-        if columns is not None and _number(tokens[0]) is not None:
-            rows.append(tokens)
-    op, other = _op(text, path)
-    if columns is None or not rows:
-        return None, "no nccl-tests result lines (not nccl-tests output, or cut before the first size)"
+        if self.columns is not None and _number(tokens[0]) is not None:
+            self.rows.append(tokens)
+
+
+def _refusal(scan: _Scan, op: str | None, other: str | None) -> str | None:
+    """Why this output cannot be imported at all, or None."""
+    if scan.columns is None or not scan.rows:
+        return "no nccl-tests result lines (not nccl-tests output, or cut before the first size)"
+    if op is None and other:
+        return f"{other} has no counterpart among our collectives; not imported"
     if op is None:
-        if other:
-            return None, f"{other} has no counterpart among our collectives; not imported"
-        return None, (
-            "cannot tell which collective this nccl-tests output measured; name the file after the "
-            "binary, e.g. all_reduce_perf.txt"
-        )
-    if not any(c in TIME_COLUMNS for c in columns):
-        return None, "nccl-tests header without a time column (unknown format)"
-    first_time, width, wrong_at = _groups(columns)
-    prefix = columns[:first_time]
+        return ("cannot tell which collective this nccl-tests output measured; name the file after the "
+                "binary, e.g. all_reduce_perf.txt")
+    if not any(c in TIME_COLUMNS for c in scan.columns):
+        return "nccl-tests header without a time column (unknown format)"
     # With -C the time column is the host's time to launch the loop, read before the collectives complete
     # (common.cu: cputimeSec), while algbw and busbw still come from the completed loop: the time is then
-    # derived from algbw (S / algbw). algbw is printed to 2 decimals: below 1.00 GB/s it has 2 digits or fewer
-    # (0.05 is +-10%), so those sizes are left out; and hypercube's algbw counts (n-1)/n of the size column
-    # (HyperCubeGetBw), so its time cannot be had from it.
-    launch_time = columns[first_time] == "cputime"
-    if launch_time and op == "hypercube":
-        return None, ("nccl-tests hypercube_perf run with -C: its time column is launch time and its algbw does "
-                      "not count the size column's bytes, so no time can be derived; rerun without -C")
-    hosts = sorted({host for host, _, _ in ranks.values()})
-    world = len(ranks) or None
-    benchmarks, bad, wrong, no_time = [], 0, [], 0
-    for tokens in rows:
-        head, body = tokens[: len(prefix)], tokens[len(prefix) :]
-        fields = dict(zip(prefix, head))
-        size = _number(fields.get("size", ""))
-        if size is None or len(head) < len(prefix) or len(body) < 3:
-            bad += 1
-            continue
-        # Two groups: out-of-place, in-place; one: in-place only (nccl-tests' trace replay).
-        if len(body) >= 2 * width:
-            groups = [("outofplace", body[:width]), ("inplace", body[width : 2 * width])]
-        else:
-            groups = [("inplace", body[:width])]
-        for mode, group in groups:
-            time_us, algbw, busbw = (_number(t) for t in group[:3])
-            if launch_time:
-                if not algbw or algbw < MIN_ALGBW_FOR_TIME:
-                    no_time += 1
-                    continue
-                time_us = size / (algbw * 1e9) * 1e6
-            if not time_us or time_us <= 0 or algbw is None or busbw is None:
-                bad += 1
+    # derived from algbw (S / algbw). hypercube's algbw counts (n-1)/n of the size column (HyperCubeGetBw),
+    # so its time cannot be had from it.
+    if _launch_time(scan.columns) and op == "hypercube":
+        return ("nccl-tests hypercube_perf run with -C: its time column is launch time and its algbw does "
+                "not count the size column's bytes, so no time can be derived; rerun without -C")
+    return None
+
+
+def _launch_time(columns: list[str]) -> bool:
+    return columns[_groups(columns)[0]] == "cputime"
+
+
+@dataclass
+class _Rows:
+    """Reading result rows into benchmarks, with the count of each kind of row left out."""
+
+    op: str
+    scan: _Scan
+    benchmarks: list[dict] = field(default_factory=list)
+    bad: int = 0
+    wrong: list[str] = field(default_factory=list)
+    no_time: int = 0
+
+    def read(self) -> None:
+        first_time, width, wrong_at = _groups(self.scan.columns)
+        prefix = self.scan.columns[:first_time]
+        launch_time = _launch_time(self.scan.columns)
+        for tokens in self.scan.rows:
+            head, body = tokens[: len(prefix)], tokens[len(prefix) :]
+            fields = dict(zip(prefix, head))
+            size = _number(fields.get("size", ""))
+            if size is None or len(head) < len(prefix) or len(body) < 3:
+                self.bad += 1
                 continue
-            dtype = DTYPES.get(fields.get("type", ""), fields.get("type", ""))
-            name = f"{op}_perf[{dtype}-{int(size)}B-{mode}]"
-            n_wrong = _number(group[wrong_at]) if wrong_at is not None and len(group) > wrong_at else None
-            if n_wrong:  # the data check failed: the rate of a wrong result is no measurement
-                wrong.append(f"{name}: {n_wrong:g} wrong element(s)")
-                continue
-            extra = {
-                "case": "collectives",
-                "op": OPS[op],
-                "dtype": dtype,
-                "size": int(size),
-                "bytes": int(size),
-                "in_place": mode == "inplace",
-                "backend": "nccl",
-                "tool": TOOL,
-                "world_size": world,
-                "nnodes": len(hosts) or None,
-                "ranks_per_node": (world // len(hosts)) if world and hosts else None,
-                "algbw": algbw,
-                "busbw": busbw,
-                "iters": iters,
+            # Two groups: out-of-place, in-place; one: in-place only (nccl-tests' trace replay).
+            if len(body) >= 2 * width:
+                groups = [("outofplace", body[:width]), ("inplace", body[width : 2 * width])]
+            else:
+                groups = [("inplace", body[:width])]
+            for mode, group in groups:
+                self.group(fields, size, mode, group, wrong_at, launch_time)
+
+    def group(self, fields: dict, size: float, mode: str, group: list[str], wrong_at: int | None,
+              launch_time: bool) -> None:
+        time_us, algbw, busbw = (_number(t) for t in group[:3])
+        if launch_time:
+            # algbw is printed to 2 decimals: below 1.00 GB/s it has 2 digits or fewer (0.05 is +-10%).
+            if not algbw or algbw < MIN_ALGBW_FOR_TIME:
+                self.no_time += 1
+                return
+            time_us = size / (algbw * 1e9) * 1e6
+        if not time_us or time_us <= 0 or algbw is None or busbw is None:
+            self.bad += 1
+            return
+        dtype = DTYPES.get(fields.get("type", ""), fields.get("type", ""))
+        name = f"{self.op}_perf[{dtype}-{int(size)}B-{mode}]"
+        n_wrong = _number(group[wrong_at]) if wrong_at is not None and len(group) > wrong_at else None
+        if n_wrong:  # the data check failed: the rate of a wrong result is no measurement
+            self.wrong.append(f"{name}: {n_wrong:g} wrong element(s)")
+            return
+        extra = {"case": "collectives", "op": OPS[self.op], "dtype": dtype, "size": int(size),
+                 "bytes": int(size), "in_place": mode == "inplace", "backend": "nccl", "tool": TOOL,
+                 **_topology(self.scan.ranks), "algbw": algbw, "busbw": busbw, "iters": self.scan.iters}
+        if fields.get("redop") not in (None, "none"):
+            extra["redop"] = fields["redop"]
+        self.benchmarks.append(
+            {
+                "name": name,
+                "fullname": f"nccl-tests::{name}",
+                "extra_info": extra,
+                # One timed loop of `iters` calls averaged: a single round, no spread known.
+                "stats": stats_from_time(time_us * 1e-6, rounds=1, iterations=self.scan.iters),
             }
-            if fields.get("redop") not in (None, "none"):
-                extra["redop"] = fields["redop"]
-            benchmarks.append(
-                {
-                    "name": name,
-                    "fullname": f"nccl-tests::{name}",
-                    "extra_info": extra,
-                    # One timed loop of `iters` calls averaged: a single round, no spread known.
-                    "stats": stats_from_time(time_us * 1e-6, rounds=1, iterations=iters),
-                }
-            )
-    if out_of_bounds and not wrong:
-        wrong.append(f"{op}_perf: {out_of_bounds} out-of-bounds value(s)")
+        )
+
+
+def _hosts(ranks: dict) -> list[str]:
+    return sorted({host for host, _, _ in ranks.values()})
+
+
+def _topology(ranks: dict) -> dict:
+    hosts, world = _hosts(ranks), len(ranks) or None
+    return {
+        "world_size": world,
+        "nnodes": len(hosts) or None,
+        "ranks_per_node": (world // len(hosts)) if world and hosts else None,
+    }
+
+
+def _warn(path: Path, read: _Rows, finished: bool, warnings: list[str]) -> None:
+    wrong = read.wrong
     if wrong:
         warnings.append(
             f"{path}: nccl-tests' data check failed ({'; '.join(wrong[:3])}"
             f"{f'; … {len(wrong) - 3} more' if len(wrong) > 3 else ''}); those sizes are not imported"
         )
-    if not benchmarks and not wrong:
-        return None, "nccl-tests output without a readable result line"
-    if bad:
-        warnings.append(f"{path}: ignored {bad} unreadable nccl-tests result line(s)")
-    if no_time:
+    if not read.benchmarks and not wrong:
+        return
+    if read.bad:
+        warnings.append(f"{path}: ignored {read.bad} unreadable nccl-tests result line(s)")
+    if read.no_time:
         warnings.append(f"{path}: run with -C (its time column is launch time, so the time comes from algbw): "
-                        f"{no_time} result(s) with algbw under {MIN_ALGBW_FOR_TIME:.2f} GB/s, printed to too few "
-                        "digits to give a time, are not imported")
-    finished = any("Avg bus bandwidth" in line for line in lines)
+                        f"{read.no_time} result(s) with algbw under {MIN_ALGBW_FOR_TIME:.2f} GB/s, printed to "
+                        "too few digits to give a time, are not imported")
     if not finished:
         warnings.append(
             f"{path}: nccl-tests output ends before its summary (cut short?); kept the sizes it has"
         )
-    devices = []
+
+
+def _devices(ranks: dict) -> list[dict]:
+    """One device per (host, index) in rank order; the host is named only across several hosts."""
+    hosts, devices = _hosts(ranks), {}
     for rank in sorted(ranks):
         host, index, name = ranks[rank]
         device_id = f"cuda:{index}" if len(hosts) == 1 else f"{host}/cuda:{index}"
-        if any(d["id"] == device_id for d in devices):
-            continue
-        devices.append({"id": device_id, "kind": "cuda", "name": name})
-    info = {"node": ",".join(hosts), "devices": devices, "software": {"nccl-tests": "text output"}}
-    data = imported(TOOL, info, benchmarks)
-    data["suite"]["wrong_results"] = wrong
+        devices.setdefault(device_id, {"id": device_id, "kind": "cuda", "name": name})
+    return list(devices.values())
+
+
+def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str | None]:
+    """(results data, problem): rows of every size, out-of-place and in-place, as collectives benchmarks."""
+    lines = [_PREFIX.sub("", line).rstrip() for line in text.splitlines()]
+    scan = _Scan()
+    for line in lines:
+        if line.strip():
+            scan.line(line.strip())
+    op, other = _op(text, path)
+    refusal = _refusal(scan, op, other)
+    if refusal:
+        return None, refusal
+    read = _Rows(op, scan)
+    read.read()
+    if scan.out_of_bounds and not read.wrong:
+        read.wrong.append(f"{op}_perf: {scan.out_of_bounds} out-of-bounds value(s)")
+    finished = any("Avg bus bandwidth" in line for line in lines)
+    _warn(path, read, finished, warnings)
+    if not read.benchmarks and not read.wrong:
+        return None, "nccl-tests output without a readable result line"
+    info = {"node": ",".join(_hosts(scan.ranks)), "devices": _devices(scan.ranks),
+            "software": {"nccl-tests": "text output"}}
+    data = imported(TOOL, info, read.benchmarks)
+    data["suite"]["wrong_results"] = read.wrong
     data["partial"] = not finished
     return data, None
