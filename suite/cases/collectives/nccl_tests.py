@@ -246,9 +246,9 @@ def _warn(path: Path, read: _Rows, finished: bool, warnings: list[str]) -> None:
     if read.bad:
         warnings.append(f"{path}: ignored {read.bad} unreadable nccl-tests result line(s)")
     if read.no_time:
-        warnings.append(f"{path}: run with -C (its time column is launch time, so the time comes from algbw): "
-                        f"{read.no_time} result(s) with algbw under {MIN_ALGBW_FOR_TIME:.2f} GB/s, printed to "
-                        "too few digits to give a time, are not imported")
+        warnings.append(f"{path}: run with -C (its time column is launch time, so the time comes from "
+                        f"algbw): {read.no_time} result(s) with algbw under {MIN_ALGBW_FOR_TIME:.2f} GB/s, "
+                        "printed to too few digits to give a time, are not imported")
     if not finished:
         warnings.append(
             f"{path}: nccl-tests output ends before its summary (cut short?); kept the sizes it has"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from suite.importers import imported, stats_from_time
@@ -110,8 +111,8 @@ def recognises(text: str) -> bool:
     return '"nvbandwidth"' in text[:4096]
 
 
-def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str | None]:
-    """(results data, problem): each one-route-at-a-time test's matrix cells as copy benchmarks."""
+def _root(text: str) -> tuple[dict | None, str | None]:
+    """(nvbandwidth's root object, problem)."""
     try:
         data = _load(text)
     except ValueError:
@@ -119,7 +120,11 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
     root = data.get("nvbandwidth") if isinstance(data, dict) else None
     if not isinstance(root, dict) or not isinstance(root.get("testcases"), list):
         return None, "no nvbandwidth testcases (not `nvbandwidth -j` output?)"
-    driver = str(root.get("Driver Version") or "")
+    return root, None
+
+
+def _device_names(root: dict) -> tuple[dict[int, str], str]:
+    """({GPU index: name}, host) from the device list, the host from "Hostname" first."""
     host = str(root.get("Hostname") or "")
     names: dict[int, str] = {}
     for entry in root.get("GPU Device list") or []:
@@ -127,85 +132,107 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
         if match:
             names[int(match.group(1))] = match.group(2)
             host = host or (match.group(3) or "")
-    cases = [c for c in root["testcases"] if isinstance(c, dict)]
-    # Without a device list, the GPU count is the width of a host<->device matrix (one column per GPU).
-    gpus = len(names) or max(
-        (
-            len(c["bandwidth_matrix"][0])
-            for c in cases
-            if str(c.get("name", "")).startswith(("host_to_device", "device_to_host"))
-            and isinstance(c.get("bandwidth_matrix"), list)
-            and c["bandwidth_matrix"]
-            and isinstance(c["bandwidth_matrix"][0], list)
-        ),
-        default=0,
-    )
-    small_buffer = SMALL_BUFFER_WARNING in str(root.get("warning") or "").lower()
-    benchmarks, failed, problems, unsized = [], [], [], []
-    for case in cases:
+    return names, host
+
+
+def _host_matrix_width(case: dict) -> int:
+    """Columns of a host<->device matrix (one per GPU), 0 for any other test."""
+    matrix = case.get("bandwidth_matrix")
+    if not str(case.get("name", "")).startswith(("host_to_device", "device_to_host")):
+        return 0
+    return len(matrix[0]) if isinstance(matrix, list) and matrix and isinstance(matrix[0], list) else 0
+
+
+def _benchmark(name: str, case: dict, route: tuple[str, str, str, float]) -> dict:
+    src, dst, direction, gbps = route
+    size = int(case.get("bufferSize") or DEFAULT_BUFFER_BYTES)
+    moved = size * (2 if direction == "bi" else 1)  # the total of both directions, as our `bi`
+    extra = {
+        "case": "copy",
+        "src": src,
+        "dst": dst,
+        "path": "h2d" if src == "cpu" else "d2h" if dst == "cpu" else "local" if src == dst else "peer",
+        "memory": "pinned" if "cpu" in (src, dst) else "device",
+        "direction": direction,
+        "engine": "sm" if name.endswith("_sm") else "ce",
+        "size": size,
+        "bytes": moved,
+        "gbps": gbps,
+        "tool": TOOL,
+        "test": name,
+    }
+    bench_name = f"{name}[{src}{'<->' if direction == 'bi' else '->'}{dst}]"
+    return {
+        "name": bench_name,
+        "fullname": f"nvbandwidth::{bench_name}",
+        "extra_info": extra,
+        # nvbandwidth reports the median of its samples as a rate; the time is derived from it.
+        "stats": stats_from_time(moved / (gbps * 1e9), rounds=int(case.get("testSamples") or DEFAULT_SAMPLES),
+                                 iterations=1),
+    }
+
+
+@dataclass
+class _Tests:
+    """nvbandwidth's testcases read into benchmarks, with those left out by why."""
+
+    gpus: int
+    small_buffer: bool
+    benchmarks: list[dict] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    unsized: list[str] = field(default_factory=list)
+
+    def read(self, case: dict) -> None:
         name, status = str(case.get("name") or "?"), str(case.get("status") or "")
         if status != "Passed":
             if status not in ("Waived", "Not Found"):
-                failed.append(f"{name} ({status or 'no status'})")
-            continue
-        if not case.get("bufferSize") and small_buffer:
-            if _routes(name, case, gpus, []):
-                unsized.append(name)
-            continue
-        size = int(case.get("bufferSize") or DEFAULT_BUFFER_BYTES)
-        samples = int(case.get("testSamples") or DEFAULT_SAMPLES)
-        engine = "sm" if name.endswith("_sm") else "ce"
-        for src, dst, direction, gbps in _routes(name, case, gpus, problems):
-            path_kind = (
-                "h2d" if src == "cpu" else "d2h" if dst == "cpu" else "local" if src == dst else "peer"
-            )
-            moved = size * (2 if direction == "bi" else 1)  # the total of both directions, as our `bi`
-            extra = {
-                "case": "copy",
-                "src": src,
-                "dst": dst,
-                "path": path_kind,
-                "memory": "pinned" if "cpu" in (src, dst) else "device",
-                "direction": direction,
-                "engine": engine,
-                "size": size,
-                "bytes": moved,
-                "gbps": gbps,
-                "tool": TOOL,
-                "test": name,
-            }
-            arrow = "<->" if direction == "bi" else "->"
-            bench_name = f"{name}[{src}{arrow}{dst}]"
-            benchmarks.append(
-                {
-                    "name": bench_name,
-                    "fullname": f"nvbandwidth::{bench_name}",
-                    "extra_info": extra,
-                    # nvbandwidth reports the median of its samples as a rate; the time is derived from it.
-                    "stats": stats_from_time(moved / (gbps * 1e9), rounds=samples, iterations=1),
-                }
-            )
-    unsized_text = (f"nvbandwidth ran with a buffer below its default 512 MiB (-b) and its JSON does not "
-                    f"record the size, so {len(unsized)} test(s) are not imported ({', '.join(unsized)}); "
-                    "rerun nvbandwidth without -b (or with -b 512 or more) to set its figures beside large copies")
-    if unsized and not benchmarks:
-        return None, unsized_text
-    if unsized:
-        warnings.append(f"{path}: {unsized_text}")
-    if failed:
-        warnings.append(f"{path}: nvbandwidth tests that did not pass: {', '.join(failed)}")
-    if problems:
-        warnings.append(f"{path}: nvbandwidth results not imported: {', '.join(problems)}")
-    if not benchmarks:
-        return None, "nvbandwidth output without a passed one-route test"
+                self.failed.append(f"{name} ({status or 'no status'})")
+        elif not case.get("bufferSize") and self.small_buffer:
+            if _routes(name, case, self.gpus, []):
+                self.unsized.append(name)
+        else:
+            routes = _routes(name, case, self.gpus, self.problems)
+            self.benchmarks += [_benchmark(name, case, route) for route in routes]
+
+    def problem(self, path: Path, warnings: list[str]) -> str | None:
+        """Warnings for what was left out; the problem when nothing is imported."""
+        unsized_text = (f"nvbandwidth ran with a buffer below its default 512 MiB (-b) and its JSON does not "
+                        f"record the size, so {len(self.unsized)} test(s) are not imported "
+                        f"({', '.join(self.unsized)}); rerun nvbandwidth without -b (or with -b 512 or more) "
+                        "to set its figures beside large copies")
+        if self.unsized and not self.benchmarks:
+            return unsized_text
+        if self.unsized:
+            warnings.append(f"{path}: {unsized_text}")
+        if self.failed:
+            warnings.append(f"{path}: nvbandwidth tests that did not pass: {', '.join(self.failed)}")
+        if self.problems:
+            warnings.append(f"{path}: nvbandwidth results not imported: {', '.join(self.problems)}")
+        return None if self.benchmarks else "nvbandwidth output without a passed one-route test"
+
+
+def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str | None]:
+    """(results data, problem): each one-route-at-a-time test's matrix cells as copy benchmarks."""
+    root, problem = _root(text)
+    if problem:
+        return None, problem
+    names, host = _device_names(root)
+    cases = [c for c in root["testcases"] if isinstance(c, dict)]
+    # Without a device list, the GPU count is the width of a host<->device matrix (one column per GPU).
+    gpus = len(names) or max(map(_host_matrix_width, cases), default=0)
+    tests = _Tests(gpus, SMALL_BUFFER_WARNING in str(root.get("warning") or "").lower())
+    for case in cases:
+        tests.read(case)
+    problem = tests.problem(path, warnings)
+    if problem:
+        return None, problem
+    driver = str(root.get("Driver Version") or "")
     devices = [
-        {
-            "id": f"cuda:{i}",
-            "kind": "cuda",
-            "name": names.get(i, UNKNOWN_GPU),
-            **({"driver_version": driver} if driver else {}),
-        }
+        {"id": f"cuda:{i}", "kind": "cuda", "name": names.get(i, UNKNOWN_GPU),
+         **({"driver_version": driver} if driver else {})}
         for i in range(gpus)
     ]
-    info = {"node": host, "devices": devices, "software": {"nvbandwidth": str(root.get("version") or "")}}
-    return imported(TOOL, info, benchmarks, version=str(root.get("version") or "")), None
+    version = str(root.get("version") or "")
+    info = {"node": host, "devices": devices, "software": {"nvbandwidth": version}}
+    return imported(TOOL, info, tests.benchmarks, version=version), None
