@@ -446,68 +446,76 @@ def run(args) -> int:
     return 0
 
 
+def _family_line(name: str, fp) -> str:
+    note = ""
+    if fp.separate and fp.runs:
+        note = f"  (separate torchrun run: {family_read(name, 'TORCHRUN')})"
+    elif fp.separate:
+        note = f"  (skipped here: {name} need torchrun)"
+    return f"{name:<12} {fp.benchmarks:>10} {fp.runs:>9} {format_duration(fp.estimated_s):>9}{note}"
+
+
+def _budget_lines(plan: Plan) -> list[str]:
+    """What a budget leaves each benchmark, and the torchrun runs outside it; [] without a budget."""
+    if plan.budget_s is None:
+        return []
+    lines = []
+    # A budget too small gets one line, the refusal (main prints it last), not a second wording here.
+    if least_budget_s(plan.run_minimum_s) <= plan.budget_s:
+        share = (f"timed rounds of each benchmark: at most {plan.share_s:.3g} s (or its max_time, if less)"
+                 if plan.share_s and plan.share_s > 0 else "no time is left for timed rounds")
+        lines.append(
+            f"budget {format_duration(plan.budget_s)}: {share}; give at least "
+            f"{format_duration(least_budget_s(plan.run_minimum_s))}"
+        )
+    separate = [name for name, fp in plan.families.items() if fp.separate and fp.runs]
+    if separate:
+        cost = sum(plan.families[name].estimated_s for name in separate)
+        lines.append(
+            f"The budget is for `pytest benchmarks`; {', '.join(separate)} run separately under torchrun "
+            f"({format_duration(cost)} more, not in the budget: the total above includes it)."
+        )
+    return lines
+
+
+def _long_lines(long: list[LongCall]) -> list[str]:
+    """The cases whose min_rounds alone run past 'at most', the first MAX_LONG_SHOWN of them named."""
+    if not long:
+        return []
+    lines = [
+        f"NOT in 'at most': {len(long)} case(s) whose one call is long, so their min_rounds alone take "
+        f"~{format_duration(sum(c.over_s for c in long))} more "
+        "(pytest-benchmark times whole calls; smaller sizes shorten them):"
+    ]
+    lines += [
+        f"  {c.family} {c.case_id}: one call {'>= ' if c.rate_from == 'datasheet peak' else '~'}"
+        f"{format_duration(c.call_s)} ({c.tflop:.3g} TFLOP at "
+        f"{c.rate:.3g} TFLOP/s, {c.rate_from}); its rounds ~{format_duration(c.need_s)}"
+        for c in long[:MAX_LONG_SHOWN]
+    ]
+    if len(long) > MAX_LONG_SHOWN:
+        lines.append(f"  ... and {len(long) - MAX_LONG_SHOWN} more (--json lists them all)")
+    return lines
+
+
 def render(plan: Plan, long: list[LongCall] | None = None) -> str:
     where = f"a node of {plan.gpus} GPU(s)" if plan.gpus is not None else "this machine"
+    assumed = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in overheads().items())
     lines = [
         f"plan for {where}: devices {', '.join(plan.devices)}",
         "",
         f"{'family':<12} {'benchmarks':>10} {'measured':>9} {'at most':>9}",
-    ]
-    for name, fp in plan.families.items():
-        note = ""
-        if fp.separate and fp.runs:
-            note = f"  (separate torchrun run: {family_read(name, 'TORCHRUN')})"
-        elif fp.separate:
-            note = f"  (skipped here: {name} need torchrun)"
-        lines.append(
-            f"{name:<12} {fp.benchmarks:>10} {fp.runs:>9} {format_duration(fp.estimated_s):>9}{note}"
-        )
-    lines.append(f"{'session':<12} {'':>10} {'':>9} {format_duration(plan.session_s):>9}")
-    lines.append(
+        *(_family_line(name, fp) for name, fp in plan.families.items()),
+        f"{'session':<12} {'':>10} {'':>9} {format_duration(plan.session_s):>9}",
         f"{'total':<12} {plan.benchmarks:>10} {sum(f.runs for f in plan.families.values()):>9} "
-        f"{format_duration(plan.estimated_s):>9}"
-    )
-    lines.append("")
-    too_small = plan.budget_s is not None and least_budget_s(plan.run_minimum_s) > plan.budget_s
-    if plan.budget_s is not None:
-        # A budget too small gets one line, the refusal (main prints it last), not a second wording here.
-        if not too_small:
-            share = (f"timed rounds of each benchmark: at most {plan.share_s:.3g} s (or its max_time, if less)"
-                     if plan.share_s and plan.share_s > 0 else "no time is left for timed rounds")
-            lines.append(
-                f"budget {format_duration(plan.budget_s)}: {share}; give at least "
-                f"{format_duration(least_budget_s(plan.run_minimum_s))}"
-            )
-        separate = [name for name, fp in plan.families.items() if fp.separate and fp.runs]
-        if separate:
-            cost = sum(plan.families[name].estimated_s for name in separate)
-            lines.append(
-                f"The budget is for `pytest benchmarks`; {', '.join(separate)} run separately under torchrun "
-                f"({format_duration(cost)} more, not in the budget: the total above includes it)."
-            )
-    lines.append(
+        f"{format_duration(plan.estimated_s):>9}",
+        "",
+        *_budget_lines(plan),
         "'at most' assumes every benchmark runs its timed rounds to max_time; precision stopping ends stable "
-        "ones sooner."
-    )
-    if long:
-        extra = sum(c.over_s for c in long)
-        lines.append(
-            f"NOT in 'at most': {len(long)} case(s) whose one call is long, so their min_rounds alone take "
-            f"~{format_duration(extra)} more "
-            "(pytest-benchmark times whole calls; smaller sizes shorten them):"
-        )
-        for c in long[:MAX_LONG_SHOWN]:
-            lines.append(
-                f"  {c.family} {c.case_id}: one call {'>= ' if c.rate_from == 'datasheet peak' else '~'}"
-                f"{format_duration(c.call_s)} ({c.tflop:.3g} TFLOP at "
-                f"{c.rate:.3g} TFLOP/s, {c.rate_from}); its rounds ~{format_duration(c.need_s)}"
-            )
-        if len(long) > MAX_LONG_SHOWN:
-            lines.append(f"  ... and {len(long) - MAX_LONG_SHOWN} more (--json lists them all)")
-    assumed = ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in overheads().items())
-    lines.append(
+        "ones sooner.",
+        *_long_lines(long),
         f"Per-benchmark overhead assumed (pytest, build, check, calibration; measured on a 2-core CPU by "
         f"scripts/bench_timing.py as test duration - timed rounds - warm-up): {assumed}; session "
-        f"{SESSION_OVERHEAD_S:.0f} s."
-    )
+        f"{SESSION_OVERHEAD_S:.0f} s.",
+    ]
     return "\n".join(lines)
