@@ -143,6 +143,31 @@ def _nvlinks(nvml, handle) -> list[tuple[tuple[int, int, int] | None, bool]] | N
     return links
 
 
+def _address_of(nvml, handle) -> tuple[int, int, int] | None:
+    try:
+        return _pci_address(nvml.nvmlDeviceGetPciInfo(handle))
+    except Exception:
+        return None
+
+
+def _pair_link(nvml, a, b, links_a: list, links_b: list, address_b) -> str | None:
+    """What joins GPU a to GPU b (see nvml_links); None where NVML says nothing."""
+    direct = sum(1 for far, _ in links_a if far is not None and far == address_b)
+    fabric = min(sum(s for _, s in links_a), sum(s for _, s in links_b))
+    p2p = None
+    with contextlib.suppress(Exception):
+        p2p = nvml.nvmlDeviceGetP2PStatus(a, b, nvml.NVML_P2P_CAPS_INDEX_NVLINK) == nvml.NVML_P2P_STATUS_OK
+    if direct:
+        return f"NV{direct}"
+    if fabric and p2p is not False:
+        return f"NV{fabric}"
+    if p2p:
+        return "NVLink"
+    with contextlib.suppress(Exception):
+        return PCIE_LEVELS.get(int(nvml.nvmlDeviceGetTopologyCommonAncestor(a, b)))
+    return None
+
+
 def nvml_links(uuids: tuple[str | None, ...], nvml=None) -> dict[tuple[int, int], str]:
     """What connects each ordered pair of GPUs (by position in `uuids`), as `nvidia-smi topo -m` names it.
 
@@ -160,31 +185,12 @@ def nvml_links(uuids: tuple[str | None, ...], nvml=None) -> dict[tuple[int, int]
             handles = [nvml.nvmlDeviceGetHandleByUUID(u) for u in uuids]
         except Exception:  # no NVML (None), or a GPU it does not know
             return {}
-        addresses = []
-        for h in handles:
-            try:
-                addresses.append(_pci_address(nvml.nvmlDeviceGetPciInfo(h)))
-            except Exception:
-                addresses.append(None)
+        addresses = [_address_of(nvml, h) for h in handles]
         nvlinks = [_nvlinks(nvml, h) or [] for h in handles]
         for i, j in itertools.permutations(range(len(handles)), 2):
-            direct = sum(1 for far, _ in nvlinks[i] if far is not None and far == addresses[j])
-            fabric = min(sum(s for _, s in nvlinks[i]), sum(s for _, s in nvlinks[j]))
-            p2p = None
-            with contextlib.suppress(Exception):
-                status = nvml.nvmlDeviceGetP2PStatus(handles[i], handles[j], nvml.NVML_P2P_CAPS_INDEX_NVLINK)
-                p2p = status == nvml.NVML_P2P_STATUS_OK
-            if direct:
-                out[(i, j)] = f"NV{direct}"
-            elif fabric and p2p is not False:
-                out[(i, j)] = f"NV{fabric}"
-            elif p2p:
-                out[(i, j)] = "NVLink"
-            else:
-                with contextlib.suppress(Exception):
-                    level = nvml.nvmlDeviceGetTopologyCommonAncestor(handles[i], handles[j])
-                    if int(level) in PCIE_LEVELS:
-                        out[(i, j)] = PCIE_LEVELS[int(level)]
+            link = _pair_link(nvml, handles[i], handles[j], nvlinks[i], nvlinks[j], addresses[j])
+            if link is not None:
+                out[(i, j)] = link
     return out
 
 
