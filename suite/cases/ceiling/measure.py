@@ -82,6 +82,37 @@ def _device_names(output_json: dict) -> dict[str, str]:
             if isinstance(e, dict) and isinstance(e.get("id"), str) and e.get("kind") != "cpu"}
 
 
+def _judged(bench: object) -> tuple[dict, float, str, list[str]] | None:
+    """(extra_info, TFLOP/s, precision, devices) of a benchmark with a rate to judge, else None."""
+    info = bench.get("extra_info") if isinstance(bench, dict) else None
+    rate = _number(info.get("tflops")) if isinstance(info, dict) else None
+    precision = precision_of(info) if rate is not None else None
+    if not isinstance(precision, str):
+        return None
+    # `gpus` is a tuple in a run's own extra_info (the case's parameter) and a list once read from JSON.
+    devices = info.get("gpus") if info.get("device") == ALL_GPUS else [info.get("device")]
+    if not isinstance(devices, (list, tuple)) or not devices or not all(isinstance(d, str) for d in devices):
+        return None
+    return info, rate, precision, devices
+
+
+def _annotate_one(
+    info: dict, rate: float, precision: str, devices: list[str], table: dict, names: dict
+) -> None:
+    # The all-GPUs case is judged against the sum of its devices' ceilings (and peaks).
+    measured = [table.get(d, {}).get(precision) for d in devices]
+    if all(measured):
+        total = sum(m["tflops"] for m in measured)
+        info["ceiling_tflops"] = total
+        info["pct_of_ceiling"] = 100.0 * rate / total
+    matches = [lookup(names.get(d), precision) for d in devices]
+    if all(matches):
+        total = sum(m.tflops for m in matches)
+        info["datasheet_tflops"] = total
+        info["pct_of_datasheet"] = 100.0 * rate / total
+        info["datasheet_gpu"] = matches[0].gpu
+
+
 def annotate(output_json: dict) -> None:
     """Add pct_of_ceiling / ceiling_tflops and, on GPUs the datasheet table knows, pct_of_datasheet /
     datasheet_tflops / datasheet_gpu to every benchmark that has `tflops`; the tables go into `suite`."""
@@ -90,28 +121,8 @@ def annotate(output_json: dict) -> None:
         return
     table = ceilings(benchmarks)
     names = _device_names(output_json)
-    for bench in benchmarks:
-        info = bench.get("extra_info") if isinstance(bench, dict) else None
-        rate = _number(info.get("tflops")) if isinstance(info, dict) else None
-        precision = precision_of(info) if rate is not None else None
-        if not isinstance(precision, str):
-            continue
-        # `gpus` is a tuple in a run's own extra_info (the case's parameter) and a list once read from JSON.
-        devices = info.get("gpus") if info.get("device") == ALL_GPUS else [info.get("device")]
-        if not isinstance(devices, (list, tuple)) or not devices or not all(isinstance(d, str) for d in devices):
-            continue
-        # The all-GPUs case is judged against the sum of its devices' ceilings (and peaks).
-        measured = [table.get(d, {}).get(precision) for d in devices]
-        if all(measured):
-            total = sum(m["tflops"] for m in measured)
-            info["ceiling_tflops"] = total
-            info["pct_of_ceiling"] = 100.0 * rate / total
-        matches = [lookup(names.get(d), precision) for d in devices]
-        if all(matches):
-            total = sum(m.tflops for m in matches)
-            info["datasheet_tflops"] = total
-            info["pct_of_datasheet"] = 100.0 * rate / total
-            info["datasheet_gpu"] = matches[0].gpu
+    for judged in filter(None, map(_judged, benchmarks)):
+        _annotate_one(*judged, table, names)
     suite = output_json.setdefault("suite", {})
     if isinstance(suite, dict):
         suite["ceilings"] = table
