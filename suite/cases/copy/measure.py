@@ -126,6 +126,33 @@ def _link(src: str, dst: str) -> str | None:
     return current_platform().link(torch.device(src), torch.device(dst))
 
 
+def _sizes(s, swept: bool) -> list[int]:
+    """The sizes a pair runs: the sweep pairs both lists (in size order), the rest the matrix only."""
+    sizes = _unique(s.sizes)
+    if s.matrix_sizes is None:
+        return sizes
+    return sorted({*sizes, *s.matrix_sizes}) if swept else _unique(s.matrix_sizes)
+
+
+def _pair_cases(s, src: str, dst: str, path: str, sizes: list[int], bi: bool) -> list[Case]:
+    """One pair's cases: one way in each kind of memory, then both directions at once where `bi`."""
+    if path == "host":
+        return [_case(src, dst, n, "pageable", False, "uni") for n in sizes]
+    if path in ("local", "peer"):
+        kinds = [("device", False)]
+    else:
+        kinds = [(m, nb) for m in _unique(s.memory) for nb in _unique(s.non_blocking)]
+    cases = []
+    if "uni" in s.directions:
+        cases += [_case(src, dst, n, m, nb, "uni") for n in sizes for (m, nb) in kinds]
+    # Pinned host memory only, since a pageable copy is staged by the host and cannot overlap with the other
+    # direction.
+    memory = "device" if path == "peer" else "pinned"
+    if bi and (memory == "device" or "pinned" in s.memory):
+        cases += [_case(src, dst, n, memory, True, "bi") for n in sizes]
+    return cases
+
+
 def enumerate_cases(config, devices: list[str]) -> list[Case]:
     section = config.cases.copy
     if not section.enabled:
@@ -137,27 +164,12 @@ def enumerate_cases(config, devices: list[str]) -> list[Case]:
     for src, dst in pairs:
         path = path_of(src, dst)
         s = section.for_device("cpu" if path == "host" else dst if src == "cpu" else src)
-        sizes = _unique(s.sizes)
-        if s.matrix_sizes is not None:
-            # The sweep pairs run both lists (in size order), the rest the matrix only.
-            sizes = sorted({*sizes, *s.matrix_sizes}) if (src, dst) in swept else _unique(s.matrix_sizes)
-        if path == "host":
-            cases += [_case(src, dst, n, "pageable", False, "uni") for n in sizes]
-            continue
-        if path in ("local", "peer"):
-            kinds = [("device", False)]
-        else:
-            kinds = [(m, nb) for m in _unique(s.memory) for nb in _unique(s.non_blocking)]
-        if "uni" in s.directions:
-            cases += [_case(src, dst, n, m, nb, "uni") for n in sizes for (m, nb) in kinds]
-        # Both directions at once, once per unordered pair of distinct devices: pinned host memory only, since
-        # a pageable copy is staged by the host and cannot overlap with the other direction.
+        # Both directions at once, once per unordered pair of distinct devices.
         pair = frozenset((src, dst))
-        if "bi" in s.directions and path != "local" and pair not in bi_done:
+        bi = "bi" in s.directions and path not in ("local", "host") and pair not in bi_done
+        if bi:
             bi_done.add(pair)
-            memory = "device" if path == "peer" else "pinned"
-            if memory == "device" or "pinned" in s.memory:
-                cases += [_case(src, dst, n, memory, True, "bi") for n in sizes]
+        cases += _pair_cases(s, src, dst, path, _sizes(s, (src, dst) in swept), bi)
     return cases
 
 
