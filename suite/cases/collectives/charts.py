@@ -46,20 +46,15 @@ def _mode(value: object) -> str:
     return "in-place" if bool(value) else "out-of-place"
 
 
-def busbw_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
-    """Collective bus bandwidth against message size, a panel per op; a colour per machine and setup (world
-    size, nodes, backend), a dash pattern per in-place/out-of-place and a marker per dtype."""
-    from matplotlib.lines import Line2D
-
-    rows = rows[rows["busbw"].notna() & rows["bytes"].notna()].copy()
-    if rows.empty:
-        return []
-    rows["op"] = rows["op"].fillna("?").astype(str)
+def _ops(rows: pd.DataFrame) -> list[str]:
+    """The family's own order (all_reduce first), then any other op a results file names."""
     seen = list(dict.fromkeys(rows["op"]))
-    # The family's own order (all_reduce first), then any other op a results file names.
-    ops = [op for op in COLLECTIVE_OPS if op in seen] + [op for op in seen if op not in COLLECTIVE_OPS]
-    # A line is a machine and its setup: ranks and nodes always (a 16-rank 2-node job named by its first node
-    # alone reads as that node's busbw), the backend where it varies or names the one machine's lines.
+    return [op for op in COLLECTIVE_OPS if op in seen] + [op for op in seen if op not in COLLECTIVE_OPS]
+
+
+def _lines(rows: pd.DataFrame, machines: list[str]) -> list[str]:
+    """A line is a machine and its setup: ranks and nodes always (a 16-rank 2-node job named by its first node
+    alone reads as that node's busbw), the backend where it varies or names the one machine's lines."""
     # One text per distinct setup (NaN as -1: NaN is never equal to itself as a key), not one per row.
     counts = [rows[c].fillna(-1) if c in rows else pd.Series(-1, index=rows.index)
               for c in ("world_size", "nnodes", "ranks_per_node")]
@@ -70,7 +65,34 @@ def busbw_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
              pd.Series([setups[key] for key in zip(*counts)], index=rows.index, dtype=object)]
     if "backend" in rows and (rows["backend"].nunique() > 1 or len(machines) == 1):
         parts.append(rows["backend"].map(lambda v: v if isinstance(v, str) else ""))
-    rows["line"] = [" · ".join(p for p in line if p) for line in zip(*parts)]
+    return [" · ".join(p for p in line if p) for line in zip(*parts)]
+
+
+def _legend_extra(rows: pd.DataFrame, dtypes: list[str], markers: dict[str, str]) -> list:
+    """Modes and dtypes are named only where they vary; a lone one would be a legend entry that tells nothing."""
+    from matplotlib.lines import Line2D
+
+    extra = []
+    modes = [m for m in MODE_STYLES if m and m in set(rows["mode"])]
+    if len(modes) > 1:
+        extra += [Line2D([], [], color="#555", linestyle=MODE_STYLES[m], label=m) for m in modes]
+    if len(dtypes) > 1:
+        extra += [
+            Line2D([], [], color="#555", linestyle="", marker=markers[d], label=safe_text(d or "?"))
+            for d in dtypes
+        ]
+    return extra
+
+
+def busbw_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
+    """Collective bus bandwidth against message size, a panel per op; a colour per machine and setup (world
+    size, nodes, backend), a dash pattern per in-place/out-of-place and a marker per dtype."""
+    rows = rows[rows["busbw"].notna() & rows["bytes"].notna()].copy()
+    if rows.empty:
+        return []
+    rows["op"] = rows["op"].fillna("?").astype(str)
+    ops = _ops(rows)
+    rows["line"] = _lines(rows, machines)
     rows["mode"] = rows["in_place"].map(_mode) if "in_place" in rows else ""
     rows["dtype_"] = rows["dtype"].fillna("").astype(str) if "dtype" in rows else ""
     names = list(dict.fromkeys(rows["line"]))
@@ -88,17 +110,7 @@ def busbw_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         ax.set_xlabel("message bytes")
         ax.set_ylabel("busbw GB/s")
     fig.tight_layout()
-    # Modes and dtypes are named only where they vary; a lone one would be a legend entry that tells nothing.
-    extra = []
-    modes = [m for m in MODE_STYLES if m and m in set(rows["mode"])]
-    if len(modes) > 1:
-        extra += [Line2D([], [], color="#555", linestyle=MODE_STYLES[m], label=m) for m in modes]
-    if len(dtypes) > 1:
-        extra += [
-            Line2D([], [], color="#555", linestyle="", marker=markers[d], label=safe_text(d or "?"))
-            for d in dtypes
-        ]
-    figure_legend(fig, colors, extra)
+    figure_legend(fig, colors, _legend_extra(rows, dtypes, markers))
     return [figure_chart("Collectives: bus bandwidth against size (higher is better)", fig)]
 
 

@@ -92,68 +92,73 @@ def copy_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
 MAX_HEATMAPS = 4  # src x dst matrices are large; the table has the rest
 # Up to this many devices (the CPU and eight GPUs) a copy matrix writes each cell's figure (and link) in it.
 MAX_LABELLED_DEVICES = 9
+# The kinds of host memory the matrices show -> the caption's words for them.
+HOST_MEMORY_CAPTIONS = {
+    frozenset({"pinned"}): "; host copies from pinned memory.",
+    frozenset({"pageable"}): "; host copies from pageable memory (no pinned copies measured).",
+    frozenset({"pinned", "pageable"}): "; host copies from pinned memory where measured, else pageable.",
+}
 
 
-def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
-    """src × dst matrix of GB/s at each machine's largest copy size (pinned host memory where measured)."""
-    rows = copy_engine_rows(rows[rows["gbps"].notna() & rows["src"].notna() & rows["dst"].notna()])
-    shown = [m for m in machines if (rows["label"] == m).any()][:MAX_HEATMAPS]
-    if not shown:
-        return []
-    ncols = min(2, len(shown))
-    nrows = math.ceil(len(shown) / ncols)
-    fig = Figure(figsize=(WIDTH_IN * 0.8, 3.4 * nrows))
-    host_memory: set[str] = set()  # the kinds of host memory the matrices show, for a caption true to them
-    for i, label in enumerate(shown):
-        sub = rows[rows["label"] == label]
-        if "direction" in sub and (sub["direction"] != "uni").any():
-            # The classic matrix is one direction at a time, alone: not `bi`, nor nvbandwidth's one direction
-            # measured under load from the other (uni_loaded).
-            sub = sub[sub["direction"] == "uni"]
-        sub = sub[sub["bytes"] == sub["bytes"].max()]
-        # Pinned where both kinds were measured; a CPU-only machine has pageable (host) memory alone.
-        if "memory" in sub and (sub["memory"] == "pageable").any() and (sub["memory"] != "pageable").any():
-            sub = sub[sub["memory"] != "pageable"]
-        if "memory" in sub:
-            host = (sub["src"] == "cpu") | (sub["dst"] == "cpu")
-            host_memory |= {m for m in sub.loc[host, "memory"] if isinstance(m, str)}
-        grid = sub.pivot_table(index="src", columns="dst", values="gbps", aggfunc="max")
-        names = sorted(set(grid.index) | set(grid.columns), key=lambda d: (d != "cpu", len(d), d))
-        grid = grid.reindex(index=names, columns=names)
-        ax = fig.add_subplot(nrows, ncols, i + 1)
-        im = ax.imshow(grid.to_numpy(dtype=float), cmap="viridis", aspect="auto")
-        ax.set_xticks(range(len(names)), [safe_text(n) for n in names], fontsize=8, rotation=45, ha="right")
-        ax.set_yticks(range(len(names)), [safe_text(n) for n in names], fontsize=8)
-        ax.set_xlabel("dst")
-        ax.set_ylabel("src")
-        values = grid.to_numpy(dtype=float)
-        # What joins each GPU pair (NV18, PIX, SYS), where the run recorded it, under the pair's figure.
-        linked = sub[sub["link"].map(type) == str] if "link" in sub else sub.iloc[:0]
-        links = linked.groupby(["src", "dst"])["link"].first().to_dict()
-        if len(names) <= MAX_LABELLED_DEVICES and np.isfinite(values).any():
-            top = np.nanmax(values)
-            for (r, c), v in np.ndenumerate(values):
-                if not math.isnan(v):  # dark text on the bright end of viridis, light on the dark end
-                    link = links.get((names[r], names[c]))
-                    ax.text(
-                        c,
-                        r,
-                        (f"{v:.0f}" if v >= 100 else f"{v:.3g}") + (f"\n{safe_text(link)}" if link else ""),
-                        ha="center",
-                        va="center",
-                        fontsize=8 if not link else 7,
-                        color="black" if v > 0.6 * top else "white",
-                    )
-        size = format_size(int(sub["bytes"].max())) if len(sub) else ""
-        ax.set_title(safe_text(f"{label} — {size}"), fontsize=9, loc="left")
-        fig.colorbar(im, ax=ax, label="GB/s")
-    fig.tight_layout()
-    extra = len([m for m in machines if (rows["label"] == m).any()]) - len(shown)
-    caption = "Largest size per machine" + {
-        frozenset({"pinned"}): "; host copies from pinned memory.",
-        frozenset({"pageable"}): "; host copies from pageable memory (no pinned copies measured).",
-        frozenset({"pinned", "pageable"}): "; host copies from pinned memory where measured, else pageable.",
-    }.get(frozenset(host_memory), ".")
+def _matrix_rows(sub: pd.DataFrame) -> pd.DataFrame:
+    """One machine's rows that its matrix shows: one way, the largest size, pinned where both were measured."""
+    if "direction" in sub and (sub["direction"] != "uni").any():
+        # The classic matrix is one direction at a time, alone: not `bi`, nor nvbandwidth's one direction
+        # measured under load from the other (uni_loaded).
+        sub = sub[sub["direction"] == "uni"]
+    sub = sub[sub["bytes"] == sub["bytes"].max()]
+    # Pinned where both kinds were measured; a CPU-only machine has pageable (host) memory alone.
+    if "memory" in sub and (sub["memory"] == "pageable").any() and (sub["memory"] != "pageable").any():
+        sub = sub[sub["memory"] != "pageable"]
+    return sub
+
+
+def _host_memory(sub: pd.DataFrame) -> set[str]:
+    if "memory" not in sub:
+        return set()
+    host = (sub["src"] == "cpu") | (sub["dst"] == "cpu")
+    return {m for m in sub.loc[host, "memory"] if isinstance(m, str)}
+
+
+def _cell_labels(ax, sub: pd.DataFrame, names: list[str], values: np.ndarray) -> None:
+    """Each cell's figure, and under it what joins the GPU pair (NV18, PIX, SYS) where the run recorded it."""
+    linked = sub[sub["link"].map(type) == str] if "link" in sub else sub.iloc[:0]
+    links = linked.groupby(["src", "dst"])["link"].first().to_dict()
+    if len(names) > MAX_LABELLED_DEVICES or not np.isfinite(values).any():
+        return
+    top = np.nanmax(values)
+    for (r, c), v in np.ndenumerate(values):
+        if math.isnan(v):
+            continue
+        link = links.get((names[r], names[c]))
+        ax.text(
+            c,
+            r,
+            (f"{v:.0f}" if v >= 100 else f"{v:.3g}") + (f"\n{safe_text(link)}" if link else ""),
+            ha="center",
+            va="center",
+            fontsize=8 if not link else 7,
+            color="black" if v > 0.6 * top else "white",  # dark text on the bright end of viridis
+        )
+
+
+def _draw_matrix(fig: Figure, ax, sub: pd.DataFrame, label: str) -> None:
+    grid = sub.pivot_table(index="src", columns="dst", values="gbps", aggfunc="max")
+    names = sorted(set(grid.index) | set(grid.columns), key=lambda d: (d != "cpu", len(d), d))
+    values = grid.reindex(index=names, columns=names).to_numpy(dtype=float)
+    im = ax.imshow(values, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(names)), [safe_text(n) for n in names], fontsize=8, rotation=45, ha="right")
+    ax.set_yticks(range(len(names)), [safe_text(n) for n in names], fontsize=8)
+    ax.set_xlabel("dst")
+    ax.set_ylabel("src")
+    _cell_labels(ax, sub, names, values)
+    size = format_size(int(sub["bytes"].max())) if len(sub) else ""
+    ax.set_title(safe_text(f"{label} — {size}"), fontsize=9, loc="left")
+    fig.colorbar(im, ax=ax, label="GB/s")
+
+
+def _matrix_caption(rows: pd.DataFrame, shown: list[str], host_memory: set[str], extra: int) -> str:
+    caption = "Largest size per machine" + HOST_MEMORY_CAPTIONS.get(frozenset(host_memory), ".")
     in_shown = rows[rows["label"].isin(shown)]
     if (in_shown["src"] == in_shown["dst"]).any():
         caption += (" The diagonal (a copy within one device) counts each byte once: bandwidthTest --dtod and"
@@ -164,6 +169,26 @@ def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         caption += " Under a GPU pair's figure: its link as nvidia-smi topo -m names it (NV#: # NVLinks)."
     if extra > 0:
         caption += f" {extra} more machine(s) in the table."
+    return caption
+
+
+def copy_heatmaps(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
+    """src × dst matrix of GB/s at each machine's largest copy size (pinned host memory where measured)."""
+    rows = copy_engine_rows(rows[rows["gbps"].notna() & rows["src"].notna() & rows["dst"].notna()])
+    measured = [m for m in machines if (rows["label"] == m).any()]
+    shown = measured[:MAX_HEATMAPS]
+    if not shown:
+        return []
+    ncols = min(2, len(shown))
+    nrows = math.ceil(len(shown) / ncols)
+    fig = Figure(figsize=(WIDTH_IN * 0.8, 3.4 * nrows))
+    host_memory: set[str] = set()  # the kinds of host memory the matrices show, for a caption true to them
+    for i, label in enumerate(shown):
+        sub = _matrix_rows(rows[rows["label"] == label])
+        host_memory |= _host_memory(sub)
+        _draw_matrix(fig, fig.add_subplot(nrows, ncols, i + 1), sub, label)
+    fig.tight_layout()
+    caption = _matrix_caption(rows, shown, host_memory, len(measured) - len(shown))
     return [figure_chart("Copy bandwidth matrix, src × dst (GB/s)", fig, caption)]
 
 
