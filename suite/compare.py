@@ -142,7 +142,7 @@ class Row:
     note: str = ""
     # Why either side's result is invalid ("candidate: NaN median"): a number missing, not finite, zero or
     # negative (the table's `invalid`). Such a row is "not judged"; an invalid candidate result where the
-    # baseline's was valid fails the gate like a regression.
+    # baseline's was valid, or that only the candidate has, fails the gate like a regression.
     invalid: str = ""
 
 
@@ -380,7 +380,7 @@ def compare_tables(
     for key, c in cand_rows.items():
         if key not in base_rows:
             rows.append(Row("only in candidate", c["case"], c["name"], math.nan, c[metric], math.nan, math.nan,
-                            math.nan))
+                            math.nan, invalid=f"candidate: {c['invalid']}" if c["invalid"] else ""))
     order = {s: i for i, s in enumerate(STATUS_ORDER)}
     # Worst regressions and best improvements first within their section.
     rows.sort(key=lambda r: (order[r.status], -abs(r.change_pct) if not math.isnan(r.change_pct) else 0))
@@ -423,7 +423,8 @@ class Pair:
 
     @property
     def invalid(self) -> list[Row]:
-        """Rows whose candidate result is invalid where the baseline's was valid: they fail the gate."""
+        """Rows whose candidate result is invalid where the baseline's was valid or absent: they fail the
+        gate."""
         return [r for r in self.rows if r.invalid.startswith("candidate")]
 
     @property

@@ -683,3 +683,16 @@ def test_of_a_benchmark_recorded_twice_the_invalid_one_is_judged(pair, capsys):
     twice["benchmarks"].append(broken(base, [0], -1.0)["benchmarks"][0])
     assert main(["compare", base_path, candidate(twice)]) == 1
     assert "1 invalid" in capsys.readouterr().out
+
+
+def test_an_invalid_result_only_in_the_candidate_fails_too(pair, capsys):
+    """A NaN parameter makes a benchmark of its own: garbage that passed as `only in candidate`."""
+    base_path, base, candidate = pair
+    extra = copy.deepcopy(base)
+    bench = copy.deepcopy(base["benchmarks"][0])
+    bench["extra_info"]["bytes" if "bytes" in bench["extra_info"] else "m"] = float("nan")
+    extra["benchmarks"].append(bench)
+    assert main(["compare", base_path, candidate(extra)]) == 1
+    captured = capsys.readouterr()
+    assert "1 only in candidate, 1 invalid" in captured.out
+    assert f"compare: invalid in the candidate: {bench['name']} (NaN " in captured.err

@@ -24,7 +24,7 @@ FIRST = {}
 for bench in RUN["benchmarks"]:
     FIRST.setdefault(bench["extra_info"]["case"], bench)
 SMALL = {**RUN, "benchmarks": list(FIRST.values())}
-BAD = st.sampled_from([math.nan, math.inf, -math.inf, 0, 0.0, -1, -2.5e-6, 1e308])
+BAD = st.sampled_from([math.nan, math.inf, -math.inf, 0, 0.0, -1, -2.5e-6])
 # The loader's rule, restated: every number finite; a time or rate positive, every other number it is
 # measured by non-negative.
 POSITIVE = {"median", *RATE_UNITS, "traffic_gbps", "algbw"}

@@ -214,7 +214,7 @@ def stop_text(rounds: float, stopped_on: object, margin: object, target: object)
     """The rounds cell: the rounds and how the benchmark stopped, the margin of error it reached, and the
     target where it stopped short of it: `12 · precision ±0.4%`, `40 · time ±3.1% (target ±1%)`,
     `10 · fixed ±2%` (fixed rounds). The rounds come first, so the column still sorts by them."""
-    text = "" if rounds is None or math.isnan(rounds) else str(int(rounds))
+    text = "" if rounds is None or not math.isfinite(rounds) else str(int(rounds))  # an invalid row's too
     if not isinstance(stopped_on, str) or not stopped_on:
         return text  # another tool's result, or one written before precision stopping
     how = stopped_on
