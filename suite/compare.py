@@ -4,57 +4,32 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 import json
-import math
-import os
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from suite.cases import FAMILIES, family_read
+from suite.compare_format import emit, invalid_lines, render_all
+from suite.compare_format import summary_table  # noqa: F401 -- imported from here by its tests
+from suite.compare_verdict import HISTORY_MIN_RUNS, HISTORY_RUNS, Pair, compare_tables, outcome
+from suite.compare_verdict import classify  # noqa: F401 -- imported from here by its tests
 from suite.errors import UserError
-from suite.report.tables import format_time
 from suite.results import (
     FOREIGN_CASE,
     NOTHING_MEASURED,
     PARTIAL_SUFFIX,
-    benchmark_keys,
     latest_runs,
     load_results,
     parse_label_args,
 )
 
 DEFAULT_THRESHOLD = "5%"
-# A change counts only if the medians differ by more than this share of the two IQRs added together:
-# with 0.5, the middle halves (q1..q3) of the two runs' rounds must not overlap (for symmetric spreads),
-# so run-to-run noise of a busy machine is not reported as a regression.
-NOISE_IQR_SHARE = 0.5
-# Fewer rounds than this on either side and the quartiles are no estimate of the noise (pytest-benchmark's own
-# default min_rounds is 5): such a benchmark is "not judged" rather than called a regression.
-MIN_ROUNDS_TO_JUDGE = 5
-# The IQR sees the spread within one run, not between runs (clocks, placement in memory, a neighbour's load in
-# phases): where the baseline folder holds HISTORY_MIN_RUNS or more runs of a machine, a change that stays
-# inside the range its latest HISTORY_RUNS runs showed for that benchmark is no regression (or improvement).
-# Five runs: enough to see a machine's usual spread, few enough that one odd run long ago does not hide a
-# real slowdown for ever.
-HISTORY_RUNS = 5
-HISTORY_MIN_RUNS = 3
 METRICS = ("median", "min", "mean")
 FORMATS = ("text", "markdown", "csv", "json")
-# "missing": measured by the baseline, absent from the candidate (a crash, a skip, a narrower config). It
-# fails the gate like a regression unless --allow-missing says the subset is deliberate: a run that measured
-# less must never pass for one that measured the same and was as fast.
-STATUS_ORDER = ("regression", "improvement", "unchanged", "not judged", "missing", "only in candidate")
-# --changed-only lists every row but these (the counts stay whole), so a comparison fits a PR comment.
-QUIET_STATUSES = ("unchanged",)
-MAX_INVALID_NAMED = 10  # invalid results named one per line on stderr; the rest counted
-# A results file read from `<json>.partial.jsonl`: its run stopped (killed, crashed, Ctrl-C) or still runs.
-PARTIAL_NOTE = "partial: the run did not finish"
 _THRESHOLD_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*%?\s*$")
 _FAMILY_RE = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*=(.*)$")
 
@@ -102,16 +77,6 @@ def check_families(thresholds: dict[str, float], present: set[str]) -> None:
             )
 
 
-def emit(text: str) -> None:
-    """Print to stdout; a reader that stops early (`| head`) ends the output quietly, not with a traceback."""
-    try:
-        print(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # Python would report the broken pipe again when it flushes stdout at exit: point stdout at devnull.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
 def parse_device_map(values: list[str] | None) -> dict[str, str]:
     """`["cuda:0=cuda:1"]` -> `{"cuda:0": "cuda:1"}`: baseline device id = candidate device id."""
     mapping = {}
@@ -123,43 +88,6 @@ def parse_device_map(values: list[str] | None) -> dict[str, str]:
             )
         mapping[src.strip()] = dst.strip()
     return mapping
-
-
-@dataclass
-class Row:
-    """One benchmark's verdict."""
-
-    status: str
-    case: str
-    benchmark: str
-    baseline: float
-    candidate: float
-    ratio: float  # candidate time / baseline time: above 1 is slower
-    change_pct: float
-    noise: float  # half the summed IQRs, in seconds: the smallest difference taken as real
-    # Beyond threshold and noise, but inside the range of the baseline machine's own latest runs: "unchanged",
-    # and this says so ("within 5 baseline runs' range").
-    note: str = ""
-    # Why either side's result is invalid ("candidate: NaN median"): a number missing, not finite, zero or
-    # negative (the table's `invalid`). Such a row is "not judged"; an invalid candidate result where the
-    # baseline's was valid, or that only the candidate has, fails the gate like a regression.
-    invalid: str = ""
-
-
-def classify(base_time: float, cand_time: float, base_iqr: float, cand_iqr: float, threshold: float) -> str:
-    """regression / improvement / unchanged: beyond the threshold AND beyond the combined noise."""
-    ratio = cand_time / base_time
-    noise = NOISE_IQR_SHARE * (_zero(base_iqr) + _zero(cand_iqr))
-    beyond_noise = abs(cand_time - base_time) > noise
-    if ratio > 1 + threshold and beyond_noise:
-        return "regression"
-    if ratio < 1 - threshold and beyond_noise:
-        return "improvement"
-    return "unchanged"
-
-
-def _zero(value: float) -> float:
-    return 0.0 if value is None or math.isnan(value) else value
 
 
 @dataclass
@@ -314,320 +242,6 @@ def pair_sides(
             [cand.runs[k][0] for k in rest_cand])
 
 
-def history_ranges(history: pd.DataFrame, metric: str, device_map: dict[str, str] | None = None
-                   ) -> dict[str, tuple[float, float, int]]:
-    """benchmark key -> (lowest, highest `metric`, how many runs measured it) over the baseline's runs."""
-    if history.empty:
-        return {}
-    keyed = history.assign(_key=benchmark_keys(history, device_map))
-    keyed = keyed[(keyed[metric] > 0) & (keyed["invalid"] == "")]
-    grouped = keyed.groupby("_key").agg(low=(metric, "min"), high=(metric, "max"), runs=("label", "nunique"))
-    return {key: (float(r.low), float(r.high), int(r.runs)) for key, r in zip(grouped.index,
-                                                                               grouped.itertuples())}
-
-
-def compare_tables(
-    base: pd.DataFrame,
-    cand: pd.DataFrame,
-    metric: str = "median",
-    threshold: float = 0.05,
-    device_map: dict[str, str] | None = None,
-    thresholds: dict[str, float] | None = None,
-    history: pd.DataFrame | None = None,
-) -> list[Row]:
-    """Match benchmarks by (case, parameters with devices mapped), or fullname for foreign files, and judge.
-
-    `thresholds` overrides `threshold` per family; a benchmark with fewer than MIN_ROUNDS_TO_JUDGE rounds on
-    either side is "not judged". `history`: rows of the baseline machine's latest runs (Side.history), whose
-    range bounds what counts as a change.
-    """
-    thresholds = thresholds or {}
-    ranges = history_ranges(history, metric, device_map) if history is not None else {}
-    # Plain dicts of the five columns read: iterrows over the whole table (dozens of columns) and a .loc per
-    # row took most of a folder compare's time (about 0.5-1 s per machine pair at a full run's size).
-    columns = list(dict.fromkeys(["case", "name", metric, "iqr", "rounds", "invalid"]))
-    base_rows = (base.assign(_key=benchmark_keys(base, device_map)).drop_duplicates("_key")
-                 .set_index("_key")[columns].to_dict("index"))
-    cand_rows = (cand.assign(_key=benchmark_keys(cand)).drop_duplicates("_key")
-                 .set_index("_key")[columns].to_dict("index"))
-    rows = []
-    for key, b in base_rows.items():
-        c = cand_rows.get(key)
-        if c is None:
-            rows.append(Row("missing", b["case"], b["name"], b[metric], math.nan, math.nan, math.nan, math.nan))
-            continue
-        if b["invalid"] or c["invalid"]:
-            why = "; ".join(f"{side}: {r['invalid']}" for side, r in (("baseline", b), ("candidate", c))
-                            if r["invalid"])
-            rows.append(Row("not judged", b["case"], c["name"], b[metric], c[metric], math.nan, math.nan, math.nan,
-                            invalid=why))
-            continue
-        noise = NOISE_IQR_SHARE * (_zero(b["iqr"]) + _zero(c["iqr"]))
-        few = min(_zero(b["rounds"]), _zero(c["rounds"])) < MIN_ROUNDS_TO_JUDGE
-        ratio = c[metric] / b[metric] if b[metric] > 0 and c[metric] > 0 else math.nan
-        if math.isnan(ratio):
-            status = "not judged"  # no positive time on one side: nothing to compare
-        elif few:
-            status = "not judged"
-        else:
-            status = classify(b[metric], c[metric], b["iqr"], c["iqr"], thresholds.get(b["case"], threshold))
-        note = ""
-        low, high, runs = ranges.get(key, (math.nan, math.nan, 0))
-        if status in ("regression", "improvement") and runs >= HISTORY_MIN_RUNS and low <= c[metric] <= high:
-            status, note = "unchanged", f"within {runs} baseline runs' range"
-        rows.append(Row(status, b["case"], c["name"], b[metric], c[metric], ratio, (ratio - 1) * 100, noise,
-                        note))
-    for key, c in cand_rows.items():
-        if key not in base_rows:
-            rows.append(Row("only in candidate", c["case"], c["name"], math.nan, c[metric], math.nan, math.nan,
-                            math.nan, invalid=f"candidate: {c['invalid']}" if c["invalid"] else ""))
-    order = {s: i for i, s in enumerate(STATUS_ORDER)}
-    # Worst regressions and best improvements first within their section.
-    rows.sort(key=lambda r: (order[r.status], -abs(r.change_pct) if not math.isnan(r.change_pct) else 0))
-    return rows
-
-
-def _cells(r: Row) -> list[str]:
-    ratio = "—" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
-    change = "—" if math.isnan(r.change_pct) else f"{r.change_pct:+.1f}%"
-    return [
-        f"{r.status} ({r.invalid})" if r.invalid else f"{r.status} (in range)" if r.note else r.status,
-        r.case,
-        r.benchmark,
-        format_time(r.baseline),
-        format_time(r.candidate),
-        ratio,
-        change,
-        format_time(r.noise),
-    ]
-
-
-HEADERS = ["status", "case", "benchmark", "baseline", "candidate", "ratio", "change", "noise"]
-SUMMARY_HEADERS = ["baseline", "candidate", "regressions", "improvements", "missing", "verdict"]
-
-
-@dataclass
-class Pair:
-    """One machine pair's verdicts, and whether either side is a partial run (its partial file, else "")."""
-
-    base_label: str
-    cand_label: str
-    rows: list[Row]
-    base_partial: str = ""
-    cand_partial: str = ""
-    base_launch: str = ""
-    cand_launch: str = ""
-
-    def count(self, status: str) -> int:
-        return sum(r.status == status for r in self.rows)
-
-    @property
-    def invalid(self) -> list[Row]:
-        """Rows whose candidate result is invalid where the baseline's was valid or absent: they fail the
-        gate."""
-        return [r for r in self.rows if r.invalid.startswith("candidate")]
-
-    @property
-    def counts(self) -> dict[str, int]:
-        return {**{s: self.count(s) for s in STATUS_ORDER}, "invalid": len(self.invalid)}
-
-    @property
-    def compared(self) -> int:
-        """Benchmarks of both sides whose results were both valid."""
-        return sum(r.status not in ("missing", "only in candidate") and not r.invalid for r in self.rows)
-
-    def shown(self, changed_only: bool) -> list[Row]:
-        return [r for r in self.rows if r.status not in QUIET_STATUSES] if changed_only else self.rows
-
-    def verdict(self, allow_missing: bool) -> str:
-        if not self.compared:
-            return "nothing compared"
-        failed = [s for s in ("regression", "invalid", "missing")
-                  if self.counts[s] and not (s == "missing" and allow_missing)]
-        if failed:
-            return " + ".join(failed)
-        return "pass (missing allowed)" if self.count("missing") else "pass"
-
-
-def _named(label: str, partial: str) -> str:
-    return f"{label} ({PARTIAL_NOTE})" if partial else label
-
-
-def _as_json(pair: Pair, metric: str, threshold: float, thresholds: dict[str, float],
-             changed_only: bool = False) -> dict:
-    return {
-        "baseline": pair.base_label,
-        "candidate": pair.cand_label,
-        "baseline_partial": bool(pair.base_partial),
-        "candidate_partial": bool(pair.cand_partial),
-        "metric": metric,
-        "threshold": threshold,
-        "thresholds": dict(sorted(thresholds.items())),
-        "min_rounds": MIN_ROUNDS_TO_JUDGE,
-        "counts": pair.counts,
-        "changed_only": changed_only,
-        "results": [
-            {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(r).items()}
-            for r in pair.shown(changed_only)
-        ],
-    }
-
-
-def _csv(pairs: list[Pair], metric: str, changed_only: bool) -> str:
-    """One tidy table for every pair: one header, the machines of each row in columns of their own."""
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["baseline_machine", "candidate_machine", "status", "case", "benchmark",
-                     f"baseline_{metric}_s", f"candidate_{metric}_s", "ratio", "change_pct", "noise_s",
-                     "baseline_partial", "candidate_partial", "note"])
-    for pair in pairs:
-        flags = [str(bool(pair.base_partial)).lower(), str(bool(pair.cand_partial)).lower()]
-        for r in pair.shown(changed_only):
-            values = (r.baseline, r.candidate, r.ratio, r.change_pct, r.noise)
-            writer.writerow([pair.base_label, pair.cand_label, r.status, r.case, r.benchmark,
-                             *("" if math.isnan(v) else f"{v:.6g}" for v in values), *flags, r.note])
-    return buf.getvalue().rstrip("\n")
-
-
-def _table(headers: list[str], cells: list[list[str]], fmt: str) -> list[str]:
-    if fmt == "markdown":
-        lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-        return lines + ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
-    widths = [max(len(h), *(len(c[i]) for c in cells)) if cells else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
-    return lines + ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
-
-
-def render(pair: Pair, fmt: str, metric: str, threshold: float, thresholds: dict[str, float] | None = None,
-           changed_only: bool = False) -> str:
-    """One pair's comparison: a headline with every count, then its rows (--changed-only: not unchanged)."""
-    thresholds = thresholds or {}
-    if fmt == "json":
-        return json.dumps(_as_json(pair, metric, threshold, thresholds, changed_only), indent=1)
-    if fmt == "csv":
-        return _csv([pair], metric, changed_only)
-    rows = pair.shown(changed_only)
-    per_family = "".join(f", {k} {v * 100:g}%" for k, v in sorted(thresholds.items()))
-    summary = (
-        f"{_named(pair.base_label, pair.base_partial)} -> {_named(pair.cand_label, pair.cand_partial)}: "
-        f"{metric} time, threshold {threshold * 100:g}%{per_family}, noise "
-        f"{NOISE_IQR_SHARE:g} x (IQR baseline + IQR candidate): "
-        + ", ".join(f"{n} {s}" for s, n in pair.counts.items())
-    )
-    steady = sum(bool(r.note) for r in pair.rows)
-    if steady:
-        summary += (f" ({steady} beyond threshold and noise but within the range of the baseline machine's "
-                    f"latest runs: unchanged)")
-    hidden = len(pair.rows) - len(rows)
-    if hidden:
-        summary += f" ({hidden} unchanged not listed: --changed-only)"
-    if fmt == "markdown":
-        summary = f"**{summary}**"
-    if changed_only and not rows:
-        return f"{summary}\n\nno benchmark other than unchanged ones"
-    return "\n".join([summary, "", *_table(HEADERS, [_cells(r) for r in rows], fmt)])
-
-
-def outcome(pairs: list[Pair], missing_machines: list[str], allow_missing: bool) -> tuple[int, str]:
-    """The exit code and why: 2 nothing compared, 1 a regression or (without --allow-missing) something of
-    the baseline missing, else 0."""
-    if not sum(p.compared for p in pairs):
-        invalid = sum(bool(r.invalid) for p in pairs for r in p.rows)
-        if invalid:
-            return 2, f"nothing valid was compared: {invalid} benchmark(s) with an invalid result on a side"
-        return 2, "no benchmark of the baseline is in the candidate: nothing was compared"
-    many = len(pairs) > 1
-
-    def on(status: str) -> str:
-        hit = sum(1 for p in pairs if p.counts[status])
-        return f" on {hit} of {len(pairs)} machine pairs" if many else ""
-
-    regressions = sum(p.count("regression") for p in pairs)
-    invalid = sum(len(p.invalid) for p in pairs)
-    missing = sum(p.count("missing") for p in pairs)
-    absent = []  # what of the baseline the candidate lacks: fails, unless --allow-missing
-    if missing:
-        unfinished = [p for p in pairs if p.cand_partial and p.count("missing")]
-        n = sum(p.count("missing") for p in unfinished)
-        runs = "a candidate run" if len(unfinished) == 1 else f"{len(unfinished)} candidate runs"
-        why = f", {'' if n == missing else f'{n} of them '}from {runs} that did not finish" if n else ""
-        absent.append(f"{missing} benchmark(s) of the baseline missing{on('missing')}{why}")
-    if missing_machines:
-        absent.append(f"{len(missing_machines)} machine(s) of the baseline missing")
-    allowed = "; ".join(absent) + ", allowed by --allow-missing" if absent and allow_missing else ""
-    failed = [f"{regressions} regression(s){on('regression')}"] if regressions else []
-    failed += [f"{invalid} invalid result(s) in the candidate{on('invalid')}"] if invalid else []
-    failed += [] if allow_missing else absent
-    if failed:
-        return 1, "; ".join(failed + ([allowed] if allowed else []))
-    compared = sum(p.compared for p in pairs)
-    reason = f"no regression in {compared} benchmark(s) compared"
-    reason += f" on {len(pairs)} machine pairs" if many else ""
-    return 0, "; ".join([reason] + ([allowed] if allowed else []))
-
-
-def invalid_lines(pairs: list[Pair]) -> list[str]:
-    """One line per invalid candidate result (MAX_INVALID_NAMED of them, then a count), and a count of the
-    baseline's invalid results, which are not judged."""
-    rows = [(p, r) for p in pairs for r in p.invalid]
-    where = "compare: invalid in the candidate"
-    lines = [f"{where}{f' {p.cand_label}' if len(pairs) > 1 else ''}: {r.benchmark} "
-             f"({r.invalid.partition('candidate: ')[2]})" for p, r in rows[:MAX_INVALID_NAMED]]
-    if len(rows) > MAX_INVALID_NAMED:
-        lines.append(f"{where}: ... and {len(rows) - MAX_INVALID_NAMED} more")
-    if rows:
-        lines.append("compare: a result whose numbers are missing, not finite, zero or negative fails the "
-                     "gate; rerun the candidate")
-    base = sum(r.invalid.startswith("baseline") for p in pairs for r in p.rows)
-    if base:
-        lines.append(f"warning: {base} benchmark(s) invalid in the baseline: not judged")
-    return lines
-
-
-def summary_table(pairs: list[Pair], fmt: str, allow_missing: bool, only_base: list[str] = (),
-                  only_cand: list[str] = ()) -> str:
-    """One line per machine pair (and per machine of one side only): its counts and verdict, so the end of
-    a long output says what each block's headline said. A candidate named like its baseline reads `same`."""
-    def name(label: str, launch: str) -> str:  # a torchrun job's label names its launch already
-        return label + (f" ({launch})" if launch and f"({launch})" not in label else "")
-
-    cells = []
-    for p in pairs:
-        before, after = name(p.base_label, p.base_launch), name(p.cand_label, p.cand_launch)
-        after = ("same" if after == before else after) + (" (partial)" if p.cand_partial else "")
-        cells.append([before + (" (partial)" if p.base_partial else ""), after,
-                      *(str(p.count(s)) for s in ("regression", "improvement", "missing")),
-                      p.verdict(allow_missing)])
-    gone = "machine missing" + (" (allowed)" if allow_missing else "")
-    cells += [[label, "—", "—", "—", "—", gone] for label in only_base]
-    extra = "not compared (only in the candidate)"
-    cells += [["—", label, "—", "—", "—", extra] for label in only_cand]
-    title = f"summary: {len(pairs)} machine pair{'s' if len(pairs) != 1 else ''}" + "".join(
-        f", {len(labels)} machine(s) only in the {what}"
-        for what, labels in (("baseline", only_base), ("candidate", only_cand)) if labels)
-    title = f"**{title}**" if fmt == "markdown" else title
-    return "\n".join([title, "", *_table(SUMMARY_HEADERS, cells, fmt)])
-
-
-def render_all(pairs: list[Pair], fmt: str, metric: str, threshold: float, thresholds: dict[str, float],
-               changed_only: bool, allow_missing: bool, only_base: list[str] = (), only_cand: list[str] = (),
-               ) -> str:
-    """Every pair's comparison. Text and markdown end with the summary table (with folders: several pairs,
-    or machines of one side only) and the exit code with its reason; CSV is one table; JSON one object per
-    pair (`{"comparisons": [...]}` for several)."""
-    if fmt == "json":
-        objects = [_as_json(p, metric, threshold, thresholds, changed_only) for p in pairs]
-        return json.dumps(objects[0] if len(objects) == 1 else {"comparisons": objects}, indent=1)
-    if fmt == "csv":
-        return _csv(pairs, metric, changed_only)
-    blocks = [render(p, fmt, metric, threshold, thresholds, changed_only) for p in pairs]
-    if len(pairs) > 1 or only_base or only_cand:
-        blocks.append(summary_table(pairs, fmt, allow_missing, only_base, only_cand))
-    code, reason = outcome(pairs, list(only_base), allow_missing)
-    blocks.append(f"**exit {code}**: {reason}" if fmt == "markdown" else f"exit {code}: {reason}")
-    return "\n\n".join(blocks)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("baseline", metavar="BASELINE",
                         help="results file of the reference run, or a folder (each machine's latest run)")
@@ -672,20 +286,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    threshold, thresholds = parse_thresholds(args.threshold)
-    device_map = parse_device_map(args.map)
-    labels = parse_label_args(args.label)
-    base, cand = _side(args.baseline, labels, "baseline"), _side(args.candidate, labels, "candidate")
-    check_families(thresholds, base.families | cand.families)
-    check_device_map(device_map, base, cand)
-    matched, missing_machines, extra_machines = pair_sides(base, cand, args.baseline, args.candidate)
+def _warn_hardware(matched: list, base: Side, cand: Side) -> None:
     for (base_label, _), (cand_label, _) in matched:
         before, after = base.hardware.get(base_label, ""), cand.hardware.get(cand_label, "")
         if before and after and before != after:
             print(f"warning: different hardware ({before} against {after}): differences are the hardware's, "
                   "not a regression of one machine", file=sys.stderr)
-    pairs, hints = [], {}  # hints: the families' missing_hint texts, each once, in order
+
+
+def _hints(base_table: pd.DataFrame, cand_table: pd.DataFrame, rows: list) -> list[str]:
+    """The families' missing_hint texts for one machine pair."""
+    hints = []
+    for family in FAMILIES:
+        hint = family_read(family, "missing_hint")
+        text = hint(base_table, cand_table, rows) if hint else ""
+        if text:
+            hints.append(text)
+    return hints
+
+
+def _compare_pairs(matched: list, base: Side, cand: Side, args: argparse.Namespace, threshold: float,
+                   thresholds: dict[str, float], device_map: dict[str, str]) -> tuple[list[Pair], list[str]]:
+    """Each machine pair's verdicts, and the families' missing_hint texts, each once, in order."""
+    pairs, hints = [], {}
     base_keys = {label: key for key, (label, _) in base.runs.items()}
     for (base_label, base_table), (cand_label, cand_table) in matched:
         rows = compare_tables(base_table, cand_table, metric=args.metric, threshold=threshold,
@@ -694,62 +317,95 @@ def run(args: argparse.Namespace) -> int:
         pairs.append(Pair(base_label, cand_label, rows, base.partial.get(base_label, ""),
                           cand.partial.get(cand_label, ""), base.launches.get(base_label, ""),
                           cand.launches.get(cand_label, "")))
-        for family in FAMILIES:
-            hint = family_read(family, "missing_hint")
-            text = hint(base_table, cand_table, rows) if hint else ""
-            if text:
-                hints[text] = None
-    stopped = {p.cand_partial: stopped_in(p.cand_partial)
-               for p in pairs if p.cand_partial and p.count("missing")}
+        hints.update(dict.fromkeys(_hints(base_table, cand_table, rows)))
+    return pairs, list(hints)
+
+
+def _warn_partial(pairs: list[Pair], stopped: dict[str, str], allow_missing: bool) -> None:
     for p in pairs:
         if p.base_partial:
             print(f"warning: the baseline {p.base_label} is a partial run ({Path(p.base_partial).name}: it "
                   "did not finish): only what it measured is compared", file=sys.stderr)
-        if p.cand_partial and p.count("missing") and args.allow_missing:
+        if p.cand_partial and p.count("missing") and allow_missing:
             at = f", stopped in {stopped[p.cand_partial]}" if stopped[p.cand_partial] else ""
             print(f"warning: the candidate {p.cand_label} is a partial run ({Path(p.cand_partial).name}: it "
                   f"did not finish{at}): its {p.count('missing')} missing benchmark(s) were not measured, "
                   "and --allow-missing passes them", file=sys.stderr)
+
+
+def _nothing_compared(pairs: list[Pair]) -> None:
+    # Nothing in common passes no gate, --allow-missing or not.
+    if any(r.invalid for p in pairs for r in p.rows):
+        print("compare: nothing valid was compared: every benchmark in common has an invalid result on one "
+              "side (see above); rerun the run whose results are invalid", file=sys.stderr)
+    else:
+        print("compare: no benchmark of the baseline is in the candidate: nothing was compared; compare runs "
+              "of the same config (or map devices with --map BASELINE_DEV=CANDIDATE_DEV)", file=sys.stderr)
+
+
+def _unfinished_cause(unfinished: list[Pair], missing: int, missing_machines: list[str],
+                      stopped: dict[str, str], cause: str) -> str:
+    """What of the missing came from candidate runs that did not finish, and which files."""
+    n = sum(p.count("missing") for p in unfinished)
+    files = "; ".join(Path(p.cand_partial).name + (f", stopped in {stopped[p.cand_partial]}"
+                                                 if stopped[p.cand_partial] else "")
+                      for p in unfinished[:3]) + ("; ..." if len(unfinished) > 3 else "")
+    rest = "" if n == missing and not missing_machines else f"; the rest: {cause}"
+    runs = "a candidate run" if len(unfinished) == 1 else f"{len(unfinished)} candidate runs"
+    return f"{'all' if n == missing else n} from {runs} that did not finish: {files}{rest}"
+
+
+def _resume_fix(unfinished: list[Pair], cand: Side, fix: str) -> str:
+    if len(unfinished) == 1:
+        only = unfinished[0]
+        how = resume_command(only.cand_partial, cand.configs.get(only.cand_label, ""))
+        return f"resume it on its machine ({how}) to measure the rest, or {fix}"
+    return ("resume each on its machine (pytest benchmarks --benchmark-json FILE.json "
+            "--suite-resume with the run's --suite-config) to measure the rest, or " + fix)
+
+
+def _missing_failed(pairs: list[Pair], missing_machines: list[str], cand: Side, stopped: dict[str, str],
+                    hints: list[str]) -> None:
+    """Why a candidate missing some of the baseline fails, and how to finish or allow it."""
+    missing = sum(p.count("missing") for p in pairs)
+    what = ", ".join(
+        filter(None, [f"{missing} benchmark(s)" if missing else "",
+                      f"{len(missing_machines)} machine(s)" if missing_machines else ""])
+    )
+    cause = "a crash, a skip or a narrower config"
+    fix = "pass --allow-missing if the candidate measures a subset on purpose"
+    unfinished = [p for p in pairs if p.cand_partial and p.count("missing")]
+    if unfinished:
+        cause = _unfinished_cause(unfinished, missing, missing_machines, stopped, cause)
+        fix = _resume_fix(unfinished, cand, fix)
+    print(f"compare: {what} of the baseline missing from the candidate ({cause}): failing; {fix}",
+          file=sys.stderr)
+    for hint in hints:
+        print(f"compare: {hint}", file=sys.stderr)
+
+
+def run(args: argparse.Namespace) -> int:
+    threshold, thresholds = parse_thresholds(args.threshold)
+    device_map = parse_device_map(args.map)
+    labels = parse_label_args(args.label)
+    base, cand = _side(args.baseline, labels, "baseline"), _side(args.candidate, labels, "candidate")
+    check_families(thresholds, base.families | cand.families)
+    check_device_map(device_map, base, cand)
+    matched, missing_machines, extra_machines = pair_sides(base, cand, args.baseline, args.candidate)
+    _warn_hardware(matched, base, cand)
+    pairs, hints = _compare_pairs(matched, base, cand, args, threshold, thresholds, device_map)
+    stopped = {p.cand_partial: stopped_in(p.cand_partial)
+               for p in pairs if p.cand_partial and p.count("missing")}
+    _warn_partial(pairs, stopped, args.allow_missing)
     emit(render_all(pairs, args.fmt, args.metric, threshold, thresholds, args.changed_only,
                     args.allow_missing, missing_machines, extra_machines))
     code, _ = outcome(pairs, missing_machines, args.allow_missing)
     for line in invalid_lines(pairs):
         print(line, file=sys.stderr)
-    if code == 2 and any(r.invalid for p in pairs for r in p.rows):
-        print("compare: nothing valid was compared: every benchmark in common has an invalid result on one "
-              "side (see above); rerun the run whose results are invalid", file=sys.stderr)
-        return 2
     if code == 2:
-        # Nothing in common passes no gate, --allow-missing or not.
-        print("compare: no benchmark of the baseline is in the candidate: nothing was compared; compare runs "
-              "of the same config (or map devices with --map BASELINE_DEV=CANDIDATE_DEV)", file=sys.stderr)
+        _nothing_compared(pairs)
         return 2
     missing = sum(p.count("missing") for p in pairs)
     if (missing or missing_machines) and not args.allow_missing:
-        what = ", ".join(
-            filter(None, [f"{missing} benchmark(s)" if missing else "",
-                          f"{len(missing_machines)} machine(s)" if missing_machines else ""])
-        )
-        cause = "a crash, a skip or a narrower config"
-        fix = "pass --allow-missing if the candidate measures a subset on purpose"
-        unfinished = [p for p in pairs if p.cand_partial and p.count("missing")]
-        if unfinished:
-            n = sum(p.count("missing") for p in unfinished)
-            files = "; ".join(Path(p.cand_partial).name + (f", stopped in {stopped[p.cand_partial]}"
-                                                         if stopped[p.cand_partial] else "")
-                              for p in unfinished[:3]) + ("; ..." if len(unfinished) > 3 else "")
-            rest = "" if n == missing and not missing_machines else f"; the rest: {cause}"
-            runs = "a candidate run" if len(unfinished) == 1 else f"{len(unfinished)} candidate runs"
-            cause = f"{'all' if n == missing else n} from {runs} that did not finish: {files}{rest}"
-            if len(unfinished) == 1:
-                only = unfinished[0]
-                how = resume_command(only.cand_partial, cand.configs.get(only.cand_label, ""))
-                fix = f"resume it on its machine ({how}) to measure the rest, or {fix}"
-            else:
-                fix = ("resume each on its machine (pytest benchmarks --benchmark-json FILE.json "
-                       "--suite-resume with the run's --suite-config) to measure the rest, or " + fix)
-        print(f"compare: {what} of the baseline missing from the candidate ({cause}): failing; {fix}",
-              file=sys.stderr)
-        for hint in hints:
-            print(f"compare: {hint}", file=sys.stderr)
+        _missing_failed(pairs, missing_machines, cand, stopped, hints)
     return code

@@ -1,18 +1,26 @@
-"""The health checks over the tidy table: expected figures, stragglers within a run, the fleet's spread."""
+"""The health verdict: results against expected figures, then the peer checks, per node and fleet."""
 
 from __future__ import annotations
 
 import math
-import statistics
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
 from suite.cases import family_read
-from suite.compare import NOISE_IQR_SHARE
-from suite.limits import limits_held
 from suite.health.expect import HOST_LINKS, OK_AT_PCT, Expectations, Measure, measures
+from suite.health.findings import DEFAULT_FAIL_ON  # noqa: F401 -- suite.report.command imports it from here
+from suite.health.findings import (
+    KEY_SEP,
+    KINDS,
+    MAX_EXAMPLES,
+    Finding,
+    Health,
+    NodeVerdict,
+    clocks_held,
+    format_figure,
+)
+from suite.health.peers import fleet, nvlinks_down, pcie_narrow, stragglers
 from suite.results import (
     FOREIGN_CASE,
     OUR_TOOL,
@@ -22,137 +30,6 @@ from suite.results import (
     peer_keys,
     route_kinds,
 )
-
-# A device is a straggler when it is more than this far below the median of its peers (same model, same
-# benchmark, same run), and further than their noise. MAMF's author saw a 5%+ matmul spread between healthy
-# GPUs of one node; twice that is beyond it, while faults seen in the field are far larger (a PCIe link at
-# a quarter of its peers', nvbandwidth issue 6).
-STRAGGLER_MARGIN = 0.10
-# A machine whose geometric-mean speed in a family lies more than this below the fleet's median machine of
-# its GPU model, and below the fleet's own spread (Tukey's lower fence), is flagged: the same margin as for
-# devices, since identical machines differ by what identical GPUs do.
-FLEET_MARGIN = 0.10
-TUKEY_K = 1.5  # lower fence = q1 - 1.5 x IQR: the usual outlier rule, robust to the outlier itself
-# With fewer machines of one model there is no fleet to speak of: two machines cannot say which is slow.
-FLEET_MIN_MACHINES = 3
-MAX_EXAMPLES = 3  # findings shown per device and family; the JSON keeps every one
-KINDS = ("wrong", "invalid", "low", "straggler", "fleet", "missing")
-# missing is reported, not failed: a run may skip a case. wrong: another tool's data check failed
-# (nccl-tests #wrong). invalid: a result whose numbers are missing, not finite, zero or negative (the table's
-# `invalid`); it is judged by no other check.
-DEFAULT_FAIL_ON = ("wrong", "invalid", "low", "straggler", "fleet")
-NO_RESULTS = "no results"  # status of a node whose latest run measured nothing: neither healthy nor judged
-# Status of a node no check applied to: no expected figure for its results, no peer device of its model to
-# compare with, no fleet of FLEET_MIN_MACHINES of its kind (a CPU-only run, another tool's timings). Calling
-# it healthy would be a verdict nothing supports.
-NOT_JUDGED = "not judged"
-
-# Joins a machine label and a device id (or more) into one key; not NUL (see its use).
-KEY_SEP = "\x1f"
-
-
-@dataclass
-class Finding:
-    """One thing wrong (or absent), with the numbers that show it."""
-
-    kind: str
-    node: str
-    device: str
-    family: str
-    text: str
-    measured: float = math.nan
-    reference: float = math.nan  # expected figure, peers' median, or fleet median (1.0 for fleet ratios)
-    pct: float = math.nan
-    source: str = ""
-    # The hardware behind `device` (PCI address, UUID) as the run recorded it: cuda:N is renumbered by
-    # CUDA_VISIBLE_DEVICES (Slurm, Kubernetes), so it alone does not say which board to pull.
-    identity: str = ""
-
-
-@dataclass
-class NodeVerdict:
-    """One node: its runs, findings, and expected-figure table."""
-
-    node: str
-    gpu_model: str
-    labels: list[str]
-    tools: list[str]
-    findings: list[Finding] = field(default_factory=list)
-    expectations: list[dict] = field(default_factory=list)
-    empty: list[str] = field(default_factory=list)  # files of its judged runs that hold no results
-    checks: set[str] = field(default_factory=set)  # the checks that applied: expected, straggler, fleet
-    partial: list[str] = field(default_factory=list)  # its judged runs that a kill cut short (partial files)
-
-    def status(self, fail_on: tuple[str, ...]) -> str:
-        if self.empty:  # a run that measured nothing says nothing of the node's health
-            return NO_RESULTS
-        if any(f.kind in fail_on for f in self.findings):
-            return "flagged"
-        return "healthy" if self.checks or self.findings else NOT_JUDGED
-
-
-@dataclass
-class Health:
-    """The fleet verdict: nodes in a stable order, and the pct_of_expected of every judged result row."""
-
-    nodes: list[NodeVerdict]
-    pct_of_expected: pd.Series
-    judged_labels: list[str]
-    warnings: list[str] = field(default_factory=list)  # how the runs judged were chosen, where it mattered
-
-    def flagged(self, fail_on: tuple[str, ...]) -> list[NodeVerdict]:
-        return [n for n in self.nodes if n.status(fail_on) == "flagged"]
-
-    def nothing_judged(self, fail_on: tuple[str, ...]) -> bool:
-        return bool(self.nodes) and all(n.status(fail_on) == NOT_JUDGED for n in self.nodes)
-
-    def as_dict(self, fail_on: tuple[str, ...]) -> dict:
-        counts = {k: sum(f.kind == k for n in self.nodes for f in n.findings) for k in KINDS}
-        unjudged = any(n.empty for n in self.nodes)
-        return {
-            "verdict": "flagged" if self.flagged(fail_on) else NO_RESULTS if unjudged
-            else NOT_JUDGED if self.nothing_judged(fail_on) else "healthy",
-            "fail_on": list(fail_on),
-            "counts": {"nodes": len(self.nodes), "flagged": len(self.flagged(fail_on)), **counts},
-            "tolerances": {
-                "ok_at_pct_of_expected": OK_AT_PCT,
-                "straggler_margin": STRAGGLER_MARGIN,
-                "fleet_margin": FLEET_MARGIN,
-                "fleet_min_machines": FLEET_MIN_MACHINES,
-                "noise_iqr_share": NOISE_IQR_SHARE,
-            },
-            "nodes": [
-                {
-                    "node": n.node,
-                    "gpu_model": n.gpu_model,
-                    "status": n.status(fail_on),
-                    "runs": n.labels,
-                    "partial_runs": n.partial,
-                    "tools": n.tools,
-                    "checks": sorted(n.checks),
-                    "findings": [_clean(vars(f)) for f in n.findings],
-                    "expectations": [_clean(e) for e in n.expectations],
-                }
-                for n in self.nodes
-            ],
-        }
-
-
-def _clean(d: dict) -> dict:
-    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
-
-
-def _fmt(value: float, unit: str) -> str:
-    return f"{value:.3g} {unit}" if unit != "s" else f"{value * 1e6:.3g} µs"
-
-
-# A slow result whose GPU a power, thermal, board or reliability limit held for at least this share of its
-# run says so beside its numbers: the likely cause, read from NVML (devices.ClockWatch).
-CLOCKS_HELD_SHOWN_FROM = 0.05
-LIMIT_NAMES = {"power": "the power limit", "thermal": "(software) thermal slowdown",
-               "board_limit": "a board limit", "reliability": "a reliability limit",
-               "hw_thermal": "hardware thermal slowdown (clocks halved or more)",
-               "hw_power_brake": "the hardware power brake (clocks halved or more)"}
 
 
 def _numa_note(device: str, node: object, cpu: dict) -> str:
@@ -179,15 +56,6 @@ def _numa_note(device: str, node: object, cpu: dict) -> str:
                 f"on another ({fix})")
     return ""
 
-
-def _held(row) -> str:
-    """'; clocks held back 62% of the time by thermal slowdown, 30% by the power limit (NVML)' for a row
-    whose GPU a limit held for CLOCKS_HELD_SHOWN_FROM of its warm-up and timing or more, else ''."""
-    limits = {n: s for n, s in limits_held(row._asdict()).items() if s >= CLOCKS_HELD_SHOWN_FROM}
-    if not limits:
-        return ""
-    parts = [f"{share:.0%} of the time by {LIMIT_NAMES[n]}" for n, share in limits.items()]
-    return "; clocks held back " + ", ".join(parts) + " (NVML)"
 
 
 def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
@@ -371,8 +239,8 @@ def _judge_measure(
                     r.node,
                     r.subject,
                     r.case,
-                    f"{measure_name} {_fmt(rate, measure.unit)} = {r.pct_:.0f}% of the expected "
-                    f"{_fmt(fig.value, measure.unit)} (best: {r.name}; {fig.source}){_held(r)}{r.numa_note_}",
+                    f"{measure_name} {format_figure(rate, measure.unit)} = {r.pct_:.0f}% of the expected "
+                    f"{format_figure(fig.value, measure.unit)} (best: {r.name}; {fig.source}){clocks_held(r)}{r.numa_note_}",
                     rate,
                     fig.value,
                     r.pct_,
@@ -461,213 +329,11 @@ def _missing(
                     machine.node,
                     str(d.get("id")),
                     measure.families[0],
-                    f"{measure_name}: no result to judge (expected {_fmt(fig.value, measure.unit)}; "
+                    f"{measure_name}: no result to judge (expected {format_figure(fig.value, measure.unit)}; "
                     f"the run has no {measure_name} at the size the figure needs)",
                     source=fig.source,
                 )
             )
-
-
-def _median_of_others(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
-    """For each element, the median of the other elements of its group (NaN for a group of one)."""
-    order = np.lexsort((values, groups))
-    v, g = values[order], groups[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    sizes = np.diff(np.r_[starts, len(g)])
-    start = np.repeat(starts, sizes)
-    n = np.repeat(sizes, sizes)
-    rank = np.arange(len(v)) - start
-    m = n - 1  # the others
-
-    def other(k: np.ndarray) -> np.ndarray:
-        # k-th smallest of the others: skip this element's own position
-        pos = start + k + (k >= rank)
-        return v[np.clip(pos, 0, len(v) - 1)]
-
-    lo_k, hi_k = (m - 1) // 2, m // 2
-    med = (other(lo_k) + other(hi_k)) / 2
-    med = np.where(m >= 1, med, np.nan)
-    out = np.empty_like(med)
-    out[order] = med
-    return out
-
-
-def _stragglers(rows: pd.DataFrame, findings: list[Finding]) -> set[str]:
-    """Flag a device slower than its peers; the nodes that had a device with a peer to compare with."""
-    peers = rows[(rows["subject"] != "") & rows["speed"].notna() & (rows["model"] != "")]
-    peers = peers.drop_duplicates(["label", "peer_key", "subject"])
-    if peers.empty:
-        return set()
-    group = pd.factorize(peers["label"] + KEY_SEP + peers["model"] + KEY_SEP + peers["peer_key"])[0]
-    checked = set(peers["node"][np.bincount(group)[group] >= 2])
-    speed = peers["speed"].to_numpy(dtype=float)
-    others = _median_of_others(speed, group)
-    noise_peers = peers.groupby(group)["noise"].transform("median").to_numpy()
-    shortfall = (others - speed) / others
-    flagged = (speed < others * (1 - STRAGGLER_MARGIN)) & (
-        shortfall > NOISE_IQR_SHARE * (peers["noise"].to_numpy() + noise_peers)
-    )
-    hits = peers[flagged].assign(group_=group[flagged], others_=others[flagged], short_=shortfall[flagged])
-    # Each group's members, found by bisection in the rows sorted by group (no Python list per group).
-    by_group = np.argsort(group, kind="stable")
-    sorted_groups = group[by_group]
-    values = peers["value"].to_numpy()
-    for r in hits.sort_values(
-        ["node", "subject", "case", "short_"], ascending=[True, True, True, False]
-    ).itertuples(index=False):
-        own = r.value
-        lo_at, hi_at = np.searchsorted(sorted_groups, [r.group_, r.group_ + 1])
-        rest = [values[i] for i in by_group[lo_at:hi_at]]
-        rest.remove(own) if own in rest else None
-        lo, hi = min(rest), max(rest)
-        text = (
-            f"{r.name} {_fmt(own, r.unit)}, peers {_fmt(lo, r.unit)}–{_fmt(hi, r.unit)}"
-            if r.unit != "s"
-            else f"{r.name} {_fmt(own, 's')}, peers {_fmt(lo, 's')}–{_fmt(hi, 's')}"
-        ) + _held(r) + r.numa_note_
-        findings.append(
-            Finding(
-                "straggler",
-                r.node,
-                r.subject,
-                r.case,
-                text,
-                own,
-                float(np.median(rest)),
-                100 * (1 - r.short_),
-            )
-        )
-    return checked
-
-
-def _nvlinks_down(loaded: LoadedResults, labels: list[str], findings: list[Finding]) -> set[str]:
-    """A GPU with fewer active NVLinks than the other GPUs of its model in the run, where those reach
-    NVSwitches (machine_info's `nvlinks_active` / `nvlinks_to_switch`, from NVML): a link is down, and every
-    peer copy and collective through it is slower. Only on a switch fabric, where every GPU has the same
-    links: on PCIe cards, which pairs carry an NVLink bridge is the builder's choice, not a fault."""
-
-    def whole(d: dict, key: str) -> int | None:
-        value = d.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-    checked: set[str] = set()
-    for label in labels:
-        machine = loaded.machines[label]
-        by_model: dict[str, list[tuple[str, int, int]]] = {}
-        for d in machine.devices:
-            active, to_switch = whole(d, "nvlinks_active"), whole(d, "nvlinks_to_switch")
-            if d.get("kind") != "cpu" and active is not None and to_switch is not None:
-                entry = (str(d.get("id")), active, to_switch)
-                by_model.setdefault(str(d.get("name") or ""), []).append(entry)
-        for gpus in by_model.values():
-            if len(gpus) > 1 and any(s for _, _, s in gpus):
-                checked.add(machine.node)
-            for device, active, _ in gpus:
-                others = [a for d, a, _ in gpus if d != device]
-                switched = [s for d, _, s in gpus if d != device]
-                if not others or not statistics.median(switched) or active >= statistics.median(others):
-                    continue
-                expected = float(statistics.median(others))
-                peers = f"{min(others)}" if min(others) == max(others) else f"{min(others)}–{max(others)}"
-                findings.append(Finding(
-                    "straggler", machine.node, device, "nvlink",
-                    f"nvlinks_active {active}, peers {peers}: {expected - active:g} NVLink(s) down (NVML)",
-                    float(active), expected, 100 * active / expected))
-    return checked
-
-
-# What a PCIe link can be: anything else (NVML's 0xFFFFFFFF for "not available") is no figure to judge.
-PCIE_WIDTHS = frozenset({1, 2, 4, 8, 12, 16, 32})
-PCIE_GENERATIONS = frozenset(range(1, 8))
-
-
-def _pcie_narrow(loaded: LoadedResults, labels: list[str], findings: list[Finding]) -> set[str]:
-    """A GPU whose PCIe link is narrower, or of an older generation, than the other GPUs of its model in the
-    run (machine_info's `pcie_width_max` / `pcie_gen_max`: what the GPU and its slot can reach, from NVML): a
-    riser or slot at x4. Every host copy through it is capped (x4 is a quarter of x16). The idle
-    `*_current` values are not judged: a GPU at rest lowers its link's generation to save power (so a link
-    that trained down in an x16 slot is not caught here; its host copies are, as a straggler)."""
-
-    def whole(d: dict, key: str) -> int | None:  # a link's width or generation; else NVML had none to give
-        value = d.get(key)
-        valid = PCIE_WIDTHS if key == "pcie_width_max" else PCIE_GENERATIONS
-        return value if isinstance(value, int) and not isinstance(value, bool) and value in valid else None
-
-    checked: set[str] = set()
-    for label in labels:
-        machine = loaded.machines[label]
-        by_model: dict[str, list[dict]] = {}
-        for d in machine.devices:
-            if d.get("kind") != "cpu" and (whole(d, "pcie_width_max") or whole(d, "pcie_gen_max")):
-                by_model.setdefault(str(d.get("name") or ""), []).append(d)
-        for gpus in by_model.values():
-            if len(gpus) < 2:
-                continue
-            checked.add(machine.node)
-            for d in gpus:
-                for key, unit in (("pcie_width_max", "x"), ("pcie_gen_max", "gen ")):
-                    mine = whole(d, key)
-                    others = [v for g in gpus if g is not d and (v := whole(g, key)) is not None]
-                    if mine is None or not others or mine >= statistics.median(others):
-                        continue
-                    expected = float(statistics.median(others))
-                    peers = (f"{unit}{min(others)}" if min(others) == max(others)
-                             else f"{unit}{min(others)}–{max(others)}")
-                    findings.append(Finding(
-                        "straggler", machine.node, str(d.get("id")), "pcie",
-                        f"{key} {unit}{mine}, peers {peers} (NVML): its host copies are capped below theirs "
-                        "(its slot or riser)",
-                        float(mine), expected, 100 * mine / expected))
-    return checked
-
-
-def _fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) -> set[str]:
-    """Flag a machine slower than its fleet; the nodes that had a fleet to compare with."""
-    rows = rows[rows["speed"].notna() & (rows["speed"] > 0)]
-    rows = rows.assign(fleet_=rows["label"].map({k: m.gpu_model for k, m in loaded.machines.items()}))
-    per = rows.drop_duplicates(["label", "match_key"])
-    counts = per.groupby(["fleet_", "match_key"])["label"].transform("nunique")
-    per = per[counts >= FLEET_MIN_MACHINES]
-    if per.empty:
-        return set()
-    checked = set(per["node"])
-    median = per.groupby(["fleet_", "match_key"])["speed"].transform("median")
-    per = per.assign(log_=np.log(per["speed"] / median))
-    gm = (
-        per.groupby(["fleet_", "case", "label"], sort=True)
-        .agg(log=("log_", "mean"), n=("log_", "size"), node=("node", "first"))
-        .reset_index()
-    )
-    gm["speed"] = np.exp(gm["log"])
-    spread = gm.groupby(["fleet_", "case"])["speed"].describe()[["count", "min", "max"]]
-    gm = gm.join(spread, on=["fleet_", "case"])
-    # Each machine against the OTHER machines of its model: their median and their lower fence. With the
-    # machine itself among them, three machines could never flag one (its own speed drags q1 and the IQR down
-    # so far that the fence stays below it, however slow).
-    others_median = []
-    for speeds in gm.groupby(["fleet_", "case"], sort=False)["speed"]:
-        values = speeds[1].to_numpy()
-        for i in range(len(values)):
-            rest = np.delete(values, i)
-            q1, q3 = np.percentile(rest, [25, 75]) if len(rest) else (np.nan, np.nan)
-            others_median.append((speeds[1].index[i], np.median(rest) if len(rest) else np.nan,
-                                  q1 - TUKEY_K * (q3 - q1)))
-    order = pd.DataFrame(others_median, columns=["i", "median", "fence"]).set_index("i")
-    gm = gm.join(order)
-    low = (
-        (gm["count"] >= FLEET_MIN_MACHINES)
-        & (gm["speed"] < gm["median"] * (1 - FLEET_MARGIN))
-        & (gm["speed"] < gm["fence"])
-    )
-    for r in gm[low].to_dict("records"):
-        text = (
-            f"{r['case']}: {r['speed'] / r['median']:.2f}× the median of the other {int(r['count']) - 1} "
-            f"{r['fleet_']} machines (geometric mean over {int(r['n'])} benchmarks; {int(r['count'])} machines "
-            f"span {r['min']:.2f}–{r['max']:.2f}×)"
-        )
-        relative = float(r["speed"] / r["median"])
-        findings.append(Finding("fleet", r["node"], "", r["case"], text, relative, 1.0, 100 * relative))
-    return checked
 
 
 def _identity(device: dict) -> str:
@@ -696,9 +362,9 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
     tables: dict[str, list[dict]] = {}
     pct = _expected(rows, loaded, labels, expectations, findings, tables)
     checked = {
-        "straggler": (_stragglers(rows, findings) | _nvlinks_down(loaded, labels, findings)
-                      | _pcie_narrow(loaded, labels, findings)),
-        "fleet": _fleet(rows, loaded, findings),
+        "straggler": (stragglers(rows, findings) | nvlinks_down(loaded, labels, findings)
+                      | pcie_narrow(loaded, labels, findings)),
+        "fleet": fleet(rows, loaded, findings),
         "expected": {n for n, t in tables.items() if any(e["verdict"] in ("ok", "low") for e in t)},
     }
     nodes: dict[str, NodeVerdict] = {}

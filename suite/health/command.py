@@ -7,17 +7,10 @@ import json
 import sys
 from pathlib import Path
 
-from suite.compare import emit
+from suite.compare_format import emit
 from suite.errors import UserError
-from suite.health.checks import (
-    DEFAULT_FAIL_ON,
-    FLEET_MIN_MACHINES,
-    KINDS,
-    MAX_EXAMPLES,
-    NOT_JUDGED,
-    Health,
-    judge,
-)
+from suite.health.checks import judge
+from suite.health.findings import DEFAULT_FAIL_ON, FLEET_MIN_MACHINES, KINDS, MAX_EXAMPLES, NOT_JUDGED, Health
 from suite.health.expect import OK_AT_PCT, load_expectations
 from suite.results import (
     NOTHING_MEASURED,

@@ -1,0 +1,225 @@
+"""Health's checks against peers: a device slower than the others of its model, a link down or narrow, a
+machine slower than its fleet."""
+
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pandas as pd
+
+from suite.compare_verdict import NOISE_IQR_SHARE
+from suite.health.findings import (
+    FLEET_MARGIN,
+    FLEET_MIN_MACHINES,
+    KEY_SEP,
+    STRAGGLER_MARGIN,
+    TUKEY_K,
+    Finding,
+    clocks_held,
+    format_figure,
+)
+from suite.results import LoadedResults
+
+
+def _median_of_others(values: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """For each element, the median of the other elements of its group (NaN for a group of one)."""
+    order = np.lexsort((values, groups))
+    v, g = values[order], groups[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    sizes = np.diff(np.r_[starts, len(g)])
+    start = np.repeat(starts, sizes)
+    n = np.repeat(sizes, sizes)
+    rank = np.arange(len(v)) - start
+    m = n - 1  # the others
+
+    def other(k: np.ndarray) -> np.ndarray:
+        # k-th smallest of the others: skip this element's own position
+        pos = start + k + (k >= rank)
+        return v[np.clip(pos, 0, len(v) - 1)]
+
+    lo_k, hi_k = (m - 1) // 2, m // 2
+    med = (other(lo_k) + other(hi_k)) / 2
+    med = np.where(m >= 1, med, np.nan)
+    out = np.empty_like(med)
+    out[order] = med
+    return out
+
+
+def stragglers(rows: pd.DataFrame, findings: list[Finding]) -> set[str]:
+    """Flag a device slower than its peers; the nodes that had a device with a peer to compare with."""
+    peers = rows[(rows["subject"] != "") & rows["speed"].notna() & (rows["model"] != "")]
+    peers = peers.drop_duplicates(["label", "peer_key", "subject"])
+    if peers.empty:
+        return set()
+    group = pd.factorize(peers["label"] + KEY_SEP + peers["model"] + KEY_SEP + peers["peer_key"])[0]
+    checked = set(peers["node"][np.bincount(group)[group] >= 2])
+    speed = peers["speed"].to_numpy(dtype=float)
+    others = _median_of_others(speed, group)
+    noise_peers = peers.groupby(group)["noise"].transform("median").to_numpy()
+    shortfall = (others - speed) / others
+    flagged = (speed < others * (1 - STRAGGLER_MARGIN)) & (
+        shortfall > NOISE_IQR_SHARE * (peers["noise"].to_numpy() + noise_peers)
+    )
+    hits = peers[flagged].assign(group_=group[flagged], others_=others[flagged], short_=shortfall[flagged])
+    # Each group's members, found by bisection in the rows sorted by group (no Python list per group).
+    by_group = np.argsort(group, kind="stable")
+    sorted_groups = group[by_group]
+    values = peers["value"].to_numpy()
+    for r in hits.sort_values(
+        ["node", "subject", "case", "short_"], ascending=[True, True, True, False]
+    ).itertuples(index=False):
+        own = r.value
+        lo_at, hi_at = np.searchsorted(sorted_groups, [r.group_, r.group_ + 1])
+        rest = [values[i] for i in by_group[lo_at:hi_at]]
+        rest.remove(own) if own in rest else None
+        lo, hi = min(rest), max(rest)
+        text = (
+            f"{r.name} {format_figure(own, r.unit)}, peers {format_figure(lo, r.unit)}–{format_figure(hi, r.unit)}"
+            if r.unit != "s"
+            else f"{r.name} {format_figure(own, 's')}, peers {format_figure(lo, 's')}–{format_figure(hi, 's')}"
+        ) + clocks_held(r) + r.numa_note_
+        findings.append(
+            Finding(
+                "straggler",
+                r.node,
+                r.subject,
+                r.case,
+                text,
+                own,
+                float(np.median(rest)),
+                100 * (1 - r.short_),
+            )
+        )
+    return checked
+
+
+def nvlinks_down(loaded: LoadedResults, labels: list[str], findings: list[Finding]) -> set[str]:
+    """A GPU with fewer active NVLinks than the other GPUs of its model in the run, where those reach
+    NVSwitches (machine_info's `nvlinks_active` / `nvlinks_to_switch`, from NVML): a link is down, and every
+    peer copy and collective through it is slower. Only on a switch fabric, where every GPU has the same
+    links: on PCIe cards, which pairs carry an NVLink bridge is the builder's choice, not a fault."""
+
+    def whole(d: dict, key: str) -> int | None:
+        value = d.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    checked: set[str] = set()
+    for label in labels:
+        machine = loaded.machines[label]
+        by_model: dict[str, list[tuple[str, int, int]]] = {}
+        for d in machine.devices:
+            active, to_switch = whole(d, "nvlinks_active"), whole(d, "nvlinks_to_switch")
+            if d.get("kind") != "cpu" and active is not None and to_switch is not None:
+                entry = (str(d.get("id")), active, to_switch)
+                by_model.setdefault(str(d.get("name") or ""), []).append(entry)
+        for gpus in by_model.values():
+            if len(gpus) > 1 and any(s for _, _, s in gpus):
+                checked.add(machine.node)
+            for device, active, _ in gpus:
+                others = [a for d, a, _ in gpus if d != device]
+                switched = [s for d, _, s in gpus if d != device]
+                if not others or not statistics.median(switched) or active >= statistics.median(others):
+                    continue
+                expected = float(statistics.median(others))
+                peers = f"{min(others)}" if min(others) == max(others) else f"{min(others)}–{max(others)}"
+                findings.append(Finding(
+                    "straggler", machine.node, device, "nvlink",
+                    f"nvlinks_active {active}, peers {peers}: {expected - active:g} NVLink(s) down (NVML)",
+                    float(active), expected, 100 * active / expected))
+    return checked
+
+
+# What a PCIe link can be: anything else (NVML's 0xFFFFFFFF for "not available") is no figure to judge.
+PCIE_WIDTHS = frozenset({1, 2, 4, 8, 12, 16, 32})
+PCIE_GENERATIONS = frozenset(range(1, 8))
+
+
+def pcie_narrow(loaded: LoadedResults, labels: list[str], findings: list[Finding]) -> set[str]:
+    """A GPU whose PCIe link is narrower, or of an older generation, than the other GPUs of its model in the
+    run (machine_info's `pcie_width_max` / `pcie_gen_max`: what the GPU and its slot can reach, from NVML): a
+    riser or slot at x4. Every host copy through it is capped (x4 is a quarter of x16). The idle
+    `*_current` values are not judged: a GPU at rest lowers its link's generation to save power (so a link
+    that trained down in an x16 slot is not caught here; its host copies are, as a straggler)."""
+
+    def whole(d: dict, key: str) -> int | None:  # a link's width or generation; else NVML had none to give
+        value = d.get(key)
+        valid = PCIE_WIDTHS if key == "pcie_width_max" else PCIE_GENERATIONS
+        return value if isinstance(value, int) and not isinstance(value, bool) and value in valid else None
+
+    checked: set[str] = set()
+    for label in labels:
+        machine = loaded.machines[label]
+        by_model: dict[str, list[dict]] = {}
+        for d in machine.devices:
+            if d.get("kind") != "cpu" and (whole(d, "pcie_width_max") or whole(d, "pcie_gen_max")):
+                by_model.setdefault(str(d.get("name") or ""), []).append(d)
+        for gpus in by_model.values():
+            if len(gpus) < 2:
+                continue
+            checked.add(machine.node)
+            for d in gpus:
+                for key, unit in (("pcie_width_max", "x"), ("pcie_gen_max", "gen ")):
+                    mine = whole(d, key)
+                    others = [v for g in gpus if g is not d and (v := whole(g, key)) is not None]
+                    if mine is None or not others or mine >= statistics.median(others):
+                        continue
+                    expected = float(statistics.median(others))
+                    peers = (f"{unit}{min(others)}" if min(others) == max(others)
+                             else f"{unit}{min(others)}–{max(others)}")
+                    findings.append(Finding(
+                        "straggler", machine.node, str(d.get("id")), "pcie",
+                        f"{key} {unit}{mine}, peers {peers} (NVML): its host copies are capped below theirs "
+                        "(its slot or riser)",
+                        float(mine), expected, 100 * mine / expected))
+    return checked
+
+
+def fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) -> set[str]:
+    """Flag a machine slower than its fleet; the nodes that had a fleet to compare with."""
+    rows = rows[rows["speed"].notna() & (rows["speed"] > 0)]
+    rows = rows.assign(fleet_=rows["label"].map({k: m.gpu_model for k, m in loaded.machines.items()}))
+    per = rows.drop_duplicates(["label", "match_key"])
+    counts = per.groupby(["fleet_", "match_key"])["label"].transform("nunique")
+    per = per[counts >= FLEET_MIN_MACHINES]
+    if per.empty:
+        return set()
+    checked = set(per["node"])
+    median = per.groupby(["fleet_", "match_key"])["speed"].transform("median")
+    per = per.assign(log_=np.log(per["speed"] / median))
+    gm = (
+        per.groupby(["fleet_", "case", "label"], sort=True)
+        .agg(log=("log_", "mean"), n=("log_", "size"), node=("node", "first"))
+        .reset_index()
+    )
+    gm["speed"] = np.exp(gm["log"])
+    spread = gm.groupby(["fleet_", "case"])["speed"].describe()[["count", "min", "max"]]
+    gm = gm.join(spread, on=["fleet_", "case"])
+    # Each machine against the OTHER machines of its model: their median and their lower fence. With the
+    # machine itself among them, three machines could never flag one (its own speed drags q1 and the IQR down
+    # so far that the fence stays below it, however slow).
+    others_median = []
+    for speeds in gm.groupby(["fleet_", "case"], sort=False)["speed"]:
+        values = speeds[1].to_numpy()
+        for i in range(len(values)):
+            rest = np.delete(values, i)
+            q1, q3 = np.percentile(rest, [25, 75]) if len(rest) else (np.nan, np.nan)
+            others_median.append((speeds[1].index[i], np.median(rest) if len(rest) else np.nan,
+                                  q1 - TUKEY_K * (q3 - q1)))
+    order = pd.DataFrame(others_median, columns=["i", "median", "fence"]).set_index("i")
+    gm = gm.join(order)
+    low = (
+        (gm["count"] >= FLEET_MIN_MACHINES)
+        & (gm["speed"] < gm["median"] * (1 - FLEET_MARGIN))
+        & (gm["speed"] < gm["fence"])
+    )
+    for r in gm[low].to_dict("records"):
+        text = (
+            f"{r['case']}: {r['speed'] / r['median']:.2f}× the median of the other {int(r['count']) - 1} "
+            f"{r['fleet_']} machines (geometric mean over {int(r['n'])} benchmarks; {int(r['count'])} machines "
+            f"span {r['min']:.2f}–{r['max']:.2f}×)"
+        )
+        relative = float(r["speed"] / r["median"])
+        findings.append(Finding("fleet", r["node"], "", r["case"], text, relative, 1.0, 100 * relative))
+    return checked
+
