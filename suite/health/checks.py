@@ -117,35 +117,40 @@ def _largest(values: object) -> float:
     return max(sizes, default=math.inf if values else 0)  # unresolved text: assume it may be large enough
 
 
+# A measure's `where` key -> the config list that selects it, and what the family measures where the list is
+# absent (None: whatever the measure wants, the family measures every value).
+SELECTED_BY = {"precision": ("dtypes", ()), "op": ("ops", ()), "memory": ("memory", None),
+               "direction": ("directions", ("uni",))}
+
+
 def selected(config: dict, measure: Measure) -> bool | None:
     """Whether a run's config asked for results this measure judges; None where no config says (imports)."""
     cases = config.get("cases") if isinstance(config.get("cases"), dict) else None
     if not cases:
         return None
-    for family in measure.families:
-        section = cases.get(family)
-        if not isinstance(section, dict) or section.get("enabled") is False:
+    return any(_section_selects(cases.get(family), measure) for family in measure.families)
+
+
+def _section_selects(section: object, measure: Measure) -> bool:
+    """Whether one family's config section asks for what `measure` judges."""
+    if not isinstance(section, dict) or section.get("enabled") is False:
+        return False
+    for key, wanted in measure.where:
+        if key not in SELECTED_BY:
             continue
-        wanted = dict(measure.where)
-        if "precision" in wanted and wanted["precision"] not in (section.get("dtypes") or []):
-            continue
-        if "op" in wanted and wanted["op"] not in (section.get("ops") or []):
-            continue
-        if "memory" in wanted and wanted["memory"] not in (section.get("memory") or [wanted["memory"]]):
-            continue
-        if "direction" in wanted and wanted["direction"] not in (section.get("directions") or ["uni"]):
-            continue
-        if measure.min_bytes and _largest(section.get("sizes") or []) < measure.min_bytes:
-            continue
-        if measure.min_flops:
-            shapes = section.get("shapes") or []
-            flops = [
-                2 * math.prod(s) for s in shapes if isinstance(s, list) and all(isinstance(x, int) for x in s)
-            ]
-            if flops and max(flops) < measure.min_flops:
-                continue
-        return True
-    return False
+        option, default = SELECTED_BY[key]
+        chosen = section.get(option) or ([wanted] if default is None else default)
+        if wanted not in chosen:
+            return False
+    if measure.min_bytes and _largest(section.get("sizes") or []) < measure.min_bytes:
+        return False
+    return not measure.min_flops or _largest_flops(section.get("shapes") or []) >= measure.min_flops
+
+
+def _largest_flops(shapes: object) -> float:
+    """2·m·n·k of the largest matmul shape a config lists; infinite where it lists none to read."""
+    flops = [2 * math.prod(s) for s in shapes if isinstance(s, list) and all(isinstance(x, int) for x in s)]
+    return max(flops, default=math.inf)
 
 
 def _expected(
@@ -350,15 +355,7 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
     invalid = rows["invalid"] != ""
     findings = [Finding("invalid", r.node, r.subject, r.case, f"{r.name}: {r.invalid}")
                 for r in rows[invalid].itertuples(index=False)]
-    rows = rows[~invalid]
-    # A figure whose time the host set (Python issuing calls slower than the GPU runs them) says how fast
-    # this host drives the device, not how fast the device is: shown in the report, never judged.
-    host_bound = rows["bound"] == "host" if "bound" in rows else pd.Series(False, index=rows.index)
-    if host_bound.any():
-        warnings.append(f"{int(host_bound.sum())} host-bound result(s) not judged (the host, not the device, "
-                        f"set their time): {', '.join(sorted(rows.loc[host_bound, 'name'])[:3])}"
-                        + (", …" if host_bound.sum() > 3 else ""))
-        rows = rows[~host_bound]
+    rows = _without_host_bound(rows[~invalid], warnings)
     tables: dict[str, list[dict]] = {}
     pct = _expected(rows, loaded, labels, expectations, findings, tables)
     checked = {
@@ -367,29 +364,9 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
         "fleet": fleet(rows, loaded, findings),
         "expected": {n for n, t in tables.items() if any(e["verdict"] in ("ok", "low") for e in t)},
     }
-    nodes: dict[str, NodeVerdict] = {}
-    for label in labels:
-        m = loaded.machines[label]
-        if m.wrong_results:  # the tool's own data check failed: the node computes wrong results
-            shown = "; ".join(m.wrong_results[:MAX_EXAMPLES])
-            extra = len(m.wrong_results) - MAX_EXAMPLES
-            text = f"{m.tool} data check failed: {shown}" + (f"; … {extra} more" if extra > 0 else "")
-            # The family is the tool's: an importer reads one tool's output as one family's results.
-            family = min(set(loaded.table.loc[loaded.table["label"] == label, "case"]), default="")
-            findings.append(Finding("wrong", m.node, "", family, text))
-        node = nodes.setdefault(m.node, NodeVerdict(m.node, m.gpu_model, [], []))
-        node.labels.append(label)
-        node.tools.append(m.tool)
-        node.checks |= {check for check, where in checked.items() if m.node in where}
-        if m.partial:
-            node.partial.append(m.file)
-        if not m.n_benchmarks:
-            node.empty.append(m.file)
-    identities = {(loaded.machines[label].node, str(d.get("id"))): _identity(d)
-                  for label in labels for d in loaded.machines[label].devices}
-    for f in findings:
-        ends = [identities.get((f.node, end), "") for end in f.device.split("->")] if f.device else []
-        f.identity = " -> ".join(ends) if any(ends) else ""
+    findings += [f for label in labels if (f := _wrong(loaded, label))]
+    nodes = _nodes(loaded, labels, checked)
+    _identify(loaded, labels, findings)
     order = {k: i for i, k in enumerate(KINDS)}
     for f in sorted(findings, key=lambda f: (f.node, order[f.kind], f.device, f.family, f.text)):
         if f.node in nodes:
@@ -404,3 +381,53 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
         sorted(l for n in nodes.values() for l in n.labels),
         warnings,
     )
+
+
+def _without_host_bound(rows: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+    """A figure whose time the host set (Python issuing calls slower than the GPU runs them) says how fast
+    this host drives the device, not how fast the device is: shown in the report, never judged."""
+    host_bound = rows["bound"] == "host" if "bound" in rows else pd.Series(False, index=rows.index)
+    if not host_bound.any():
+        return rows
+    warnings.append(f"{int(host_bound.sum())} host-bound result(s) not judged (the host, not the device, "
+                    f"set their time): {', '.join(sorted(rows.loc[host_bound, 'name'])[:3])}"
+                    + (", …" if host_bound.sum() > 3 else ""))
+    return rows[~host_bound]
+
+
+def _wrong(loaded: LoadedResults, label: str) -> Finding | None:
+    """A run whose tool's own data check failed: the node computes wrong results."""
+    m = loaded.machines[label]
+    if not m.wrong_results:
+        return None
+    shown = "; ".join(m.wrong_results[:MAX_EXAMPLES])
+    extra = len(m.wrong_results) - MAX_EXAMPLES
+    text = f"{m.tool} data check failed: {shown}" + (f"; … {extra} more" if extra > 0 else "")
+    # The family is the tool's: an importer reads one tool's output as one family's results.
+    family = min(set(loaded.table.loc[loaded.table["label"] == label, "case"]), default="")
+    return Finding("wrong", m.node, "", family, text)
+
+
+def _nodes(loaded: LoadedResults, labels: list[str], checked: dict[str, set[str]]) -> dict[str, NodeVerdict]:
+    """Each node's verdict, without findings yet: its runs, tools, the checks that applied to it."""
+    nodes: dict[str, NodeVerdict] = {}
+    for label in labels:
+        m = loaded.machines[label]
+        node = nodes.setdefault(m.node, NodeVerdict(m.node, m.gpu_model, [], []))
+        node.labels.append(label)
+        node.tools.append(m.tool)
+        node.checks |= {check for check, where in checked.items() if m.node in where}
+        if m.partial:
+            node.partial.append(m.file)
+        if not m.n_benchmarks:
+            node.empty.append(m.file)
+    return nodes
+
+
+def _identify(loaded: LoadedResults, labels: list[str], findings: list[Finding]) -> None:
+    """Each finding's hardware: the PCI address and UUID of its device (both ends of a copy)."""
+    identities = {(loaded.machines[label].node, str(d.get("id"))): _identity(d)
+                  for label in labels for d in loaded.machines[label].devices}
+    for f in findings:
+        ends = [identities.get((f.node, end), "") for end in f.device.split("->")] if f.device else []
+        f.identity = " -> ".join(ends) if any(ends) else ""

@@ -122,49 +122,60 @@ def _merge(into: Expectations, data: object, where: str) -> None:
         names = ", ".join(sorted(map(str, unknown)))
         raise _fail(where, f"unknown key(s) {names}; allowed: version, models, expect, gpu_check")
     for i, model in enumerate(_list(where, data, "models")):
-        if not isinstance(model, dict) or not all(
-            isinstance(model.get(k), str) and model[k] for k in ("name", "match")
-        ):
-            raise _fail(where, f"models[{i}] needs a `name` and a `match` string")
-        _unknown(where, f"models[{i}]", model, MODEL_KEYS)
-        if not isinstance(model.get("host_link", ""), str):
-            raise _fail(
-                where, f"models[{i}].host_link {model['host_link']!r} is not a link name such as pcie5"
-            )
+        _check_model(where, i, model)
         into.models = [m for m in into.models if m["name"] != model["name"]] + [dict(model)]
     for i, entry in enumerate(_list(where, data, "expect")):
-        if not isinstance(entry, dict):
-            raise _fail(where, f"expect[{i}] is not a mapping")
-        _unknown(where, f"expect[{i}]", entry, ENTRY_KEYS)
-        measure = entry.get("measure")
-        known = measures()
-        if measure not in known:
-            raise _fail(where, f"expect[{i}].measure {measure!r} is not one of {', '.join(known)}")
-        value = entry.get("value")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise _fail(where, f"expect[{i}].value {value!r} is not a positive number")
-        if not isinstance(entry.get("source"), str) or not entry["source"].strip():
-            raise _fail(where, f"expect[{i}] has no `source`: every expected figure says where it comes from")
-        model, link = entry.get("model"), entry.get("link")
-        if bool(model) == bool(link) or not isinstance(model or link, str):
-            raise _fail(where, f"expect[{i}] needs exactly one of `model` or `link`, a name")
-        if link and measure not in HOST_LINKS:
-            raise _fail(where, f"expect[{i}]: `link` figures are for {' and '.join(HOST_LINKS)} only")
-        gpus = entry.get("gpus")
-        if known[measure].per_machine != (gpus is not None):
-            per_machine = ", ".join(n for n, m in known.items() if m.per_machine)
-            raise _fail(
-                where,
-                f"expect[{i}]: `gpus` is required for {measure}"
-                if known[measure].per_machine
-                else f"expect[{i}]: `gpus` only applies to {per_machine}",
-            )
-        if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
-            raise _fail(where, f"expect[{i}].gpus {gpus!r} is not a GPU count (a whole number, e.g. 8)")
-        key = ("model:" + model if model else "link:" + link, measure, gpus)
-        into.figures[key] = Expected(
-            measure, float(value), entry["source"].strip(), model or "", link or "", gpus
+        fig = _figure(where, i, entry, measures())
+        into.figures[("model:" + fig.model if fig.model else "link:" + fig.link, fig.measure, fig.gpus)] = fig
+
+
+def _check_model(where: str, i: int, model: object) -> None:
+    if not isinstance(model, dict) or not all(
+        isinstance(model.get(k), str) and model[k] for k in ("name", "match")
+    ):
+        raise _fail(where, f"models[{i}] needs a `name` and a `match` string")
+    _unknown(where, f"models[{i}]", model, MODEL_KEYS)
+    if not isinstance(model.get("host_link", ""), str):
+        raise _fail(
+            where, f"models[{i}].host_link {model['host_link']!r} is not a link name such as pcie5"
         )
+
+
+def _figure(where: str, i: int, entry: object, known: dict[str, Measure]) -> Expected:
+    """One `expect` entry, checked: its measure, value and source, its model or link, its GPU count."""
+    if not isinstance(entry, dict):
+        raise _fail(where, f"expect[{i}] is not a mapping")
+    _unknown(where, f"expect[{i}]", entry, ENTRY_KEYS)
+    measure = entry.get("measure")
+    if measure not in known:
+        raise _fail(where, f"expect[{i}].measure {measure!r} is not one of {', '.join(known)}")
+    value = entry.get("value")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise _fail(where, f"expect[{i}].value {value!r} is not a positive number")
+    if not isinstance(entry.get("source"), str) or not entry["source"].strip():
+        raise _fail(where, f"expect[{i}] has no `source`: every expected figure says where it comes from")
+    model, link = entry.get("model"), entry.get("link")
+    if bool(model) == bool(link) or not isinstance(model or link, str):
+        raise _fail(where, f"expect[{i}] needs exactly one of `model` or `link`, a name")
+    if link and measure not in HOST_LINKS:
+        raise _fail(where, f"expect[{i}]: `link` figures are for {' and '.join(HOST_LINKS)} only")
+    gpus = _gpus(where, i, entry.get("gpus"), measure, known)
+    return Expected(measure, float(value), entry["source"].strip(), model or "", link or "", gpus)
+
+
+def _gpus(where: str, i: int, gpus: object, measure: str, known: dict[str, Measure]) -> int | None:
+    """The GPU count a per-machine measure's figure needs, and no other figure has."""
+    if known[measure].per_machine != (gpus is not None):
+        per_machine = ", ".join(n for n, m in known.items() if m.per_machine)
+        raise _fail(
+            where,
+            f"expect[{i}]: `gpus` is required for {measure}"
+            if known[measure].per_machine
+            else f"expect[{i}]: `gpus` only applies to {per_machine}",
+        )
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise _fail(where, f"expect[{i}].gpus {gpus!r} is not a GPU count (a whole number, e.g. 8)")
+    return gpus
 
 
 def load_expectations(extra: list[str] | None = None) -> Expectations:
