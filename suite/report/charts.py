@@ -76,44 +76,24 @@ def grouped_barh(
     caption = ""
     if len(categories) > MAX_BAR_CATEGORIES:
         caption = f"First {MAX_BAR_CATEGORIES} of {len(categories)} groups shown; the table lists all."
-        categories = categories[:MAX_BAR_CATEGORIES]
-        series = {k: v[:MAX_BAR_CATEGORIES] for k, v in series.items()}
-        spread = {k: (lo[:MAX_BAR_CATEGORIES], hi[:MAX_BAR_CATEGORIES])
-                  for k, (lo, hi) in (spread or {}).items()}
+        categories, series, spread = _first_categories(categories, series, spread)
     n_series = max(1, len(series))
     bar_h = 0.8 / n_series
     height = max(2.2, 0.8 + len(categories) * max(0.3, 0.12 * n_series))
     fig = Figure(figsize=(WIDTH_IN, height))
     ax = fig.add_subplot()
     y = np.arange(len(categories))
+    labelled = annotate if annotate and n_series * len(categories) <= 60 else None
     for i, ((name, values), color) in enumerate(zip(series.items(), palette(n_series))):
-        vals = np.array([v if v is not None and not math.isnan(v) else 0.0 for v in values])
+        vals = _zeroed(values)
         pos = y - 0.4 + bar_h * (i + 0.5)
         ax.barh(pos, vals, height=bar_h * 0.92, color=color, label=safe_text(name))
-        ends = vals
-        if spread and name in spread:
-            lo, hi = (np.array([v if v is not None and not math.isnan(v) else 0.0 for v in side])
-                      for side in spread[name])
-            whisker = (hi > lo) & (vals > 0)
-            if whisker.any():
-                below, above = vals[whisker] - lo[whisker], hi[whisker] - vals[whisker]
-                ax.errorbar(vals[whisker], pos[whisker], xerr=[below, above], fmt="none", ecolor="#333",
-                            elinewidth=0.8, capsize=2)
-                ends = np.where(whisker, hi, vals)
-        if annotate and n_series * len(categories) <= 60:
-            for p, v, end in zip(pos, vals, ends):
-                if v > 0:
-                    ax.text(end, p, " " + annotate(v), va="center", fontsize=7)
+        ends = _whiskers(ax, pos, vals, spread[name]) if spread and name in spread else vals
+        if labelled:
+            _label_bars(ax, pos, vals, ends, labelled)
     ax.set_yticks(y, [safe_text(c) for c in categories], fontsize=8)
     ax.invert_yaxis()
-    positive = [v for vals in series.values() for v in vals if v is not None and v > 0]
-    if positive and (log or max(positive) / min(positive) > LOG_SCALE_SPAN):  # no log axis of nothing
-        ax.set_xscale("log")
-        # Plain numbers (0.5, 2, 40) read faster than 5×10⁻¹; minor ticks stay unlabelled.
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-        xlabel += "" if "log" in xlabel else " (log scale)"
-    ax.set_xlabel(xlabel)
+    ax.set_xlabel(_log_x(ax, xlabel) if _wants_log(series, log) else xlabel)
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
     ax.spines[["top", "right"]].set_visible(False)
@@ -122,6 +102,51 @@ def grouped_barh(
             fontsize=8, loc="lower left", bbox_to_anchor=(0, 1.01), ncol=min(3, n_series), frameon=False
         )
     return figure_chart(title, fig, caption)
+
+
+def _first_categories(categories: list[str], series: dict[str, list[float]],
+                      spread: dict[str, tuple[list[float], list[float]]] | None) -> tuple[list, dict, dict]:
+    """The first MAX_BAR_CATEGORIES groups of every series and spread."""
+    return (categories[:MAX_BAR_CATEGORIES], {k: v[:MAX_BAR_CATEGORIES] for k, v in series.items()},
+            {k: (lo[:MAX_BAR_CATEGORIES], hi[:MAX_BAR_CATEGORIES]) for k, (lo, hi) in (spread or {}).items()})
+
+
+def _label_bars(ax, pos: np.ndarray, vals: np.ndarray, ends: np.ndarray,
+                annotate: Callable[[float], str]) -> None:
+    for p, v, end in zip(pos, vals, ends):
+        if v > 0:
+            ax.text(end, p, " " + annotate(v), va="center", fontsize=7)
+
+
+def _zeroed(values: list[float]) -> np.ndarray:
+    """Bar lengths: a missing value (None, NaN) draws no bar."""
+    return np.array([v if v is not None and not math.isnan(v) else 0.0 for v in values])
+
+
+def _whiskers(ax, pos: np.ndarray, vals: np.ndarray, spread: tuple[list[float], list[float]]) -> np.ndarray:
+    """Draw a series' (low, high) whiskers where they differ; each bar's label goes at its whisker's end."""
+    lo, hi = (_zeroed(side) for side in spread)
+    whisker = (hi > lo) & (vals > 0)
+    if not whisker.any():
+        return vals
+    below, above = vals[whisker] - lo[whisker], hi[whisker] - vals[whisker]
+    ax.errorbar(vals[whisker], pos[whisker], xerr=[below, above], fmt="none", ecolor="#333",
+                elinewidth=0.8, capsize=2)
+    return np.where(whisker, hi, vals)
+
+
+def _wants_log(series: dict[str, list[float]], log: bool) -> bool:
+    """Asked for, or values spanning more than LOG_SCALE_SPAN; never a log axis of nothing."""
+    positive = [v for vals in series.values() for v in vals if v is not None and v > 0]
+    return bool(positive) and (log or max(positive) / min(positive) > LOG_SCALE_SPAN)
+
+
+def _log_x(ax, xlabel: str) -> str:
+    """A log x axis with plain numbers (0.5, 2, 40 read faster than 5×10⁻¹); minor ticks stay unlabelled."""
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    return xlabel + ("" if "log" in xlabel else " (log scale)")
 
 
 def bars_by(

@@ -102,60 +102,64 @@ SOFTWARE_SHOWN = ("torch", "cuda", "hip", "cudnn", "miopen", "nccl", "rccl", "py
 
 
 def machine_views(machines: dict[str, Machine]) -> list[MachineView]:
-    views = []
-    for m in machines.values():
-        devices: list[dict] = []
-        for d in m.devices:  # an 8-GPU box shows one line `cuda:0 … cuda:7 (8×)`, not eight
-            entry = {
-                "id": str(d.get("id", "")),
-                "name": str(d.get("name", "")),
-                "memory": format_memory(d.get("memory_bytes")),
-                "capability": str(d.get("capability") or ""),
-                "count": 1,
-            }
-            last = devices[-1] if devices else None
-            if (
-                last
-                and all(last[k] == entry[k] for k in ("name", "memory", "capability"))
-                and d.get("kind") != "cpu"
-            ):
-                last["count"] += 1
-                last["last_id"] = entry["id"]
-                continue
-            devices.append(entry)
-        for entry in devices:
-            if entry["count"] > 1:
-                entry["id"] = f"{entry['id']} … {entry['last_id']} ({entry['count']}×)"
-        if not devices and m.cpu_name:
-            devices = [{"id": "cpu", "name": m.cpu_name, "memory": "—", "capability": "", "count": 1}]
-        # A ROCm run records hip, miopen and rccl where a CUDA one has cuda, cudnn and nccl (older ROCm files
-        # have MIOpen's and RCCL's versions under cudnn and nccl: shown as they were written).
-        software = [(k, str(m.software[k])) for k in SOFTWARE_SHOWN if m.software.get(k)]
-        commit = str(m.commit.get("id") or "")[:12] + (" (dirty)" if m.commit.get("dirty") else "")
-        drivers = sorted({str(d["driver_version"]) for d in m.devices if d.get("driver_version")})
-        launch, environment = launch_texts(m)
-        views.append(
-            MachineView(
-                label=m.label,
-                partial=m.partial,
-                host=m.host,
-                file=m.file,
-                devices=devices,
-                software=software,
-                suite_version=m.suite_version,
-                date=m.datetime[:19],
-                commit=commit,
-                config_path=m.config_path,
-                n_benchmarks=m.n_benchmarks,
-                foreign=m.foreign,
-                driver=", ".join(drivers),
-                links=links_text(m.devices),
-                launch=launch,
-                environment=environment,
-                launched=m.launch or ("one process" if m.tool == OUR_TOOL and not m.foreign else "—"),
-            )
-        )
-    return views
+    return [_machine_view(m) for m in machines.values()]
+
+
+def _device_lines(m: Machine) -> list[dict]:
+    """A machine card's devices: an 8-GPU box shows one line `cuda:0 … cuda:7 (8×)`, not eight."""
+    devices: list[dict] = []
+    for d in m.devices:
+        entry = {
+            "id": str(d.get("id", "")),
+            "name": str(d.get("name", "")),
+            "memory": format_memory(d.get("memory_bytes")),
+            "capability": str(d.get("capability") or ""),
+            "count": 1,
+        }
+        last = devices[-1] if devices else None
+        if (
+            last
+            and all(last[k] == entry[k] for k in ("name", "memory", "capability"))
+            and d.get("kind") != "cpu"
+        ):
+            last["count"] += 1
+            last["last_id"] = entry["id"]
+            continue
+        devices.append(entry)
+    for entry in devices:
+        if entry["count"] > 1:
+            entry["id"] = f"{entry['id']} … {entry['last_id']} ({entry['count']}×)"
+    if not devices and m.cpu_name:
+        devices = [{"id": "cpu", "name": m.cpu_name, "memory": "—", "capability": "", "count": 1}]
+    return devices
+
+
+def _machine_view(m: Machine) -> MachineView:
+    # A ROCm run records hip, miopen and rccl where a CUDA one has cuda, cudnn and nccl (older ROCm files
+    # have MIOpen's and RCCL's versions under cudnn and nccl: shown as they were written).
+    software = [(k, str(m.software[k])) for k in SOFTWARE_SHOWN if m.software.get(k)]
+    commit = str(m.commit.get("id") or "")[:12] + (" (dirty)" if m.commit.get("dirty") else "")
+    drivers = sorted({str(d["driver_version"]) for d in m.devices if d.get("driver_version")})
+    launch, environment = launch_texts(m)
+    return MachineView(
+        label=m.label,
+        partial=m.partial,
+        host=m.host,
+        file=m.file,
+        devices=_device_lines(m),
+        software=software,
+        suite_version=m.suite_version,
+        date=m.datetime[:19],
+        commit=commit,
+        config_path=m.config_path,
+        n_benchmarks=m.n_benchmarks,
+        foreign=m.foreign,
+        driver=", ".join(drivers),
+        links=links_text(m.devices),
+        launch=launch,
+        environment=environment,
+        launched=m.launch or ("one process" if m.tool == OUR_TOOL and not m.foreign else "—"),
+    )
 
 
 def speed_table(table: pd.DataFrame, labels: list[str], baseline: str) -> tuple[list[str], list[dict]]:
