@@ -33,6 +33,7 @@ NOT_A_FAMILY = {
     ("suite/cases/precision.py", "matmul"): "torch's operator switch (torch.backends.cuda.matmul, oneDNN matmul)",
     ("suite/cases/precision.py", "conv"): "torch's operator switch (torch.backends.cudnn.conv, oneDNN conv)",
     ("suite/health/checks.py", "model"): "a device's GPU model (its name), the column health groups by",
+    ("suite/health/peers.py", "model"): "a device's GPU model (its name), the column stragglers group by",
     ("suite/health/expect.py", "model"): "the GPU model an expected figure is for (expectations.yaml's key)",
     ("suite/tools/gpu_check.py", "matmul"): "the out-of-memory and SIGKILL steps run matmul cases as their vehicle",
     ("suite/tools/h200_probe.py", "model"): "a one-off probe of the model family's host-bound batches",
