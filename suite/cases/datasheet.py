@@ -87,10 +87,11 @@ PEAKS: tuple[Peak, ...] = (
     Peak("V100 (form factor unknown)", _V100_PCIE, "NVIDIA V100 Tensor Core GPU datasheet", ("v100",),
          note=_AMBIGUOUS),
     Peak("T4", _peaks(None, 8.1, None, None, 65.0), "NVIDIA T4 Tensor Core GPU datasheet", ("t4",)),
-    Peak("B200", {"float64": 37.0, "bfloat16": 2250.0, "float16": 2250.0, "float8_e4m3fn": 4500.0,
-                  "float8_e5m2": 4500.0, "int8": 4500.0},
-         "bf16/fp16/fp8: docs/reference.md (ml-engineering compute/accelerator README); fp64 and int8: NVIDIA "
-         "HGX B200 datasheet (8-GPU figures / 8, sparse halved); no fp32/tf32 row", ("b200",)),
+    # No fp32 row: Blackwell's bf16 is 30x its plain fp32 (75), past the 16x that marks a sparse figure elsewhere.
+    Peak("B200", {"float64": 37.0, "tf32": 1100.0, "bfloat16": 2250.0, "float16": 2250.0,
+                  "float8_e4m3fn": 4500.0, "float8_e5m2": 4500.0, "int8": 4500.0},
+         "bf16/fp16/fp8: docs/reference.md (ml-engineering compute/accelerator README); fp64, tf32 and int8: "
+         "NVIDIA HGX B200 datasheet, per-GPU column (sparse halved)", ("b200",)),
     Peak("MI300X", _peaks(163.4, 163.4, 653.7, 1307.4, 1307.4, fp8=2614.9, int8=2614.9),
          "AMD Instinct MI300X data sheet (matrix cores; fp8 and int8 dense, the sparse figures halved)",
          ("mi300x",)),
