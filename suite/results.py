@@ -16,7 +16,7 @@ import pandas as pd
 from suite.cases import FAMILIES, family_read
 from suite.errors import UserError
 from suite.loading import PARTIAL_SUFFIX, expand_paths, read_results_file
-# NUMERIC_KEYS, STAT_KEYS and STOP_KEYS are named from here by the report and the tests.
+# NUMERIC_KEYS, RATE_UNITS, STAT_KEYS and STOP_KEYS are named from here by the report and the tests.
 from suite.table import FOREIGN_CASE, NUMERIC_KEYS, OUR_TOOL, RATE_UNITS, STAT_KEYS, STOP_KEYS, frame, rows
 
 # What a results file with no benchmark is: a run whose every benchmark was skipped, or that stopped first.
@@ -171,18 +171,6 @@ def match_key(
     return case + "|" + json.dumps(params, sort_keys=True, default=str)
 
 
-def rate_name(case: str, values: Mapping[str, float]) -> str | None:
-    """Which rate column says how fast a benchmark of `case` is: its family's, else the first one present."""
-    preferred = family_read(case, "RATE")
-    if preferred and not _missing(values.get(preferred)):
-        return preferred
-    return next((k for k in RATE_UNITS if not _missing(values.get(k))), None)
-
-
-def _missing(value: object) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
 def benchmark_keys(table: pd.DataFrame, device_map: Mapping[str, str] | None = None) -> pd.Series:
     """Which benchmarks are the same, one key per row: the table's match_key, with device ids mapped if asked.
 
@@ -197,19 +185,6 @@ def benchmark_keys(table: pd.DataFrame, device_map: Mapping[str, str] | None = N
     return pd.Series(keys, index=table.index, dtype=object)
 
 
-def route_kind(src: object, dst: object) -> str:
-    """h2d, d2h, local (one device), peer, or host (cpu to cpu): what limits bytes moved from src to dst."""
-    if not isinstance(src, str) or not isinstance(dst, str):
-        return ""
-    if src == "cpu" and dst == "cpu":
-        return "host"
-    if src == "cpu":
-        return "h2d"
-    if dst == "cpu":
-        return "d2h"
-    return "local" if src == dst else "peer"
-
-
 def like_ours(rows: pd.DataFrame) -> pd.DataFrame:
     """`rows` less the variants of an imported figure that the suite does not measure (each family's
     `like_ours`), so that an imported figure is judged and drawn like the suite's own."""
@@ -222,7 +197,8 @@ def like_ours(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def route_kinds(src: pd.Series, dst: pd.Series) -> pd.Series:
-    """route_kind of every row at once (a fleet has hundreds of thousands)."""
+    """h2d, d2h, local (one device), peer, or host (cpu to cpu) per row: what limits bytes moved from src to dst.
+    Vectorised: a fleet has hundreds of thousands of rows."""
     s, d = src.astype(object), dst.astype(object)
     valid = (s.map(type) == str) & (d.map(type) == str)
     s_cpu, d_cpu = (s == "cpu") & valid, (d == "cpu") & valid
@@ -251,10 +227,6 @@ def peer_keys(table: pd.DataFrame, kinds: pd.Series | None = None) -> tuple[pd.S
     }
     key = table["case"] + "|" + kinds + "|" + table["params_json"].map(stripped)
     return key, subject
-
-
-# Parameter sets -> (params text, params JSON): a fleet repeats a few hundred sets in every file, and
-# serialising each row's again was a third of the load time of 1,000 files.
 
 
 def _dict(value: object) -> dict:
@@ -405,12 +377,8 @@ def speed_ratios(table: pd.DataFrame, baseline: str) -> pd.DataFrame:
     base = table.loc[table["label"] == baseline, cols].drop_duplicates("match_key")
     others = table.loc[table["label"] != baseline, ["label", *cols]].drop_duplicates(["label", "match_key"])
     both = others.merge(base, on=["match_key", "case"], suffixes=("", "_base"))
-    use_rate = (
-        (both["metric_name"] == both["metric_name_base"])
-        & both["metric"].notna()
-        & both["metric_base"].notna()
-        & (both["metric_base"] > 0)
-    )
+    use_rate = ((both["metric_name"] == both["metric_name_base"]) & both["metric"].notna()
+                & both["metric_base"].notna() & (both["metric_base"] > 0))
     by_time = both["median_base"] / both["median"]
     both["ratio"] = np.where(use_rate, both["metric"] / both["metric_base"].where(use_rate, 1.0), by_time)
     both = both[np.isfinite(both["ratio"]) & (both["ratio"] > 0)]
@@ -425,19 +393,9 @@ def geometric_mean(values: Iterable[float]) -> float:
 
 def relative_speed(table: pd.DataFrame, baseline: str) -> pd.DataFrame:
     """Geometric mean of speed_ratios per (case, label): columns case, label, speed, n."""
-    ratios = speed_ratios(table, baseline)
-    if ratios.empty:
-        return pd.DataFrame({"case": [], "label": [], "speed": [], "n": []})
-    ratios["log"] = np.log(ratios["ratio"])
-    grouped = ratios.groupby(["case", "label"], sort=False)["log"].agg(["mean", "size"]).reset_index()
-    return pd.DataFrame(
-        {
-            "case": grouped["case"],
-            "label": grouped["label"],
-            "speed": np.exp(grouped["mean"]),
-            "n": grouped["size"],
-        }
-    )
+    ratios = speed_ratios(table, baseline).assign(log=lambda d: np.log(d["ratio"]))
+    speed = ratios.groupby(["case", "label"], sort=False)["log"].agg(speed="mean", n="size").reset_index()
+    return speed.assign(speed=np.exp(speed["speed"]))
 
 
 def have_pyarrow() -> bool:
