@@ -32,18 +32,12 @@ SUSTAINED_WARMUP_FROM_S = 0.5
 class SyncTimer:
     """A clock that first waits for the given devices: a drop-in `timer` for pytest-benchmark."""
 
-    def __init__(
-        self,
-        devices: Iterable = (),
-        clock: Callable[[], float] = time.perf_counter,
-        synchronize: Callable[..., None] | None = None,
-    ) -> None:
+    def __init__(self, devices: Iterable = (), clock: Callable[[], float] = time.perf_counter,
+                 synchronize: Callable[..., None] | None = None) -> None:
         self.devices = tuple(devices)
         self.clock = clock
         if synchronize is None:
-            from suite.devices import synchronize as _sync
-
-            synchronize = _sync
+            from suite.devices import synchronize
         self._synchronize = synchronize
         # The CPU runs torch ops synchronously; a timer with only the CPU skips the call entirely so the
         # overhead of tiny CPU ops stays at a bare clock read.
@@ -171,7 +165,8 @@ def cuda_event_times(fn: Callable[[], object], device, seconds: float | None = N
             torch.cuda.synchronize(device)
             if _reference_done(len(pairs), time.perf_counter() - start_clock, seconds, calls):
                 break
-            batch = _next_batch(batch, len(pairs), calls)
+            batch = min(2 * batch, MAX_REFERENCE_BATCH)
+            batch = batch if calls is None else max(1, min(batch, calls - len(pairs)))
         return [s.elapsed_time(e) / 1e3 for s, e in pairs]
 
 
@@ -181,9 +176,7 @@ def host_times(fn: Callable[[], object], device, seconds: float | None = None, c
     """Seconds per call from the host clock, the device synchronised after each call: the reference of the
     GPU check's CPU dry run (on the CPU it is a plain clock read around each call)."""
     if synchronize is None:
-        from suite import devices
-
-        synchronize = devices.synchronize
+        from suite.devices import synchronize
     times: list[float] = []
     started = clock()
     while True:
@@ -213,13 +206,6 @@ def _reference_done(done: int, elapsed: float, seconds: float | None, calls: int
     return done >= MIN_REFERENCE_CALLS and elapsed >= (seconds or 0.0)
 
 
-def _next_batch(batch: int, done: int, calls: int | None) -> int:
-    batch = min(2 * batch, MAX_REFERENCE_BATCH)
-    return batch if calls is None else max(1, min(batch, calls - done))
-
-
-# --- precision-based stopping, sustained warm-up, durations ---------------------------------------------
-
 # Stop once the mean's relative margin of error is within +-1% at 99% confidence (pytest-benchmark's
 # --benchmark-precision / --benchmark-confidence; a Student-t margin): a GPU kernel with ~0.5% round-to-round
 # jitter gets there in min_rounds or one more (a fake device with that jitter: within 0.2 s, median within 1%
@@ -248,20 +234,15 @@ ACCELERATOR_MIN_ROUND_S = 0.005
 
 
 def min_round_seconds(case, timing) -> float:
-    """The shortest round of `case` (a suite.cases.Case) with `timing` (its TimingConfig): timing.min_time, and
-    at least timing.accelerator_min_time where the case runs on an accelerator (see ACCELERATOR_MIN_ROUND_S)."""
+    """timing.min_time, at least timing.accelerator_min_time on an accelerator (ACCELERATOR_MIN_ROUND_S)."""
     if any(d != "cpu" for d in case.devices):
         return max(timing.min_time, timing.accelerator_min_time)
     return timing.min_time
 
 
 def warmup_seconds(case, timing) -> float:
-    """The warm-up before timing `case` (a suite.cases.Case) with `timing` (its TimingConfig): at least
-    SUSTAINED_WARMUP_S (timing.compute_warmup_s) for a compute family on an accelerator, else timing.warmup_s.
-
-    A family is compute when its measure module says `COMPUTE = True` (its cases keep an accelerator's compute
-    units busy, so the clock question above applies); a new family opts in with that one line.
-    """
+    """timing.warmup_s, at least timing.compute_warmup_s (SUSTAINED_WARMUP_S) for a compute family (its measure
+    module says `COMPUTE = True`: it keeps an accelerator's compute units busy) on an accelerator."""
     compute = getattr(family_module(case.family), "COMPUTE", False)
     if compute and any(d != "cpu" for d in case.devices):
         return max(timing.warmup_s, timing.compute_warmup_s)
@@ -274,22 +255,18 @@ DURATION_HELP = "seconds or a duration such as 90s, 10m, 1h, 1h30m"
 
 def parse_duration(value: object) -> float:
     """Seconds from `600`, `"600"`, `"90s"`, `"10m"`, `"1h30m"`; ValueError naming the value otherwise."""
-    if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a duration; expected {DURATION_HELP}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str) and value.strip():
-        text = value.strip().lower().replace(" ", "")
-        try:
-            seconds = float(text)
-        except ValueError:
-            match = _DURATION_RE.match(text)
-            if not match or not any(match.groups()):
-                raise ValueError(f"{value!r} is not a duration; expected {DURATION_HELP}") from None
-            hours, minutes, secs = (float(g) if g else 0.0 for g in match.groups())
-            seconds = hours * 3600 + minutes * 60 + secs
-    else:
-        raise ValueError(f"{value!r} is not a duration; expected {DURATION_HELP}")
+    bad = ValueError(f"{value!r} is not a duration; expected {DURATION_HELP}")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise bad
+    text = str(value).strip().lower().replace(" ", "")
+    try:
+        seconds = float(text)
+    except ValueError:
+        match = _DURATION_RE.match(text)
+        if not match or not any(match.groups()):
+            raise bad from None
+        hours, minutes, secs = (float(g or 0) for g in match.groups())
+        seconds = hours * 3600 + minutes * 60 + secs
     if not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(f"{value!r} is not a duration; it must be positive ({DURATION_HELP})")
     return seconds
@@ -348,9 +325,8 @@ def student_t(confidence: float, df: int) -> float:
 def relative_margin(data: list[float], confidence: float) -> float | None:
     """The MEAN's relative margin of error at `confidence`: the Student-t interval of the rounds (the rate the
     suite reports is their median; a margin within the target says the rounds agree, not where the median
-    lies). None with fewer than two rounds or a zero mean. pytest-benchmark's own loop uses the normal
-    quantile, which with 5 rounds claims 99% for an interval that holds ~94% of the time; the suite's loop
-    (suite.pb_adapter.cap_rounds_by_time) stops on this one."""
+    lies). None with fewer than two rounds or a zero mean. pytest-benchmark's normal quantile, with 5 rounds,
+    claims 99% for an interval that holds ~94% of the time."""
     if len(data) < 2:
         return None
     mean = statistics.fmean(data)
@@ -360,31 +336,21 @@ def relative_margin(data: list[float], confidence: float) -> float | None:
 
 
 def t_margin(confidence: float, n: int, stdev: float, mean: float) -> float:
-    """The mean's relative margin of error of n rounds, Student-t: what relative_margin reports and the
-    precision loop stops on."""
+    """The mean's relative margin of error of n rounds (Student-t), as the precision loop stops on it."""
     return student_t(confidence, n - 1) * stdev / math.sqrt(n) / mean
 
 
 def stopping_info(stats, pedantic: bool = False) -> dict:
-    """What precision stopping reached for one pytest-benchmark result (its `Metadata`): rounds, the
-    margin achieved and whether it stopped on precision, on time (max_time / min_rounds) or ran fixed rounds.
-
-    pytest-benchmark checks the margin after every round from min_rounds on and stops at the first that is
-    within the target, so a final margin within the target means it stopped on precision.
-    """
+    """Rounds, margin and what stopped one pytest-benchmark result (its `Metadata`): fixed rounds, precision,
+    or time. The loop stops at the first round within the target, so a final margin within it means precision."""
     options = getattr(stats, "options", {}) or {}
     data = list(stats.stats.data)
-    precision, confidence = options.get("precision"), options.get("confidence")
-    margin = relative_margin(data, confidence or DEFAULT_CONFIDENCE)
-    info: dict = {"rounds": len(data), "margin": margin, "confidence": confidence or DEFAULT_CONFIDENCE,
-                  "precision_target": precision if not pedantic else None}
-    if pedantic:
-        info["stopped_on"] = "fixed"
-    elif precision and margin is not None and margin <= precision:
-        info["stopped_on"] = "precision"
-    else:
-        info["stopped_on"] = "time"
-    return info
+    precision, confidence = options.get("precision"), options.get("confidence") or DEFAULT_CONFIDENCE
+    margin = relative_margin(data, confidence)
+    met = bool(precision) and margin is not None and margin <= precision
+    return {"rounds": len(data), "margin": margin, "confidence": confidence,
+            "precision_target": None if pedantic else precision,
+            "stopped_on": "fixed" if pedantic else "precision" if met else "time"}
 
 
 def process_age() -> float:
