@@ -14,6 +14,7 @@ from suite.plan import (
     END_RESERVE_S,
     budget_error,
     fixed_seconds,
+    make_plan,
     overheads,
     runs_here,
     shareable,
@@ -160,6 +161,14 @@ class BudgetSchedule:
                 self._round_median[item.family] = statistics.median(rounds)
 
 
+def planned_seconds(cases: dict[str, Case], config: SuiteConfig, budget_s: float | None) -> dict[str, float]:
+    """family -> the plan's seconds for the selected benchmarks of it: its estimate per benchmark, times them."""
+    counts = Counter(case.family for case in cases.values())
+    plan = make_plan(config, list(dict.fromkeys(d for c in cases.values() for d in c.devices)), budget_s=budget_s)
+    return {f: fp.estimated_s / fp.benchmarks * counts[f] for f, fp in plan.families.items()
+            if fp.benchmarks and counts[f]}
+
+
 class RunState:
     """This run's budget schedule, per-test clocks for progress lines, and what each benchmark timed."""
 
@@ -185,7 +194,7 @@ class RunState:
         it is too small (UserError). `overrides`: the timing the command line sets
         (BudgetSchedule.for_cases)."""
         self.families = {nodeid: case.family for nodeid, case in cases.items()}
-        self.progress = Progress(dict(Counter(self.families.values())))
+        self.progress = Progress(dict(Counter(self.families.values())), planned_seconds(cases, config, self.budget_s))
         if self.budget_s is None or not cases:
             return
         self.schedule = BudgetSchedule.for_cases(self.budget_s, cases, config, self.run_started,

@@ -10,8 +10,8 @@ from suite.cases import FAMILIES, family_read
 from suite.limits import limits_held
 from suite.timing import format_duration
 
-# A family with at least this many benchmarks gets progress lines while it runs.
-PROGRESS_MIN_BENCHMARKS = 20
+# A family the plan gives at least this long, or that has run this long, gets progress lines while it runs.
+PROGRESS_MIN_S = 5.0
 # At most one progress line per family this often (and one when it finishes).
 PROGRESS_INTERVAL_S = 30.0
 # Widest grid shown; wider ones are cut with a note (a 9-device matrix has 9 columns).
@@ -214,35 +214,43 @@ def shown_on_this_rank(env=os.environ) -> bool:
 
 
 class Progress:
-    """One line per long family while it runs: how many done, the family's ETA, and the run's."""
+    """One line per family that runs longer than PROGRESS_MIN_S: how many done, its ETA, and the run's.
 
-    def __init__(self, counts: dict[str, int], clock=time.monotonic) -> None:
+    `planned_s`: family -> the plan's seconds for its benchmarks in this run (suite.plan). The run's ETA is
+    what is left of the running family at its own pace, plus each family not yet begun at its plan figure: a
+    family that finished counts what it took, and one not begun is never guessed from the one running."""
+
+    def __init__(self, counts: dict[str, int], planned_s: dict[str, float] | None = None,
+                 clock=time.monotonic) -> None:
         self.counts = counts
+        self.planned = planned_s or {}
         self.done: dict[str, int] = defaultdict(int)
         self.spent: dict[str, float] = defaultdict(float)
         self.last: dict[str, float] = {}
         self.clock = clock
+
+    def _left(self, family: str) -> float:
+        done, total = self.done[family], self.counts[family]
+        if done:
+            return (total - done) * self.spent[family] / done
+        return self.planned.get(family, 0.0)
 
     def finished(self, family: str, seconds: float) -> str | None:
         """Count one finished benchmark of `family` that took `seconds`; a progress line when one is due."""
         total = self.counts.get(family, 0)
         self.done[family] += 1
         self.spent[family] += seconds
-        if total < PROGRESS_MIN_BENCHMARKS:
+        if max(self.planned.get(family, 0.0), self.spent[family]) < PROGRESS_MIN_S:
             return None
         now = self.clock()
         done = self.done[family]
-        if done < total and now - self.last.get(family, now - PROGRESS_INTERVAL_S - 1) < PROGRESS_INTERVAL_S:
-            return None
-        self.last[family] = now
-        per = self.spent[family] / done
-        left = sum(
-            (self.counts[f] - self.done[f]) * (self.spent[f] / self.done[f] if self.done[f] else per)
-            for f in self.counts
-        )
         if done >= total:
             return f"[suite] {family}: {done}/{total} done in {format_duration(self.spent[family])}"
+        if now - self.last.get(family, now - PROGRESS_INTERVAL_S - 1) < PROGRESS_INTERVAL_S:
+            return None
+        self.last[family] = now
+        left = sum(self._left(f) for f in self.counts)
         return (
-            f"[suite] {family}: {done}/{total} done, ETA {format_duration((total - done) * per)} "
+            f"[suite] {family}: {done}/{total} done, ETA {format_duration(self._left(family))} "
             f"(whole run: about {format_duration(left)} left)"
         )

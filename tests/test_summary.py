@@ -9,7 +9,7 @@ from pathlib import Path
 from suite.summary import (
     GENERIC_MAX_ROWS,
     PROGRESS_INTERVAL_S,
-    PROGRESS_MIN_BENCHMARKS,
+    PROGRESS_MIN_S,
     Progress,
     render,
     shown_on_this_rank,
@@ -204,16 +204,39 @@ def test_machine_limits_that_held_the_clocks_are_named_at_the_end():
 
 def test_progress_lines_only_for_long_families_and_not_too_often():
     now = [0.0]
-    progress = Progress({"copy": PROGRESS_MIN_BENCHMARKS, "conv": 2}, clock=lambda: now[0])
+    progress = Progress({"copy": 20, "conv": 2}, {"copy": 20 * 0.5, "conv": 2.0}, clock=lambda: now[0])
     assert progress.finished("conv", 1.0) is None  # a short family: no lines
     first = progress.finished("copy", 0.5)
-    assert first.startswith(f"[suite] copy: 1/{PROGRESS_MIN_BENCHMARKS} done, ETA")
+    assert first.startswith("[suite] copy: 1/20 done, ETA")
     assert progress.finished("copy", 0.5) is None  # too soon for another
     now[0] = PROGRESS_INTERVAL_S + 1
     assert "3/" in progress.finished("copy", 0.5)
-    for _ in range(PROGRESS_MIN_BENCHMARKS - 4):
+    for _ in range(20 - 4):
         progress.finished("copy", 0.5)
     assert progress.finished("copy", 0.5).endswith("done in 10s")
+
+
+def test_a_family_of_few_benchmarks_that_runs_long_gets_lines():
+    progress = Progress({"model": 3}, clock=lambda: 0.0)  # no plan figure: its own time decides
+    assert progress.finished("model", PROGRESS_MIN_S / 2) is None
+    assert progress.finished("model", PROGRESS_MIN_S) == "[suite] model: 2/3 done, ETA 3.8s (whole run: about 3.8s left)"
+    assert progress.finished("model", 1.0) == "[suite] model: 3/3 done in 8.5s"
+
+
+def test_the_run_eta_takes_families_not_begun_from_the_plan_and_corrects_as_families_finish():
+    now = [0.0]
+    progress = Progress({"matmul": 10, "copy": 10, "habits": 4}, {"matmul": 100.0, "copy": 50.0, "habits": 40.0},
+                        clock=lambda: now[0])
+    # matmul runs at 1 s a benchmark, 10x under its plan: the families after it keep their plan figures
+    # (50 + 40 s), never matmul's pace (10 + 4 s).
+    assert progress.finished("matmul", 1.0) == ("[suite] matmul: 1/10 done, ETA 9.0s "
+                                               "(whole run: about 1m39s left)")
+    for _ in range(9):
+        now[0] += PROGRESS_INTERVAL_S
+        line = progress.finished("matmul", 1.0)
+    assert line == "[suite] matmul: 10/10 done in 10s"
+    # matmul finished: it counts what it took; copy, running, goes at its own pace; habits keeps its plan.
+    assert progress.finished("copy", 2.0) == "[suite] copy: 1/10 done, ETA 18s (whole run: about 58s left)"
 
 
 def test_host_bound_results_are_named_at_the_end():
