@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from suite.cases import family_read
+from suite.health.causes import explain, repeat_offenders
 from suite.health.expect import HOST_LINKS, OK_AT_PCT, Expectations, Measure, measures
 from suite.health.findings import DEFAULT_FAIL_ON  # noqa: F401 -- suite.report.command imports it from here
 from suite.health.findings import (
@@ -250,6 +251,8 @@ def _judge_measure(
                     fig.value,
                     r.pct_,
                     fig.source,
+                    benchmark=r.name,
+                    run=r.label,
                 )
             )
     return judged
@@ -366,6 +369,7 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
     }
     findings += [f for label in labels if (f := _wrong(loaded, label))]
     nodes = _nodes(loaded, labels, checked)
+    explain(rows, loaded, findings)
     _identify(loaded, labels, findings)
     order = {k: i for i, k in enumerate(KINDS)}
     for f in sorted(findings, key=lambda f: (f.node, order[f.kind], f.device, f.family, f.text)):
@@ -380,7 +384,31 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
         full,
         sorted(l for n in nodes.values() for l in n.labels),
         warnings,
+        repeat_offenders(findings + _past_findings(loaded, labels, expectations), _boards(loaded, labels)),
     )
+
+
+def _boards(loaded: LoadedResults, labels: list[str]) -> dict[str, str]:
+    """UUID (and serial) -> the node whose latest run has that GPU now."""
+    return {str(key): loaded.machines[label].node for label in labels for d in loaded.machines[label].devices
+            for key in (d.get("mig_parent_uuid") or d.get("uuid"), d.get("serial")) if key}
+
+
+def _past_findings(loaded: LoadedResults, latest: list[str], expectations: Expectations) -> list[Finding]:
+    """What the per-run checks find in the runs before each node's latest: how often a GPU was flagged (the
+    fleet check compares machines of one time, so it is left out)."""
+    older = [label for label in loaded.machines if label not in set(latest)]
+    if not older:
+        return []
+    rows = _prepare(loaded, older)
+    rows = _without_host_bound(rows[rows["invalid"] == ""], [])
+    found: list[Finding] = []
+    _expected(rows, loaded, older, expectations, found, {})
+    stragglers(rows, found)
+    nvlinks_down(loaded, older, found)
+    pcie_narrow(loaded, older, found)
+    _identify(loaded, older, found)
+    return found
 
 
 def _without_host_bound(rows: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
@@ -425,9 +453,15 @@ def _nodes(loaded: LoadedResults, labels: list[str], checked: dict[str, set[str]
 
 
 def _identify(loaded: LoadedResults, labels: list[str], findings: list[Finding]) -> None:
-    """Each finding's hardware: the PCI address and UUID of its device (both ends of a copy)."""
-    identities = {(loaded.machines[label].node, str(d.get("id"))): _identity(d)
-                  for label in labels for d in loaded.machines[label].devices}
+    """Each finding's hardware: the PCI address and UUID of its device (both ends of a copy), as its run
+    recorded it; and, for one device, its UUID and serial, which follow it to another node."""
+    devices = {(label, str(d.get("id"))): d for label in labels for d in loaded.machines[label].devices}
+    by_node = {(loaded.machines[label].node, device): d for (label, device), d in devices.items()}
     for f in findings:
-        ends = [identities.get((f.node, end), "") for end in f.device.split("->")] if f.device else []
-        f.identity = " -> ".join(ends) if any(ends) else ""
+        ends = [devices.get((f.run, end)) or by_node.get((f.node, end)) or {}
+                for end in f.device.split("->")] if f.device else []
+        texts = [_identity(d) for d in ends]
+        f.identity = " -> ".join(texts) if any(texts) else ""
+        if len(ends) == 1:
+            f.uuid = str(ends[0].get("mig_parent_uuid") or ends[0].get("uuid") or "")
+            f.serial = str(ends[0].get("serial") or "")

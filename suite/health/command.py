@@ -9,6 +9,7 @@ from pathlib import Path
 
 from suite.compare_format import emit
 from suite.errors import UserError
+from suite.health.causes import offender_line
 from suite.health.checks import judge
 from suite.health.findings import DEFAULT_FAIL_ON, FLEET_MIN_MACHINES, KINDS, MAX_EXAMPLES, NOT_JUDGED, Health
 from suite.health.expect import OK_AT_PCT, load_expectations
@@ -76,6 +77,7 @@ def node_lines(health: Health, fail_on: tuple[str, ...]) -> list[tuple[str, str,
                 f"missing: {measure} on {', '.join(devices)} (no result at the size its expected "
                 "figure needs)"
             )
+        lines += [offender_line(e) for e in health.repeat_offenders if e["now_on"] == node.node]
         lines += [f"no results: {path} {NOTHING_MEASURED}" for path in node.empty]
         lines += [f"partial: {path} (a killed run: judged on what it finished)" for path in node.partial]
         status = node.status(fail_on)
@@ -97,17 +99,19 @@ def render(health: Health, fmt: str, fail_on: tuple[str, ...]) -> str:
         f"findings: {', '.join(f'{c[k]} {k}' for k in KINDS)}; ok at >= {OK_AT_PCT:g}% of expected"
     )
     rows = node_lines(health, fail_on)
+    # GPUs no latest run has (pulled, or on a node not passed): their history is still a finding to read.
+    gone = [offender_line(e) for e in health.repeat_offenders if not e["now_on"]]
     if fmt == "markdown":
         lines = [f"**{summary}**", "", "| status | node | what is wrong |", "|---|---|---|"]
         for status, node, problems in rows:
             text = "<br>".join(p.replace("|", "\\|") for p in problems) or "—"
             lines.append(f"| {status} | {node.replace('|', '/')} | {text} |")
-        return "\n".join(lines)
+        return "\n".join(lines + [f"\n{g}" for g in gone])
     lines = [summary, ""]
     for status, node, problems in rows:
         lines.append(f"{status.upper():8} {node}")
         lines += [f"         {p}" for p in problems]
-    return "\n".join(lines)
+    return "\n".join(lines + gone)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -55,6 +55,14 @@ class Finding:
     # The hardware behind `device` (PCI address, UUID) as the run recorded it: cuda:N is renumbered by
     # CUDA_VISIBLE_DEVICES (Slurm, Kubernetes), so it alone does not say which board to pull.
     identity: str = ""
+    benchmark: str = ""  # the result judged (its test name), where one result shows it
+    run: str = ""  # the label of the run it was found in
+    # The board's identity across runs and hosts (NVML's UUID, a MIG instance's parent GPU's; the serial
+    # where recorded): a GPU moved to another node keeps them.
+    uuid: str = ""
+    serial: str = ""
+    # What explains it, from evidence the run recorded ({"grade": ..., "text": ...}; suite.health.causes).
+    causes: list[dict] = field(default_factory=list)
 
 
 @dataclass
@@ -87,6 +95,8 @@ class Health:
     pct_of_expected: pd.Series
     judged_labels: list[str]
     warnings: list[str] = field(default_factory=list)  # how the runs judged were chosen, where it mattered
+    # GPUs flagged in several runs, on any node (suite.health.causes.repeat_offenders)
+    repeat_offenders: list[dict] = field(default_factory=list)
 
     def flagged(self, fail_on: tuple[str, ...]) -> list[NodeVerdict]:
         return [n for n in self.nodes if n.status(fail_on) == "flagged"]
@@ -123,6 +133,7 @@ class Health:
                 }
                 for n in self.nodes
             ],
+            "repeat_offenders": self.repeat_offenders,
         }
 
 
@@ -146,8 +157,9 @@ LIMIT_NAMES = {"power": "the power limit", "thermal": "(software) thermal slowdo
 def clocks_held(row) -> str:
     """'; clocks held back 62% of the time by thermal slowdown, 30% by the power limit (NVML)' for a row
     whose GPU a limit held for CLOCKS_HELD_SHOWN_FROM of its warm-up and timing or more, else ''."""
-    limits = {n: s for n, s in limits_held(row._asdict()).items() if s >= CLOCKS_HELD_SHOWN_FROM}
-    if not limits:
+    info = row._asdict()
+    limits = {n: s for n, s in limits_held(info).items() if s >= CLOCKS_HELD_SHOWN_FROM}
+    if not limits or isinstance(info.get("clocks_limited"), (str, dict)):  # the causes say it, graded
         return ""
     parts = [f"{share:.0%} of the time by {LIMIT_NAMES[n]}" for n, share in limits.items()]
     return "; clocks held back " + ", ".join(parts) + " (NVML)"

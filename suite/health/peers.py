@@ -89,6 +89,8 @@ def stragglers(rows: pd.DataFrame, findings: list[Finding]) -> set[str]:
                 own,
                 float(np.median(rest)),
                 100 * (1 - r.short_),
+                benchmark=r.name,
+                run=r.label,
             )
         )
     return checked
@@ -126,7 +128,7 @@ def nvlinks_down(loaded: LoadedResults, labels: list[str], findings: list[Findin
                 findings.append(Finding(
                     "straggler", machine.node, device, "nvlink",
                     f"nvlinks_active {active}, peers {peers}: {expected - active:g} NVLink(s) down (NVML)",
-                    float(active), expected, 100 * active / expected))
+                    float(active), expected, 100 * active / expected, run=label))
     return checked
 
 
@@ -171,7 +173,7 @@ def pcie_narrow(loaded: LoadedResults, labels: list[str], findings: list[Finding
                         "straggler", machine.node, str(d.get("id")), "pcie",
                         f"{key} {unit}{mine}, peers {peers} (NVML): its host copies are capped below theirs "
                         "(its slot or riser)",
-                        float(mine), expected, 100 * mine / expected))
+                        float(mine), expected, 100 * mine / expected, run=label))
     return checked
 
 
