@@ -44,6 +44,16 @@ class SuiteConfig(Section):
             return self.timing
         return self.timing.model_copy(update={k: getattr(override, k) for k in override.model_fields_set})
 
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _device_numbers(cls, value: Any) -> Any:
+        # A bare number is GPU N to a torch user (`try_gpu(5)`); `devices:` takes torch's device names.
+        items = value if isinstance(value, list) else [value]
+        number = next((v for v in items if isinstance(v, int) and not isinstance(v, bool)), None)
+        if number is not None:
+            raise ValueError(f"{number!r} is not a device; write [cuda:{number}] for GPU {number}, or gpus for every GPU")
+        return value
+
     @field_validator("devices")
     @classmethod
     def _devices(cls, value: DeviceSpec) -> DeviceSpec:

@@ -19,7 +19,16 @@ from suite.timing import (
     SUSTAINED_WARMUP_S,
     parse_duration,
 )
-from suite.units import parse_size
+from suite.units import format_size, parse_size
+
+# The largest size a config may name: no device of today holds more (accelerators: under 300 GB; the largest
+# hosts: a few TiB), so a size above it is a typo. What the device itself can give is checked when a case runs.
+MAX_SIZE_BYTES = 4 * 2**40
+# The longest a timing key may be: a whole default run takes minutes, so a duration above a day is a typo.
+MAX_DURATION_S = 86_400
+# The most rounds (or calls in a loop) a config may ask for: more add nothing to a median, and pytest-benchmark
+# keeps every round in memory (100 million rounds hung the run).
+MAX_ROUNDS = 100_000
 
 # Torch dtype names (and their aliases) a case may ask for; the case maps them to torch dtypes and skips
 # the ones a device cannot run.
@@ -70,13 +79,25 @@ def _shape3(value: Any) -> tuple[int, int, int]:
         dims = ()
     if len(dims) != 3 or len(parts) != 3 or min(dims) <= 0:
         raise ValueError(f"{value!r} is not a matmul shape; expected 'MxNxK' (e.g. 4096x4096x4096) or [m, n, k]")
+    m, n, k = dims
+    if max(m * k, k * n, m * n) > MAX_SIZE_BYTES:
+        raise ValueError(f"{value!r}: a matrix of more than {MAX_SIZE_BYTES:.3g} elements is larger than any device "
+                         "holds; give smaller dimensions (e.g. 4096x4096x4096)")
     return dims  # type: ignore[return-value]
+
+
+def _size(value: Any) -> int:
+    size = parse_size(value)
+    if size > MAX_SIZE_BYTES:
+        raise ValueError(f"{value!r} is larger than any device holds; give at most {format_size(MAX_SIZE_BYTES)} "
+                         "(e.g. 64MiB)")
+    return size
 
 
 # json_schema_input_type: what a user may write (the exported JSON Schema shows it), not the parsed type.
 Dtype = Annotated[str, BeforeValidator(_dtype, json_schema_input_type=str)]
 Precision = Annotated[str, BeforeValidator(_precision, json_schema_input_type=str)]
-Size = Annotated[int, BeforeValidator(parse_size, json_schema_input_type=Union[int, str])]
+Size = Annotated[int, BeforeValidator(_size, json_schema_input_type=Union[int, str])]
 Shape3 = Annotated[tuple[int, int, int], BeforeValidator(_shape3, json_schema_input_type=Union[str, list[int]])]
 
 
@@ -100,9 +121,9 @@ def one_of(what: str, allowed: tuple[str, ...]) -> BeforeValidator:
 
 
 class Section(BaseModel):
-    """Base for every config object: unknown keys are errors, values are checked strictly."""
+    """Base for every config object: unknown keys are errors, values are checked strictly, numbers are finite."""
 
-    model_config = ConfigDict(extra="forbid", strict=False, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=False, frozen=True, allow_inf_nan=False)
 
 
 def optional_fields(model: type[BaseModel], keys) -> dict[str, Any]:
@@ -141,24 +162,27 @@ PrecisionTarget = Annotated[Union[float, None], BeforeValidator(
 class TimingConfig(Section):
     """How rounds are timed; pytest-benchmark's own command-line options override these."""
 
-    warmup_s: float = Field(0.05, ge=0, description="seconds of calls before timing (autotuning, handles)")
+    warmup_s: float = Field(0.05, ge=0, le=MAX_DURATION_S,
+                            description="seconds of calls before timing (autotuning, handles)")
     compute_warmup_s: float = Field(
-        SUSTAINED_WARMUP_S, ge=0,
+        SUSTAINED_WARMUP_S, ge=0, le=MAX_DURATION_S,
         description="warm-up of compute cases (matmul, ceiling, conv, model) on an accelerator: a cold GPU boosts "
         "above the clock it can sustain, so these run this long before timing (docs/timing.md)",
     )
     min_time: float = Field(
-        0.0001, gt=0, description="shortest round in seconds (pytest-benchmark --benchmark-min-time)"
+        0.0001, gt=0, le=MAX_DURATION_S,
+        description="shortest round in seconds (pytest-benchmark --benchmark-min-time)"
     )
     accelerator_min_time: float = Field(
-        ACCELERATOR_MIN_ROUND_S, gt=0,
+        ACCELERATOR_MIN_ROUND_S, gt=0, le=MAX_DURATION_S,
         description="shortest round of a case on an accelerator: a round there also pays the first call's launch "
         "before the device starts (cuDNN: tens of microseconds), which the timer's own cost does not include; "
         "5 ms keeps 50 us under 1% (docs/timing.md)",
     )
-    max_time: float = Field(1.0, gt=0, description="most seconds of timed rounds per benchmark "
+    max_time: float = Field(1.0, gt=0, le=MAX_DURATION_S, description="most seconds of timed rounds per benchmark "
                             "(--benchmark-max-time); precision stopping usually ends sooner")
-    min_rounds: int = Field(5, ge=1, description="fewest rounds per benchmark (--benchmark-min-rounds)")
+    min_rounds: int = Field(5, ge=1, le=MAX_ROUNDS,
+                            description="fewest rounds per benchmark (--benchmark-min-rounds)")
     precision: PrecisionTarget = Field(
         DEFAULT_PRECISION,
         description="stop once the mean's relative margin of error is within this fraction (0.01 = +-1%) at "
@@ -169,12 +193,14 @@ class TimingConfig(Section):
     calibration_precision: int = Field(
         100,
         ge=1,
+        le=MAX_ROUNDS,
         description="a round lasts at least this many times the timer's own cost (which includes the device "
         "synchronisation), so one synchronisation is at most 1/N of a round",
     )
     time_limit_s: float = Field(
         900,
         ge=0,
+        le=MAX_DURATION_S,
         description="a case running longer fails with this limit in the message and the run goes on "
         "(pytest-timeout; 0 = no limit; --timeout on the command line wins)",
     )

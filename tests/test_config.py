@@ -162,3 +162,31 @@ def test_schema_check_without_a_file_is_an_error_not_the_schema(capsys):
     out, err = capsys.readouterr()
     assert out == "" and err.strip() == ("error: --check needs at least one config file: python -m suite "
                                          "schema --check CONFIG...")
+
+
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        ({"timing": {"max_time": float("inf")}}, "timing.max_time: inf is invalid: Input should be a finite number"),
+        ({"timing": {"warmup_s": float("nan")}}, "timing.warmup_s: nan is invalid: Input should be a finite number"),
+        ({"timing": {"max_time": 1e9}}, "timing.max_time: 1000000000.0 is invalid: Input should be less than or equal to 86400"),
+        ({"timing": {"min_rounds": 100_000_000}}, "timing.min_rounds: 100000000 is invalid: Input should be less than or equal to 100000"),
+        ({"cases": {"copy": {"sizes": ["99999999999999999999999TiB"]}}},
+         "cases.copy.sizes[0]: '99999999999999999999999TiB' is larger than any device holds; give at most 4TiB"),
+        ({"cases": {"matmul": {"shapes": ["99999999x99999999x2"]}}}, "cases.matmul.shapes[0]: '99999999x99999999x2': a matrix"),
+        ({"cases": {"conv": {"batch": 10**9}}}, "cases.conv: layer resnet50-conv1 at batch 1000000000 is larger than any"),
+        ({"cases": {"collectives": {"rounds": 10**9}}}, "cases.collectives.rounds: 1000000000 is invalid: Input should be less"),
+        ({"cases": {"habits": {"timing": {"max_time": float("inf")}}}}, "cases.habits.timing.max_time: inf is invalid"),
+        ({"devices": 5}, "devices: 5 is not a device; write [cuda:5] for GPU 5, or gpus for every GPU"),
+        ({"devices": ["cpu", 1]}, "devices: 1 is not a device; write [cuda:1] for GPU 1"),
+    ],
+)
+def test_values_no_device_could_run_are_one_line_errors(data, expected):
+    assert error_of(data).startswith(f"x.yaml: {expected}")
+
+
+def test_the_yaml_spelling_of_infinity_is_refused(tmp_path):
+    path = tmp_path / "inf.yaml"
+    path.write_text("timing:\n  max_time: .inf\n")
+    with pytest.raises(UserError, match=r"inf.yaml: timing.max_time: inf is invalid: Input should be a finite number$"):
+        load_config(path)

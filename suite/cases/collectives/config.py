@@ -6,7 +6,7 @@ from typing import Annotated, Any, Union
 
 from pydantic import BeforeValidator, Field
 
-from suite.sections import CaseSection, Dtype, Size, cpu_overrides, one_of
+from suite.sections import MAX_DURATION_S, MAX_ROUNDS, CaseSection, Dtype, Size, cpu_overrides, one_of
 
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "all_to_all", "send_recv")
 COLLECTIVE_BACKENDS = ("auto", "nccl", "gloo", "xccl")
@@ -52,12 +52,16 @@ class CollectivesConfig(CaseSection):
                               "have both (all_gather, reduce_scatter); the others run their only mode")
     backend: Backend = Field("auto", description="auto (NCCL for CUDA, Gloo for the CPU), nccl, gloo or xccl "
                              "(Intel XPUs, torch >= 2.8; only when asked for)")
-    rounds: int = Field(20, ge=1, description="timed rounds, identical on every rank (no time-based stopping)")
-    iterations: int = Field(5, ge=1, description="collectives per timed round, at least (see min_round_s)")
-    min_round_s: float = Field(0.001, ge=0, description="more collectives per round where `iterations` of them "
+    rounds: int = Field(20, ge=1, le=MAX_ROUNDS,
+                        description="timed rounds, identical on every rank (no time-based stopping)")
+    iterations: int = Field(5, ge=1, le=MAX_ROUNDS,
+                            description="collectives per timed round, at least (see min_round_s)")
+    min_round_s: float = Field(0.001, ge=0, le=MAX_DURATION_S,
+                               description="more collectives per round where `iterations` of them "
                                "take less than this (measured once, after the check, on the slowest rank), so "
                                "a round's fixed cost stays small beside them; at most 1000; 0: exactly "
                                "`iterations`")
-    warmup_rounds: int = Field(2, ge=0, description="untimed rounds before timing")
-    timeout_s: float = Field(300, gt=0, description="seconds to wait for every rank at start-up and in "
+    warmup_rounds: int = Field(2, ge=0, le=MAX_ROUNDS, description="untimed rounds before timing")
+    timeout_s: float = Field(300, gt=0, le=MAX_DURATION_S,
+                             description="seconds to wait for every rank at start-up and in "
                              "each collective before failing with the missing ranks named")

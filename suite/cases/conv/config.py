@@ -6,7 +6,7 @@ from typing import Annotated, Any, Union
 
 from pydantic import BeforeValidator, Field, field_validator, model_validator
 
-from suite.sections import CaseSection, Precision, Section, choice, cpu_overrides
+from suite.sections import MAX_SIZE_BYTES, CaseSection, Precision, Section, choice, cpu_overrides
 
 
 def _pair(value: Any) -> tuple[int, int]:
@@ -89,3 +89,12 @@ class ConvConfig(CaseSection):
     batch: int = Field(32, ge=1, description="batch of every shape that does not set its own")
     shapes: list[ConvShape] = Field(default_factory=lambda: list(RESNET50_LAYERS), min_length=1)
     cudnn_benchmark: bool = Field(True, description="torch.backends.cudnn.benchmark during the case (CUDA only)")
+
+    @model_validator(mode="after")
+    def _fits(self) -> "ConvConfig":
+        for shape in self.shapes:  # the input or output tensor, at one byte an element at least
+            batch = shape.batch or self.batch
+            if batch * max(shape.in_channels, shape.out_channels) * shape.size[0] * shape.size[1] > MAX_SIZE_BYTES:
+                raise ValueError(f"layer {shape.name or list(shape.size)} at batch {batch} is larger than any "
+                                 "device holds; lower batch, channels or size")
+        return self

@@ -6,10 +6,11 @@ from typing import Annotated
 
 from pydantic import Field
 
-from suite.sections import CaseSection, Precision, choice, cpu_overrides
+from suite.sections import MAX_SIZE_BYTES, CaseSection, Precision, choice, cpu_overrides
 
 ModelName = Annotated[str, choice("model", {"linear": "linear", "mlp": "mlp", "lenet": "lenet"})]
-BatchSize = Annotated[int, Field(ge=1)]
+# The largest batch: LeNet's input alone (1x28x28 float32, 3 KiB a sample) would pass what any device holds.
+BatchSize = Annotated[int, Field(ge=1, le=MAX_SIZE_BYTES // (28 * 28 * 4))]
 
 
 @cpu_overrides("models", "dtypes", "batch_sizes", description="overrides for the CPU")
