@@ -90,6 +90,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="end-of-run summary: rates (each family in its units: TFLOP/s, GB/s, busbw; the default), both "
         "(also pytest-benchmark's timing table), off (pytest-benchmark's table only)",
     )
+    group.addoption("--suite-no-telemetry", action="store_true", default=False,
+                    help="read no power, energy, clocks or PCIe link over the timed rounds (docs/telemetry.md)")
 
 
 def _refusal(config: pytest.Config) -> str | None:
@@ -323,7 +325,8 @@ def measure(request: pytest.FixtureRequest, benchmark):
     """`measure(case)`: run one case through the suite's measurement rules into `benchmark` (suite.run)."""
     stash = request.config.stash
     return functools.partial(measure_case, benchmark=benchmark, config=stash[_CONFIG], nodeid=request.node.nodeid,
-                             partial=stash.get(_PARTIAL, None), budget=stash[_RUN])
+                             partial=stash.get(_PARTIAL, None), budget=stash[_RUN],
+                             telemetry=not request.config.getoption("suite_no_telemetry"))
 
 
 # --- JSON additions ----------------------------------------------------------------------------------

@@ -12,9 +12,10 @@ import torch
 from suite import devices as dev
 from suite import pb_adapter
 from suite.budget import RunState
-from suite.cases import FAMILIES, Case, SkipCase, family_module
+from suite.cases import FAMILIES, Case, SkipCase, family_module, family_read
 from suite.config import SuiteConfig
 from suite.partial import PartialState
+from suite.telemetry import over
 from suite.timing import SyncTimer, bound_info, stopping_info, warm_up, warmup_seconds
 from suite.units import gbps, tflops
 
@@ -39,8 +40,9 @@ def skip_if_missing(case: Case) -> None:
 
 
 def measure_case(case: Case, benchmark, config: SuiteConfig, nodeid: str, partial: PartialState | None,
-            budget: RunState) -> dict:
-    """The `measure` fixture's call: the case's own timing, the journal's "started" line, then run_case."""
+            budget: RunState, telemetry: bool = True) -> dict:
+    """The `measure` fixture's call: the case's own timing, the journal's "started" line, then run_case
+    (`telemetry`: read it over the timed rounds, suite.telemetry)."""
     # Imported here: benchmarks/conftest.py registers it as a plugin after this one.
     from suite import distributed
 
@@ -49,16 +51,16 @@ def measure_case(case: Case, benchmark, config: SuiteConfig, nodeid: str, partia
     lockstep = distributed.current()
     if lockstep is None:  # under torchrun every rank must skip it: _start_in_lockstep
         skip_if_missing(case)
-        return _measure(case, benchmark, config, nodeid, partial, budget, None)
+        return _measure(case, benchmark, config, nodeid, partial, budget, None, telemetry)
     lockstep.begin_case(case.id)
     try:
-        return _measure(case, benchmark, config, nodeid, partial, budget, lockstep)
+        return _measure(case, benchmark, config, nodeid, partial, budget, lockstep, telemetry)
     finally:
         lockstep.end_case()
 
 
 def _measure(case: Case, benchmark, config: SuiteConfig, nodeid: str, partial: PartialState | None,
-             budget: RunState, lockstep) -> dict:
+             budget: RunState, lockstep, telemetry: bool) -> dict:
     try:
         if partial is not None:
             partial.measure_starts(nodeid)
@@ -75,7 +77,7 @@ def _measure(case: Case, benchmark, config: SuiteConfig, nodeid: str, partial: P
             with contextlib.suppress(RuntimeError):  # RankTimeout, or the store is gone: this error says enough
                 lockstep.ready(_problem(exc, case))
         raise
-    info = run_case(case, benchmark, config.model_copy(update={"timing": timing}), lockstep)
+    info = run_case(case, benchmark, config.model_copy(update={"timing": timing}), lockstep, telemetry)
     max_time = pb_adapter.timed_max_time(benchmark)
     if benchmark.stats is not None and case.family in FAMILIES and max_time is not None:
         # The max_time this benchmark ran under: the config's, or less under a budget (never more).
@@ -107,11 +109,11 @@ def _oom_reason(exc: BaseException, case: Case) -> str | None:
     return f"out of memory for {case.id}{detail}: use smaller sizes for this device"
 
 
-def run_case(case: Case, benchmark, config: SuiteConfig, lockstep=None) -> dict:
-    """Build; check once; warm up; time with `benchmark`; return extra_info. `lockstep` (a DistState whose case
-    has begun) when every rank runs the case at once under torchrun."""
+def run_case(case: Case, benchmark, config: SuiteConfig, lockstep=None, telemetry: bool = True) -> dict:
+    """Build; check once; warm up; time with `benchmark` (and read telemetry over it); return extra_info.
+    `lockstep` (a DistState whose case has begun) when every rank runs the case at once under torchrun."""
     try:
-        work, watch, bound = _build_and_time(case, benchmark, config, lockstep)
+        work, watch, bound = _build_and_time(case, benchmark, config, lockstep, telemetry)
     except BaseException:
         # The error (or skip) raised first is the one to report; a failing synchronisation must not replace it.
         with contextlib.suppress(Exception):
@@ -135,8 +137,8 @@ def run_case(case: Case, benchmark, config: SuiteConfig, lockstep=None) -> dict:
     return info
 
 
-def _build_and_time(case: Case, benchmark, config: SuiteConfig, lockstep) -> tuple:
-    """(work, its ClockWatch, bound_info) of the case, built, checked, warmed up and timed. Out of memory
+def _build_and_time(case: Case, benchmark, config: SuiteConfig, lockstep, telemetry: bool) -> tuple:
+    """(work, its ClockWatch, bound_info and telemetry) of the case, built, checked, warmed up and timed. Out of memory
     anywhere (inputs, check, autotuning workspaces in warm-up, allocations in the timed op) is a skip with the
     reason; pytest-benchmark drops a benchmark that raised, so nothing partial is saved."""
     family = family_module(case.family)
@@ -150,7 +152,7 @@ def _build_and_time(case: Case, benchmark, config: SuiteConfig, lockstep) -> tup
         else:
             work, watch = _start_in_lockstep(case, family, config, lockstep)
         try:
-            return work, watch, _time(case, work, benchmark, config)
+            return work, watch, _time(case, work, benchmark, config, telemetry)
         except BaseException as exc:
             if lockstep is not None:
                 _failed_in_lockstep(exc, case, lockstep)
@@ -162,17 +164,22 @@ def _build_and_time(case: Case, benchmark, config: SuiteConfig, lockstep) -> tup
         pytest.skip(reason)
 
 
-def _time(case: Case, work, benchmark, config: SuiteConfig) -> dict:
-    """Warm up and time the case's work; bound_info of the timed rounds ({} for fixed rounds)."""
+def _time(case: Case, work, benchmark, config: SuiteConfig, telemetry: bool) -> dict:
+    """Warm up and time the case's work; bound_info of the timed rounds ({} for fixed rounds) and the
+    telemetry read over them."""
     if work.pedantic is not None:
         # Fixed rounds and warm-up from the case (collectives: every rank must run the same calls in lockstep;
         # time-based warm-up and calibration would differ between ranks and hang them).
-        benchmark.pedantic(work.fn, **work.pedantic)
-        return {}
+        with over(case.devices, telemetry) as read:
+            benchmark.pedantic(work.fn, **work.pedantic)
+        return read
     timer = SyncTimer([torch.device(d) for d in case.devices])
     warm_up(work.fn, timer, config.timing.warmup_s)
-    benchmark(work.fn)
-    return bound_info(work.fn, timer, benchmark.stats.iterations) if benchmark.stats is not None else {}
+    with over(case.devices, telemetry) as read:
+        benchmark(work.fn)
+    if benchmark.stats is None:
+        return read
+    return {**bound_info(work.fn, timer, benchmark.stats.iterations), **read}
 
 
 # What a case's work counts, and the rate each count gives over the median round: (count, rate, per second).
@@ -194,7 +201,16 @@ def _extra_info(case: Case, work, benchmark, bound: dict, held: dict) -> dict:
         info.update(work.derive(median))
     if stats is not None:
         info.update(stopping_info(stats, pedantic=work.pedantic is not None))
-    return info
+    return {**info, **_per_watt(case.family, info)}
+
+
+def _per_watt(family: str, info: dict) -> dict:
+    """perf_per_w: the family's rate (its read.py RATE, else the first rate it has) per watt of power_w."""
+    rate = family_read(family, "RATE") or next((r for _, r, _ in RATES if r in info), None)
+    value, watts = info.get(rate), info.get("power_w")
+    if isinstance(value, (int, float)) and isinstance(watts, (int, float)) and watts > 0:
+        return {"perf_per_w": value / watts}
+    return {}
 
 
 def _skip_reason(exc: BaseException, case: Case) -> str | None:

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from suite.cases import FAMILIES, family_read
+from suite.telemetry import KEYS as TELEMETRY_KEYS
 
 FOREIGN_CASE = "other"  # family given to rows of a pytest-benchmark file that is not ours
 OUR_TOOL = "gpubench-suite"
@@ -88,6 +89,8 @@ MEASURED_KEYS = frozenset(
         "stopped_on",
         # The max_time a benchmark ran under (the config's, or less under --suite-budget): how, not what.
         "max_time",
+        # What the device drew and ran at over the timed rounds (suite.telemetry).
+        *TELEMETRY_KEYS,
     }
 )
 # extra_info of how precision stopping ended, carried as columns (the report shows them) but never matched on.

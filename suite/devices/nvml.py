@@ -69,17 +69,19 @@ def _session(nvml=None) -> Iterator:
             nvml.nvmlShutdown()
 
 
-def held_seconds(handle) -> dict[str, float] | None:
-    """Seconds, counted since the driver loaded, that each of CLOCK_LIMITS held this GPU's clocks below what
-    it was asked to run at (a limit it does not report is left out); None where it reports none."""
+def held_seconds(handle, policies: dict[str, int] = CLOCK_LIMITS,
+                 fields: dict[str, int] = POLICY_FIELDS) -> dict[str, float] | None:
+    """Seconds, counted since the driver loaded, that each of `policies` (name -> NVML policy; CLOCK_LIMITS)
+    and the hardware slowdowns held this GPU's clocks below what it was asked to run at (a limit it does not
+    report is left out); None where it reports none. `fields`: the policies' counters as field values."""
     import pynvml
 
     held = {}
-    for name, policy in CLOCK_LIMITS.items():
+    for name, policy in policies.items():
         with contextlib.suppress(Exception):  # a policy this GPU or driver does not report is left out
             held[name] = pynvml.nvmlDeviceGetViolationStatus(handle, policy).violationTime / 1e9
     # The hardware slowdowns, and as field values any policy the deprecated call did not answer.
-    fields = {**{n: f for n, f in POLICY_FIELDS.items() if n not in held}, **HW_SLOWDOWN_FIELDS}
+    fields = {**{n: f for n, f in fields.items() if n not in held}, **HW_SLOWDOWN_FIELDS}
     held.update(nvml_field_seconds(pynvml, handle, fields))
     return held or None
 
