@@ -16,6 +16,7 @@ from suite.plan import (
     fixed_seconds,
     make_plan,
     overheads,
+    probe_seconds,
     runs_here,
     shareable,
 )
@@ -35,6 +36,7 @@ class BudgetItem:
     min_timed_s: float = 0.0  # min_rounds x min_time: the least its timed rounds can take, before any is seen
     max_time: float = float("inf")  # the config's max_time for it: a budget never gives more
     min_rounds: int = 1
+    probe_s: float = 0.0  # the host-bound probe after its timed rounds (plan.probe_seconds)
 
 
 class BudgetSchedule:
@@ -92,6 +94,7 @@ class BudgetSchedule:
                 timing.min_rounds * min_round_seconds(case, timing),
                 timing.max_time,
                 timing.min_rounds,
+                probe_seconds(case, timing),
             )
         return cls(budget_s, items, started, clock)
 
@@ -114,8 +117,9 @@ class BudgetSchedule:
     def _fixed(self, item: BudgetItem) -> float:
         seen = self._overhead_median.get(item.family)
         if seen is None or not item.shareable:
-            return item.fixed_s
-        # The family's measured overhead so far replaces the prior for the benchmarks still to come.
+            return item.fixed_s + item.probe_s
+        # The family's measured overhead so far (the probe included) replaces the prior for the benchmarks
+        # still to come.
         prior = self.overhead.get(item.family, DEFAULT_OVERHEAD_S)
         return item.fixed_s - prior + seen
 

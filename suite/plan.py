@@ -13,7 +13,7 @@ from suite import devices as dev
 from suite.cases import FAMILIES, Case, family_module, family_read
 from suite.config import DEFAULT_CONFIG, SuiteConfig, load_config
 from suite.errors import UserError
-from suite.timing import format_duration, min_round_seconds, parse_duration, warmup_seconds
+from suite.timing import BOUND_ROUNDS, format_duration, min_round_seconds, parse_duration, warmup_seconds
 
 # Seconds one benchmark costs beyond its warm-up and its timed rounds (pytest's setup, call and teardown,
 # building inputs, the check, calibration, the partial-results line): each family's read module's OVERHEAD_S,
@@ -95,15 +95,22 @@ def runs_here(case: Case) -> bool:
     return skip_reason is None or skip_reason(case) is None
 
 
-def fixed_seconds(case: Case, config: SuiteConfig) -> float:
-    """What a benchmark costs whatever its timed rounds: overhead and warm-up (fixed-round cases: all of it)."""
-    if not runs_here(case):
+def fixed_seconds(case: Case, config: SuiteConfig, here: bool | None = None) -> float:
+    """What a benchmark costs whatever its timed rounds: overhead and warm-up (fixed-round cases: all of it);
+    `here`: whether it runs (default: runs_here), else it costs a skip."""
+    if not (runs_here(case) if here is None else here):
         return SKIP_OVERHEAD_S
     base = overhead_s(case.family)
     fixed_rounds = family_read(case.family, "fixed_seconds")
     if fixed_rounds:
         return base + fixed_rounds(case, config)
     return base + warmup_seconds(case, config.timing_for(case.family))
+
+
+def probe_seconds(case: Case, timing) -> float:
+    """The host-bound probe after an accelerator case's timed rounds (suite.timing.bound_info): BOUND_ROUNDS
+    more rounds, outside max_time; none on the CPU."""
+    return BOUND_ROUNDS * min_round_seconds(case, timing) if any(d != "cpu" for d in case.devices) else 0.0
 
 
 def shareable(case: Case) -> bool:
@@ -194,47 +201,39 @@ def make_plan(
     plan of a node of 2 GPUs or more.
     """
     plan = Plan(devices=devices, gpus=gpus, budget_s=budget_s)
-    selected = select(config, devices)
     # A torchrun job needs two ranks at least (a world of one skips every case).
     with_torchrun = (gpus or 0) >= 2 if measure_collectives is None else measure_collectives
-    fixed_total, shared = 0.0, 0
-    for family, cases in selected.items():
+    timed = []  # (its FamilyPlan, max_time, round, least timed) of each benchmark whose rounds follow max_time
+    fixed_total = 0.0
+    for family, cases in select(config, devices).items():
         timing = config.timing_for(family)
-        fp = FamilyPlan(benchmarks=len(cases), separate=bool(family_read(family, "TORCHRUN")))
-        fixed_rounds = family_read(family, "fixed_seconds")
+        separate = bool(family_read(family, "TORCHRUN"))
+        fp = plan.families[family] = FamilyPlan(benchmarks=len(cases), separate=separate)
         for case in cases:
             here = runs_here(case) or (fp.separate and with_torchrun and len(devices) > 0)
-            if not here:
-                fp.estimated_s += SKIP_OVERHEAD_S
-                fp.minimum_s += SKIP_OVERHEAD_S
-                continue
-            fp.runs += 1
-            if fixed_rounds:
-                cost = overhead_s(family) + fixed_rounds(case, config)
-                fp.estimated_s += cost
-                fp.minimum_s += cost
-                continue
-            fixed = overhead_s(family) + warmup_seconds(case, timing)
-            fp.estimated_s += fixed + timing.max_time
-            fp.minimum_s += fixed + timing.min_rounds * min_round_seconds(case, timing)
-            fixed_total += fixed
-            shared += 1
+            fixed = fixed_seconds(case, config, here)
+            fp.runs += here
+            if here and not family_read(family, "fixed_seconds"):
+                fixed += probe_seconds(case, timing)
+                fixed_total += fixed
+                round_s = min_round_seconds(case, timing)
+                timed.append((fp, timing.max_time, round_s, timing.min_rounds * round_s))
+            fp.estimated_s += fixed
+            fp.minimum_s += fixed
         if fp.separate and fp.runs:
             fp.estimated_s += TORCHRUN_OVERHEAD_S
             fp.minimum_s += TORCHRUN_OVERHEAD_S
-        plan.families[family] = fp
     if budget_s is not None:
         # The time left after the fixed costs is shared out equally over the benchmarks that follow max_time.
         # The budget is for one `pytest benchmarks` run; a separate torchrun run is not in it.
         pool = budget_s - END_RESERVE_S - plan.session_s - fixed_total
-        plan.share_s = pool / shared if shared else None
-        if plan.share_s is not None and plan.share_s > 0:
-            for family, fp in plan.families.items():
-                if not fp.separate:
-                    # A budget only shortens: a benchmark's share is never above its family's max_time.
-                    timing = config.timing_for(family)
-                    cut = min(plan.share_s, timing.max_time) - timing.max_time
-                    fp.estimated_s += cut * _shared_count(selected[family])
+        plan.share_s = pool / len(timed) if timed else None
+    for fp, max_time, round_s, least in timed:
+        if plan.share_s is not None and plan.share_s > 0 and not fp.separate:
+            max_time = min(max_time, plan.share_s)  # a budget only shortens
+        # pytest-benchmark runs ceil(max_time / round) rounds, and min_rounds however long they take.
+        fp.estimated_s += max(least, max_time + round_s)
+        fp.minimum_s += least
     return plan
 
 
@@ -326,15 +325,11 @@ def long_calls(config: SuiteConfig, selected: dict[str, list[Case]], rates: Rate
             if not rate:
                 continue
             call = work / (rate * 1e12)
-            need = (timing.min_rounds + 2) * call
+            need = (timing.min_rounds + 2 + (BOUND_ROUNDS if device != "cpu" else 0)) * call
             if need - timing.max_time >= LONG_OVER_S:
                 found.append(LongCall(case.id, family, call, need, need - timing.max_time, work / 1e12, rate,
                                       "measured on this CPU" if device == "cpu" else "datasheet peak"))
     return sorted(found, key=lambda c: -c.need_s)
-
-
-def _shared_count(cases: list[Case]) -> int:
-    return sum(1 for c in cases if shareable(c))
 
 
 # --- the budget ------------------------------------------------------------------------------------------

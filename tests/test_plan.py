@@ -269,3 +269,37 @@ def test_plan_prints_the_long_cases_beside_at_most(tmp_path):
     as_json = subprocess.run([sys.executable, "-m", "suite", "plan", "--config", str(cfg), "--json"],
                              capture_output=True, text=True, timeout=60, cwd=Path(__file__).parent.parent)
     assert json.loads(as_json.stdout)["long_calls"][0]["case_id"] == "cpu-float32-16000x16000x16000"
+
+
+def _one_copy(timing: dict):
+    return parse_config({"timing": timing, "cases": {
+        name: {"enabled": False} for name in ("matmul", "ceiling", "conv", "model", "placement", "habits",
+                                              "collectives")} | {"copy": {"sizes": ["4KiB"], "directions": ["uni"],
+                                                                          "memory": ["pageable"],
+                                                                          "non_blocking": [False]}}})
+
+
+def test_at_most_counts_min_rounds_and_the_host_bound_probe():
+    from suite.timing import BOUND_ROUNDS
+
+    slow_rounds = _one_copy({"min_time": 0.5, "accelerator_min_time": 0.5, "min_rounds": 1000, "max_time": 1})
+    with dev.use_platform(NodePlatform(1)):
+        plan = make_plan(slow_rounds, ["cuda:0"], gpus=1)
+    copy = plan.families["copy"]
+    # 1000 rounds of at least 0.5 s, not max_time's 1 s; then BOUND_ROUNDS more rounds of the probe
+    assert copy.runs == 1 and copy.estimated_s >= (1000 + BOUND_ROUNDS) * 0.5 and copy.minimum_s == copy.estimated_s
+    with dev.use_platform(NodePlatform(0)):
+        cpu = make_plan(slow_rounds, ["cpu"], gpus=0).families["copy"]
+    assert cpu.estimated_s < copy.estimated_s - BOUND_ROUNDS * 0.5 + 0.1, "no probe on the CPU"
+
+
+def test_the_budget_counts_the_probe_until_the_family_overhead_is_seen():
+    from suite.budget import BudgetItem, BudgetSchedule
+    from suite.plan import END_RESERVE_S
+
+    items = {f"t{i}": BudgetItem("copy", 0.04, True, 0.025, 1.0, 5, probe_s=0.025) for i in range(2)}
+    schedule = BudgetSchedule(100, items, started=0.0, clock=lambda: 0.0)
+    assert schedule.minimum_s() == pytest.approx(END_RESERVE_S + 2 * (0.04 + 0.025 + 0.025))
+    schedule.start("t0")
+    schedule.finish("t0", 0.3)  # its overhead as the run saw it, the probe's rounds in it
+    assert schedule.minimum_s() == pytest.approx(END_RESERVE_S + 0.3 + 0.025)
