@@ -71,10 +71,8 @@ class PartialWriter:
 
     def close(self) -> None:
         if self._fh is not None and not self._fh.closed:
-            try:
+            with contextlib.suppress(OSError):  # its last flush failed (a full disk): said when the write failed
                 self._fh.close()
-            except OSError:  # its last flush failed (a full disk): said when the write failed
-                pass
 
 
 @dataclass
@@ -297,14 +295,11 @@ class PartialState:
     def start(cls, config, identity: dict, suite_block: Callable[[], dict]) -> "PartialState":
         json_path = config.getoption("benchmark_json", None)
         resume = config.getoption("suite_resume")
-        if os.environ.get("RANK", "0") != "0":
-            # Under torchrun only rank 0 writes results (suite.distributed); the other ranks write nothing.
-            return cls(config, None, None, suite_block)
-        if json_path is None:
-            if resume:
-                raise UserError(
-                    "--suite-resume needs --benchmark-json PATH: the results file of the run to resume"
-                )
+        # Under torchrun only rank 0 writes results (suite.distributed); the other ranks write nothing.
+        rank0 = os.environ.get("RANK", "0") == "0"
+        if rank0 and json_path is None and resume:
+            raise UserError("--suite-resume needs --benchmark-json PATH: the results file of the run to resume")
+        if not rank0 or json_path is None:
             return cls(config, None, None, suite_block)
         json_path = Path(json_path)
         check_writable(json_path)
@@ -332,11 +327,10 @@ class PartialState:
                     "--benchmark-json); run without --suite-resume"
                 )
             previous = read_partial(partial)
-            if previous.unreadable:
-                lines = ", ".join(map(str, previous.unreadable[:5])) + (" ..." if len(previous.unreadable) > 5
-                                                                         else "")
-                print(f"warning: {partial}: left out {len(previous.unreadable)} unreadable line(s) "
-                      f"({lines}); what they held is measured again", file=sys.stderr)
+            if bad := previous.unreadable:
+                lines = ", ".join(map(str, bad[:5])) + (" ..." if len(bad) > 5 else "")
+                print(f"warning: {partial}: left out {len(bad)} unreadable line(s) ({lines}); what they held is "
+                      "measured again", file=sys.stderr)
             check_same_run(partial, previous, identity)
             if not previous.benchmarks and not any(previous.deaths(n) for n in previous.started):
                 raise UserError(
@@ -369,14 +363,9 @@ class PartialState:
 
     def _header(self) -> dict:
         made = pb_adapter.header(self.config)
-        return {
-            "partial": True,
-            "machine_info": made["machine_info"],
-            "commit_info": made["commit_info"],
-            "suite": self.suite_block(),
-            "datetime": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "version": made["version"],
-        }
+        return {"partial": True, "machine_info": made["machine_info"], "commit_info": made["commit_info"],
+                "suite": self.suite_block(), "datetime": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "version": made["version"]}
 
     def select(self, config, items: list) -> None:
         """With --suite-resume: drop what the earlier runs finished; skip a test that runs died in twice."""
@@ -464,9 +453,7 @@ class PartialState:
         self.writer.close()
         json_path = Path(self.config.getoption("benchmark_json"))
         try:
-            complete = json_path.stat().st_mtime >= self.started and "benchmarks" in json.loads(
-                json_path.read_text()
-            )
+            complete = json_path.stat().st_mtime >= self.started and "benchmarks" in json.loads(json_path.read_text())
         except (OSError, ValueError):
             complete = False
         if complete:
@@ -498,10 +485,8 @@ def refuse_to_overwrite(partial: Path) -> None:
     except UserError as exc:  # cannot be read (permissions): whatever it holds, a new run must not wipe it
         raise UserError(f"{exc} (or run with another --benchmark-json)") from None
     if finished:
-        raise UserError(
-            f"{partial} holds {finished} finished benchmark(s) of an interrupted run: add --suite-resume to "
-            "keep them and run the rest, or delete the file to start afresh"
-        )
+        raise UserError(f"{partial} holds {finished} finished benchmark(s) of an interrupted run: add --suite-resume "
+                        "to keep them and run the rest, or delete the file to start afresh")
 
 
 def _dict(value) -> dict:
@@ -531,11 +516,9 @@ def check_same_run(partial: Path, previous: PartialRun, identity: dict) -> None:
                         f"({platform.node()}); run without --suite-resume")
     changed = _changes(info, identity["now"]() if callable(identity.get("now")) else {})
     if changed:
-        raise UserError(
-            f"--suite-resume: {partial} was measured with other software or hardware ({'; '.join(changed[:3])}"
-            f"{'; ...' if len(changed) > 3 else ''}): one JSON would mix them; run without --suite-resume into "
-            "another --benchmark-json"
-        )
+        raise UserError(f"--suite-resume: {partial} was measured with other software or hardware "
+                        f"({'; '.join(changed[:3])}{'; ...' if len(changed) > 3 else ''}): one JSON would mix them; "
+                        "run without --suite-resume into another --benchmark-json")
 
 
 # The software whose version a resumed run must share with the run it resumes.
@@ -554,7 +537,6 @@ def _changes(info: dict, now: dict) -> list[str]:
         changed += [f"{name} {key} {old[key]} -> {value}" for key, value in props.items()
                     if old.get(key) not in (None, value)]
     return changed
-
 
 
 def what_measures(devices: list[str]) -> dict:
