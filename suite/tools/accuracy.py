@@ -1,5 +1,8 @@
 """`python -m suite accuracy [FAMILY...]`: the suite's figures against an independent reference, paired runs.
 
+`--telemetry` pairs instead the suite's own figure with its telemetry on (suite.telemetry) and off, every
+benchmark of each family's accuracy runs, on against off: reading must not perturb what is measured.
+
 For each family the suite runs in this process (`pytest.main` on a generated one-family config, read back
 from its JSON), then the reference measures the same op on the same inputs: `torch.utils.benchmark.Timer`
 with `num_threads` set to the suite's threads (collectives: a plain torch.distributed loop under torchrun).
@@ -10,6 +13,7 @@ workdir)`, all rounds at once) in its checks.py.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -22,7 +26,9 @@ import yaml
 
 from suite.errors import UserError
 from suite.tools import ROOT
-from suite.tools.paired import MIN_PAIRS_FOR_RATIO, Pair, Row, alternate, fmt_value, run_suite, summarise
+from suite.telemetry import Source
+from suite.tools.paired import (MIN_PAIRS_FOR_RATIO, Pair, Row, Target, alternate, fmt_value, run_suite,
+                                summarise)
 
 # Pairs of (suite, reference) per family: enough that one disturbed pair cannot move the median.
 ROUNDS = 7
@@ -35,6 +41,8 @@ QUICK_TIMING = {"warmup_s": 0.01, "max_time": 0.02, "min_rounds": 2}
 # Timer.blocked_autorange keeps measuring blocks this long: several blocks of the slowest op, as the suite.
 TIMER_MIN_RUN_S = 0.5
 QUICK_TIMER_MIN_RUN_S = 0.02
+# --telemetry: the suite's median with telemetry on may differ from the same run's with it off by this much.
+TELEMETRY_TARGET = 0.01
 
 
 def shipped_timing() -> dict:
@@ -71,18 +79,65 @@ class SuiteRunner:
         self.timing = timing
         self.runs = 0
 
-    def run(self, family: str, cases: dict) -> dict:
+    def run(self, family: str, cases: dict, args: tuple[str, ...] = ()) -> dict:
         self.runs += 1
         cfg, out = self.workdir / f"{family}-{self.runs}.yaml", self.workdir / f"{family}-{self.runs}.json"
         config = {"devices": "cpu", "timing": self.timing, "cases": cases}
         cfg.write_text(yaml.safe_dump(config), encoding="utf-8")
         # Quiet: pytest's terminal output stays out of the accuracy table (shown on an error).
-        code, log, results = run_suite(f"benchmarks/test_{family}.py", cfg, out, quiet=True)
+        code, log, results = run_suite(f"benchmarks/test_{family}.py", cfg, out, args, quiet=True)
         if code != 0 or results is None:
             print(log[-4000:], file=sys.stderr)
             raise UserError(f"the suite's {family} run failed (pytest exit {code}, output above); fix that "
                             f"first: pytest benchmarks/test_{family}.py --suite-config {cfg}")
         return results
+
+
+class TelemetryRunner(SuiteRunner):
+    """Runs each config twice, telemetry on and off (which goes first alternates); `pairs` holds every
+    benchmark's median on against off. The family's own reference is left aside."""
+
+    def __init__(self, workdir: Path, timing: dict) -> None:
+        super().__init__(workdir, timing)
+        self.pairs: list[Pair] = []
+
+    def run(self, family: str, cases: dict, args: tuple[str, ...] = ()) -> dict:
+        results = {}
+        for on in (True, False) if self.runs // 2 % 2 == 0 else (False, True):
+            results[on] = super().run(family, cases, args if on else (*args, "--suite-no-telemetry"))
+        off = {b["fullname"]: b["stats"]["median"] for b in results[False]["benchmarks"]}
+        target = Target("within", TELEMETRY_TARGET)
+        self.pairs += [Pair(family, f"{b['param']}: telemetry on / off", "s", "telemetry off", target,
+                            b["stats"]["median"], off[b["fullname"]])
+                       for b in results[True]["benchmarks"] if b["fullname"] in off]
+        return results[True]
+
+
+class StandInSource(Source):
+    """Where no RAPL counter is readable: a read of a small /proc file per reading (what a powercap read
+    costs), so that telemetry on still runs the Sampler's thread at its rate. It records nothing."""
+
+    def gauges(self) -> dict:
+        Path("/proc/self/stat").read_bytes()
+        return {}
+
+    counters = gauges
+
+
+@contextlib.contextmanager
+def cpu_telemetry():
+    """The CPU's telemetry for --telemetry: RAPL where readable, else StandInSource; yields its name."""
+    from suite import telemetry
+
+    real = telemetry.sources_for
+    if real(["cpu"])[0]:
+        yield "RAPL"
+        return
+    telemetry.sources_for = lambda devices: ([StandInSource()], [])
+    try:
+        yield "a stand-in source (RAPL not readable here): /proc reads at the sampling rate"
+    finally:
+        telemetry.sources_for = real
 
 
 def families() -> dict:
@@ -129,6 +184,9 @@ def add_arguments(parser) -> None:
                         help=f"paired rounds per family (default {ROUNDS})")
     parser.add_argument("--quick", action="store_true",
                         help="tiny sizes and 2 rounds: checks that everything runs, judges nothing")
+    parser.add_argument("--telemetry", action="store_true",
+                        help=f"the suite's figures with telemetry on against off instead (target within "
+                             f"{TELEMETRY_TARGET:.0%}): does reading power and clocks perturb them?")
 
 
 def run(args) -> int:
@@ -140,7 +198,10 @@ def run(args) -> int:
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}; {scale.rounds} paired rounds per "
           "family", flush=True)
     chosen = {family: known[family] for family in args.families or known}
-    rows = summarise(_pairs(chosen, scale), judge=not args.quick)
+    with cpu_telemetry() if args.telemetry else contextlib.nullcontext() as source:
+        if source:
+            print(f"telemetry on: {source}; off: --suite-no-telemetry", flush=True)
+        rows = summarise(_pairs(chosen, scale, args.telemetry), judge=not args.quick)
     return _report(rows, args.quick)
 
 
@@ -166,19 +227,20 @@ def _scale(args, known: dict) -> Scale:
     return replace(scale, rounds=args.rounds)
 
 
-def _pairs(chosen: dict, scale: Scale) -> list[Pair]:
-    """Every family's rounds, in turn; how long each took goes to stderr."""
+def _pairs(chosen: dict, scale: Scale, telemetry: bool = False) -> list[Pair]:
+    """Every family's rounds, in turn; how long each took goes to stderr. `telemetry`: the pairs of
+    TelemetryRunner (families whose rounds run apart from the runner, under torchrun, take no part)."""
     pairs: list[Pair] = []
     with tempfile.TemporaryDirectory(prefix="suite-accuracy-") as tmp:
-        runner = SuiteRunner(Path(tmp), scale.timing or shipped_timing())
+        runner = (TelemetryRunner if telemetry else SuiteRunner)(Path(tmp), scale.timing or shipped_timing())
         for family, checks in chosen.items():
             start = time.monotonic()
             if hasattr(checks, "accuracy_rounds"):
-                pairs += checks.accuracy_rounds(scale, Path(tmp))
+                pairs += [] if telemetry else checks.accuracy_rounds(scale, Path(tmp))
             else:
                 pairs += alternate(scale.rounds, lambda checks=checks: checks.accuracy_round(runner, scale))
             print(f"  {family}: {time.monotonic() - start:.0f} s", file=sys.stderr, flush=True)
-    return pairs
+    return runner.pairs if telemetry else pairs
 
 
 def _report(rows: list[Row], quick: bool) -> int:
