@@ -55,19 +55,14 @@ class _TimeUp(Exception):
 
 
 def cap_rounds_by_time(benchmark, clock: Callable[[], float] = time.perf_counter) -> bool:
-    """Make `benchmark` (a pytest-benchmark fixture) stop its precision loop after max_time of wall time, and
-    on a Student-t margin.
+    """Make `benchmark`'s precision loop stop, between rounds, once min_rounds are in and max_time of wall time
+    has passed, and on a Student-t margin; returns whether it could.
 
-    pytest-benchmark fixes the number of rounds from one calibration round (rounds = max_time / that round). On a
-    shared machine whose speed changes, later rounds can be many times slower (a default run on the project's
-    2-core VM spent 17 s on a benchmark with max_time 1 s), which no time budget survives. So the loop ends,
-    between rounds, once min_rounds are in and max_time has passed.
-
-    Where the fixture's loop takes PRECISE_LOOP_ARGS, it is replaced by the same loop (Welford's running mean
-    and variance, checked after every round from min_rounds on) with the Student-t quantile in place of the
-    normal one (suite.timing.relative_margin): stopping after 5 rounds needs a margin 1.8x tighter. Elsewhere
-    the fixture's own loop runs, only ended at max_time (and stopping_info still judges its margin with t).
-    Applies when precision stopping is on; returns whether it could be applied.
+    pytest-benchmark fixes its rounds from one calibration round: on a shared machine later rounds can be many
+    times slower (17 s on a benchmark with max_time 1 s on a 2-core VM), which no time budget survives. Where the
+    fixture's loop takes PRECISE_LOOP_ARGS it is replaced by the same loop (Welford's running mean and variance)
+    stopping on suite.timing.t_margin (after 5 rounds, a margin 1.8x tighter than the normal quantile's);
+    elsewhere the fixture's own loop runs, only ended at max_time.
     """
     from suite.timing import t_margin
 
@@ -115,13 +110,9 @@ def cap_rounds_by_time(benchmark, clock: Callable[[], float] = time.perf_counter
 
 
 def cap_fixed_rounds_by_time(benchmark) -> bool:
-    """With precision off, make pytest-benchmark's fixed rounds stop at max_time of wall time too.
-
-    With precision off pytest-benchmark runs the rounds fixed by one calibration round in a plain loop that
-    cap_rounds_by_time cannot end: a machine that slows down after calibration overruns max_time (and any
-    budget) many times. This runs them through the precision loop instead, with a target never met, once the
-    result's options are recorded (they keep precision off; stopped_on says "time").
-    """
+    """With precision off, run pytest-benchmark's fixed rounds (a plain loop cap_rounds_by_time cannot end)
+    through the precision loop with a target never met, so they too stop at max_time; the result's options,
+    recorded first, keep precision off."""
     from suite.timing import DEFAULT_CONFIDENCE
 
     make_stats = getattr(benchmark, "_make_stats", None)
