@@ -12,6 +12,10 @@ from suite.units import GB, TFLOP
 PARTIAL_SUFFIX = ".partial.jsonl"
 # Other tools' text output (nccl-tests) found in a folder; a file of another kind is a one-line warning.
 TEXT_SUFFIXES = (".txt", ".log", ".out")
+# `dcgmi diag -j` documents (DCGM 3: "DCGM GPU Diagnostic", DCGM 4: "DCGM Diagnostic"): verdicts, not timings;
+# `health` reads them beside the results (suite.health.dcgm), the loader leaves them out with this note.
+DIAGNOSTICS = frozenset({"DCGM GPU Diagnostic", "DCGM Diagnostic"})
+DIAGNOSTICS_NOTE = "DCGM diagnostics, not benchmark results (`health` judges them beside the results)"
 
 
 def _migrate_0_to_1(data: dict) -> dict:
@@ -176,8 +180,10 @@ def _read_any(path: Path, warnings: list[str]) -> tuple[object, str | None]:
     if path.name.endswith(PARTIAL_SUFFIX):
         return _read_partial(path, warnings)
     data, problem = _read_json(path)
-    if problem is None and not (isinstance(data, dict) and "nvbandwidth" in data):
+    if problem is None and not (isinstance(data, dict) and "benchmarks" not in data):
         return data, None
+    if isinstance(data, dict) and DIAGNOSTICS.intersection(data):
+        return None, DIAGNOSTICS_NOTE
     imported, other_problem = _read_other_tool(path, warnings)
     if imported is not None or other_problem is not None:
         return imported, other_problem

@@ -3,11 +3,26 @@ importers of its tools (IMPORTERS: modules with `recognises(text)` and `parse(pa
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 from pathlib import Path
 
 from suite import SCHEMA_VERSION
 from suite.cases import FAMILIES, family_read
+
+
+# `--as NAME` of report, health and compare: what another tool's output measured where the output itself does not
+# say (an nccl-tests log that names no collective). Set for one command by suite.cli; importers read it.
+READ_AS: contextvars.ContextVar[str | None] = contextvars.ContextVar("read_as", default=None)
+
+
+def _importers():
+    return [importlib.import_module(m) for name in FAMILIES for m in family_read(name, "IMPORTERS", ())]
+
+
+def read_as_choices() -> list[str]:
+    """Every name `--as` accepts: the union of the importers' READ_AS_CHOICES."""
+    return sorted({c for importer in _importers() for c in getattr(importer, "READ_AS_CHOICES", ())})
 
 
 def imported(tool: str, machine_info: dict, benchmarks: list[dict], version: str = "") -> dict:
@@ -36,9 +51,7 @@ def stats_from_time(seconds: float, rounds: int, iterations: int) -> dict:
 
 def read_other_tool(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str | None] | None:
     """The first registered importer that recognises `text`, parsing it; None when none does."""
-    for name in FAMILIES:
-        for module in family_read(name, "IMPORTERS", ()):
-            importer = importlib.import_module(module)
-            if importer.recognises(text):
-                return importer.parse(path, text, warnings)
+    for importer in _importers():
+        if importer.recognises(text):
+            return importer.parse(path, text, warnings)
     return None

@@ -1,4 +1,4 @@
-"""nvbandwidth's JSON output (`nvbandwidth -j`) as results of the copy family.
+"""nvbandwidth's output (`nvbandwidth -j` JSON, or its plain text: nvbandwidth_text) as copy results.
 
 The format is nvbandwidth's own (json_output.cpp): `{"nvbandwidth": {"Driver Version", "testcases": [{"name",
 "status", "bandwidth_description", "bandwidth_matrix": [[str, ...], ...], "sum", ...}]}}`, newer versions
@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from suite.cases.copy import nvbandwidth_text
 from suite.importers import imported, stats_from_time
 
 TOOL = "nvbandwidth"
@@ -35,7 +36,7 @@ UNDER_LOAD = "uni_loaded"
 # The device-to-device bidirectional tests append three matrices to one testcase (addTestcaseResults in
 # json_output.cpp appends rows): read1/write1, read2/write2, then their total. Only the total is `bi`.
 BIDIR_BLOCKS = 3
-_DEVICE = re.compile(r"^\s*(\d+)\s*:\s*(.+?)\s*(?:\([0-9A-Fa-f:.]+\))?\s*(?::\s*\((.*)\))?\s*$")
+_DEVICE = re.compile(r"^\s*(\d+)\s*:\s*(.+?)\s*(?:\(([0-9A-Fa-f:.]+)\))?\s*(?::\s*\((.*)\))?\s*$")
 # test name (without _ce/_sm) -> (source, destination, direction); r = the row's GPU, c = the column's.
 ROUTES = {
     "host_to_device_memcpy": ("cpu", "c", "uni"),
@@ -107,8 +108,8 @@ def _routes(name: str, case: dict, gpus: int, problems: list[str]) -> list[tuple
 
 
 def recognises(text: str) -> bool:
-    """nvbandwidth's JSON names itself near its start."""
-    return '"nvbandwidth"' in text[:4096]
+    """nvbandwidth's JSON names itself near its start, its text in its first line or its `Running` lines."""
+    return '"nvbandwidth"' in text[:4096] or nvbandwidth_text.recognises(text)
 
 
 def _root(text: str) -> tuple[dict | None, str | None]:
@@ -118,27 +119,31 @@ def _root(text: str) -> tuple[dict | None, str | None]:
     except ValueError:
         return None, "nvbandwidth output is not JSON (truncated?)"
     root = data.get("nvbandwidth") if isinstance(data, dict) else None
+    if isinstance(root, dict) and root.get("error") and not root.get("testcases"):
+        return None, f"nvbandwidth stopped with an error: {root['error']}"
     if not isinstance(root, dict) or not isinstance(root.get("testcases"), list):
         return None, "no nvbandwidth testcases (not `nvbandwidth -j` output?)"
     return root, None
 
 
-def _device_names(root: dict) -> tuple[dict[int, str], str]:
-    """({GPU index: name}, host) from the device list, the host from "Hostname" first."""
+def _device_names(root: dict) -> tuple[dict[int, dict], str]:
+    """({GPU index: name and PCI address}, host) from the device list, the host from "Hostname" first."""
     host = str(root.get("Hostname") or "")
-    names: dict[int, str] = {}
+    names: dict[int, dict] = {}
     for entry in root.get("GPU Device list") or []:
         match = _DEVICE.match(str(entry))
         if match:
-            names[int(match.group(1))] = match.group(2)
-            host = host or (match.group(3) or "")
+            bus = match.group(3)  # `00000000:99:00`: domain, bus, device; ours is `0000:99:00.0`
+            names[int(match.group(1))] = {"name": match.group(2),
+                                          **({"pci_bus_id": f"{bus.lower()[-10:]}.0"} if bus else {})}
+            host = host or (match.group(4) or "")
     return names, host
 
 
-def _host_matrix_width(case: dict) -> int:
-    """Columns of a host<->device matrix (one per GPU), 0 for any other test."""
+def _matrix_width(case: dict) -> int:
+    """Columns of a test's matrix: one per GPU, in every test whose route it names."""
     matrix = case.get("bandwidth_matrix")
-    if not str(case.get("name", "")).startswith(("host_to_device", "device_to_host")):
+    if ROUTES.get(re.sub(r"_(ce|sm)$", "", str(case.get("name", "")))) is None:
         return 0
     return len(matrix[0]) if isinstance(matrix, list) and matrix and isinstance(matrix[0], list) else 0
 
@@ -187,7 +192,8 @@ class _Tests:
         name, status = str(case.get("name") or "?"), str(case.get("status") or "")
         if status != "Passed":
             if status not in ("Waived", "Not Found"):
-                self.failed.append(f"{name} ({status or 'no status'})")
+                error = f": {case['error']}" if case.get("error") else ""
+                self.failed.append(f"{name} ({status or 'no status'}{error})")
         elif not case.get("bufferSize") and self.small_buffer:
             if _routes(name, case, self.gpus, []):
                 self.unsized.append(name)
@@ -201,26 +207,30 @@ class _Tests:
                         f"record the size, so {len(self.unsized)} test(s) are not imported "
                         f"({', '.join(self.unsized)}); rerun nvbandwidth without -b (or with -b 512 or more) "
                         "to set its figures beside large copies")
+        failed = f"nvbandwidth tests that did not pass: {', '.join(self.failed)}"
         if self.unsized and not self.benchmarks:
             return unsized_text
+        if not self.benchmarks:  # one line: what failed, else that nothing was a route
+            return failed if self.failed else "nvbandwidth output without a passed one-route test"
         if self.unsized:
             warnings.append(f"{path}: {unsized_text}")
         if self.failed:
-            warnings.append(f"{path}: nvbandwidth tests that did not pass: {', '.join(self.failed)}")
+            warnings.append(f"{path}: {failed}")
         if self.problems:
             warnings.append(f"{path}: nvbandwidth results not imported: {', '.join(self.problems)}")
-        return None if self.benchmarks else "nvbandwidth output without a passed one-route test"
+        return None
 
 
 def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str | None]:
     """(results data, problem): each one-route-at-a-time test's matrix cells as copy benchmarks."""
-    root, problem = _root(text)
+    json_text = text.lstrip().startswith("{") or not nvbandwidth_text.recognises(text)
+    root, problem = _root(text) if json_text else (nvbandwidth_text.root_from_text(text)["nvbandwidth"], None)
     if problem:
         return None, problem
     names, host = _device_names(root)
     cases = [c for c in root["testcases"] if isinstance(c, dict)]
-    # Without a device list, the GPU count is the width of a host<->device matrix (one column per GPU).
-    gpus = len(names) or max(map(_host_matrix_width, cases), default=0)
+    # Without a device list, the GPU count is the width of a matrix (one column per GPU).
+    gpus = len(names) or max(map(_matrix_width, cases), default=0)
     tests = _Tests(gpus, SMALL_BUFFER_WARNING in str(root.get("warning") or "").lower())
     for case in cases:
         tests.read(case)
@@ -229,7 +239,7 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
         return None, problem
     driver = str(root.get("Driver Version") or "")
     devices = [
-        {"id": f"cuda:{i}", "kind": "cuda", "name": names.get(i, UNKNOWN_GPU),
+        {"id": f"cuda:{i}", "kind": "cuda", "name": UNKNOWN_GPU, **names.get(i, {}),
          **({"driver_version": driver} if driver else {})}
         for i in range(gpus)
     ]
