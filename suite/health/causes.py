@@ -117,9 +117,12 @@ def _neighbours(row: dict) -> list[tuple[str, str]]:
     if count:
         who = "another process" if count == 1 else f"{count:.0f} other processes"
         found.append((CONTRIBUTES, f"{who} held {memory / 2**30:.0f} GiB" if memory else f"{who} ran on it"))
-    ecc = _number(row.get("ecc_errors"))
-    if ecc:
-        found.append((CONTRIBUTES, f"ECC errors rose by {ecc:.0f} during the run"))
+    ecc = mapping(row.get("ecc_errors"))  # {"corrected": n, "uncorrected": n} (suite.telemetry)
+    total = sum(v for v in map(_number, ecc.values()) if v)
+    if total:
+        worse = _number(ecc.get("uncorrected"))
+        found.append((CONTRIBUTES, f"ECC errors rose by {total:.0f} during the run"
+                      + (f" ({worse:.0f} uncorrected)" if worse else "")))
     return found
 
 
