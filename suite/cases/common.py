@@ -13,12 +13,7 @@ import torch
 from suite.cases import SkipCase
 from suite.devices.memory import host_shortfall
 
-TORCH_DTYPES = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float64": torch.float64,
-}
+TORCH_DTYPES = {name: getattr(torch, name) for name in ("float32", "float16", "bfloat16", "float64")}
 
 # Seed for every input tensor: results are reproducible and never all-zero.
 SEED = 1234
@@ -29,11 +24,8 @@ HOST_WORKSPACE_FACTOR = 3
 # Messages torch uses when an op or dtype is not implemented on a backend, MPS's and XPU's included: "Cannot
 # convert a MPS Tensor to float64 dtype" (MPS has no float64), "MPS BFloat16 is only supported on MacOS 14 or
 # newer", "Required aspect fp64 is not supported on the device" (an Intel GPU without float64).
-_UNSUPPORTED = re.compile(
-    r"not implemented for|not supported|doesn't support|does not support|unsupported|no kernel"
-    r"|only supported on|cannot convert a \w+ tensor to \w+ dtype",
-    re.IGNORECASE,
-)
+_UNSUPPORTED = re.compile(r"not implemented for|not supported|doesn't support|does not support|unsupported|no kernel"
+                          r"|only supported on|cannot convert a \w+ tensor to \w+ dtype", re.IGNORECASE)
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -72,16 +64,8 @@ def keeping_inputs() -> bool:
 def require_host_bytes(nbytes: int, what: str) -> None:
     """SkipCase, naming the size and what is free, unless the host can give `nbytes` more now (with a margin,
     suite.devices.memory); nothing where the host does not tell (not Linux). Call it before allocating."""
-    reason = host_shortfall(nbytes, what)
-    if reason:
+    if reason := host_shortfall(nbytes, what):
         raise SkipCase(reason)
-
-
-def require_host_compute(what: str, device: str, elements: int, element_size: int) -> None:
-    """Where the CPU computes (`device` 'cpu'): require_host_bytes for `elements` of operands and results of
-    `element_size` bytes each, times HOST_WORKSPACE_FACTOR. Nothing for other devices."""
-    if device == "cpu":
-        require_host_bytes(elements * element_size * HOST_WORKSPACE_FACTOR, what)
 
 
 def randn(*shape: int, dtype: torch.dtype, device: str, seed: int = SEED) -> torch.Tensor:

@@ -47,12 +47,10 @@ def require_tf32_math(precision: str, error: float, what: str) -> None:
     """For a tf32 case: SkipCase when its result, `error` (relative, against float64) off, is as exact as IEEE
     float32, so TF32 math did not run (TF32_MIN_ERROR); any other precision passes."""
     if precision == "tf32" and error < TF32_MIN_ERROR:
-        raise SkipCase(
-            f"{what}: tf32 was asked for but the result has IEEE float32 accuracy (relative error {error:.2g} "
-            f"against float64, where TF32 math gives ~3e-4): TF32 math did not run (the library ignored the "
-            "switch, or chose kernels without tensor cores), so its time would be float32's; see the float32 "
-            "case"
-        )
+        raise SkipCase(f"{what}: tf32 was asked for but the result has IEEE float32 accuracy (relative error "
+                       f"{error:.2g} against float64, where TF32 math gives ~3e-4): TF32 math did not run (the library "
+                       "ignored the switch, or chose kernels without tensor cores), so its time would be float32's; "
+                       "see the float32 case")
 
 
 def storage_dtype(precision: str) -> str:
@@ -96,13 +94,17 @@ def _low_precision_reason(precision: str, device: str) -> str | None:
             return f"{precision} on {arch} runs as torch.{FNUZ[precision]}, which torch {torch.__version__} lacks"
         return None
     props = dev.current_platform().properties(torch.device(device))
-    capability = str(props.get("capability") or "")
-    if capability.count(".") == 1 and capability.replace(".", "").isdigit():
-        if tuple(int(part) for part in capability.split(".")) < FP8_MIN_CAPABILITY:
-            return (f"{precision} needs FP8 tensor cores: compute capability >= {FP8_MIN_CAPABILITY[0]}."
-                    f"{FP8_MIN_CAPABILITY[1]} (Ada, Hopper or newer); {device} ({props.get('name', '?')}) is "
-                    f"{capability}")
+    if capability := _below(props, FP8_MIN_CAPABILITY):
+        return (f"{precision} needs FP8 tensor cores: compute capability >= {FP8_MIN_CAPABILITY[0]}."
+                f"{FP8_MIN_CAPABILITY[1]} (Ada, Hopper or newer); {device} ({props.get('name', '?')}) is {capability}")
     return None
+
+
+def _below(props: dict, minimum: tuple[int, int]) -> str | None:
+    """The device's compute capability ('7.5') where it is below `minimum`; None where it is not, or not said."""
+    capability = str(props.get("capability") or "")
+    valid = capability.count(".") == 1 and capability.replace(".", "").isdigit()
+    return capability if valid and tuple(map(int, capability.split("."))) < minimum else None
 
 
 def unsupported_reason(precision: str, device: str) -> str | None:
@@ -138,12 +140,9 @@ def unsupported_reason(precision: str, device: str) -> str | None:
                     "(no torch.cuda.is_tf32_supported); see the float32 case")
         return (f"tf32 on ROCm needs xf32 math (gfx94x/gfx95x: MI300 or later); torch says {device} ({arch}) "
                 "has none: see the float32 case")
-    capability = str(props.get("capability") or "")
-    if capability.count(".") == 1 and capability.replace(".", "").isdigit():
-        major, minor = (int(part) for part in capability.split("."))
-        if (major, minor) < TF32_MIN_CAPABILITY:
-            return (f"tf32 needs compute capability >= {TF32_MIN_CAPABILITY[0]}.{TF32_MIN_CAPABILITY[1]} "
-                    f"(Ampere or newer); {device} ({props.get('name', '?')}) is {capability}")
+    if capability := _below(props, TF32_MIN_CAPABILITY):
+        return (f"tf32 needs compute capability >= {TF32_MIN_CAPABILITY[0]}.{TF32_MIN_CAPABILITY[1]} "
+                f"(Ampere or newer); {device} ({props.get('name', '?')}) is {capability}")
     return None
 
 
@@ -160,9 +159,8 @@ _INHERIT = "none"
 
 
 def _new_api() -> bool:
-    return hasattr(torch.backends.cuda.matmul, "fp32_precision") and hasattr(
-        getattr(torch.backends.cudnn, "conv", None), "fp32_precision"
-    )
+    return all(hasattr(switch, "fp32_precision")
+               for switch in (torch.backends.cuda.matmul, getattr(torch.backends.cudnn, "conv", None)))
 
 
 def effective_precision(op: str, backend_all: str, generic: str) -> str:
@@ -285,6 +283,3 @@ def mode_record(precision: str, device: str, uses: tuple[str, ...] = ("matmul", 
         record["allow_tf32"] = switched
     return record
 
-
-__all__ = ["FP8", "INT8", "PRECISIONS", "low_precision_dtype", "mode_for", "mode_record", "onednn_state",
-           "precision_mode", "require_tf32_math", "storage_dtype", "tf32_state", "unsupported_reason"]
