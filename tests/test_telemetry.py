@@ -275,3 +275,34 @@ def test_the_module_imports_without_torch():
     code = "import sys, suite.telemetry; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True).stdout.strip() == "False"
+
+
+def _check_run(**extra) -> dict:
+    """A results file of the GPU check's runs: one bf16 result on cuda:0 and one host->GPU copy."""
+    gpu = {"id": "cuda:0", "power_limit_w": 700.0, "pcie_gen_max": 5, "pcie_width_max": 16}
+    bf16 = {"case": "x", "device": "cuda:0", "dtype": "bfloat16", "tflops": 700.0, "power_w": 680.0,
+            "energy_j": 1360.0, "perf_per_w": 700 / 680, "clocks_limited": {"power": 0.9}, "clocks_held": 0.95,
+            "clocks_held_power": 0.95, **extra}
+    copy = {"case": "y", "src": "cpu", "dst": "cuda:0", "pcie_under_load": {"gen": 5, "width": 16}}
+    return {"machine_info": {"devices": [gpu]}, "benchmarks": [{"extra_info": bf16}, {"extra_info": copy}]}
+
+
+def test_the_gpu_checks_telemetry_rows_judge_power_limits_and_the_link():
+    from suite.tools.gpu_check import telemetry_rows
+
+    power, share, link = telemetry_rows([_check_run()], idle_w=90.0)
+    assert power.ok and share.ok and link.ok, (power, share, link)
+    assert (power.suite, power.reference, link.suite, link.reference) == (680.0, 700.0, 5, 5)
+    slow = _check_run()
+    slow["benchmarks"][1]["extra_info"]["pcie_under_load"] = {"gen": 5, "width": 8}
+    assert telemetry_rows([slow], idle_w=90.0)[2].ok is False and "x8 under load" in telemetry_rows(
+        [slow], idle_w=90.0)[2].note
+    assert telemetry_rows([_check_run(power_w=60.0)], idle_w=90.0)[0].ok is False, "below idle"
+    assert telemetry_rows([_check_run(clocks_limited={"power": 0.1})], idle_w=90.0)[1].ok is False
+
+
+def test_without_telemetry_the_gpu_checks_rows_are_not_judged():
+    from suite.tools.gpu_check import telemetry_rows
+
+    rows = telemetry_rows([{"benchmarks": [{"extra_info": {"case": "x", "device": "cpu"}}]}], idle_w=None)
+    assert len(rows) == 3 and all(r.ok is None and r.note.startswith("not judged") for r in rows)

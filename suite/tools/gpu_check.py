@@ -260,12 +260,93 @@ def quick_rows(ctx: CheckContext, out: Path, timeout: float) -> list[CheckRow]:
         # The all-GPUs case's id names no device (`all-gpus-bfloat16-...`).
         select = ["-k", f"{QUICK_DEVICE} or all-gpus", "--suite-devices", ",".join(["cpu", *quick_gpus(ctx.gpus)])]
     result = out / "quick.json"
+    idle_w = _idle_power_w(ctx.device)  # before the quick run: the GPU has idled since the last step
     code, text = run_command(_pytest("benchmarks", config, result, after=select), timeout)
-    count = len((read_results(result) or {"benchmarks": []})["benchmarks"])
+    quick = read_results(result) or {"benchmarks": []}
+    count = len(quick["benchmarks"])
     note = "timed out" if code is None else f"{count} results in quick.json; {_last_line(text)}"
     ok = code == 0 and count > 0
     title = f"quick config ({' '.join([config.name, *select])})"
-    return [CheckRow(title, count or None, None, "results", ok, note)]
+    return [CheckRow(title, count or None, None, "results", ok, note),
+            *telemetry_rows([data for _, _, data in ctx.runs] + [quick], idle_w)]
+
+
+# --- telemetry (suite.telemetry), from the results of the quick config and the earlier steps ---------------
+
+# A mean power over the limit by more than this is implausible: NVML holds the limit as a moving average, so a
+# window of timed rounds may run a few % over it.
+POWER_OVER_LIMIT = 1.05
+# The telemetry's power-limit share (timed rounds) and ClockWatch's (warm-up and timed rounds, the note the
+# check showed before) read different windows of the same work: they agree within this much.
+POWER_SHARE_AGREEMENT = 0.2
+
+
+def _idle_power_w(device: str) -> float | None:
+    """NVML's power reading of `device` now (an upper bound of its idle power); None without NVML."""
+    from suite.telemetry import sources_for
+
+    try:
+        sources, _ = sources_for([device])
+        return sources[0].gauges().get("power_w") if sources else None
+    except Exception:  # noqa: BLE001 - no reading: the row says it is not judged
+        return None
+
+
+def telemetry_rows(runs: list[dict], idle_w: float | None) -> list[CheckRow]:
+    """Three rows from the results of the check's runs: the best bf16 figure on a GPU drew a mean power
+    between idle and its power limit; its power-limit share agrees with ClockWatch's; the PCIe link ran at
+    its max under load (the worst host<->GPU copy). Not judged where the figures are absent (the dry run, no
+    NVML)."""
+    infos = [b["extra_info"] for data in runs for b in data["benchmarks"]
+             if isinstance(b.get("extra_info"), dict)]
+    devices = {d.get("id"): d for data in runs for d in (data.get("machine_info") or {}).get("devices", [])}
+    bf16 = [i for i in infos if i.get("dtype") == "bfloat16" and str(i.get("device")).startswith("cuda")
+            and isinstance(i.get("tflops"), (int, float))]
+    best = max(bf16, key=lambda i: i["tflops"], default={})
+    return [_power_row(best, devices.get(best.get("device"), {}), idle_w), _power_share_row(best),
+            _pcie_row(infos, devices)]
+
+
+def _not_judged(name: str, unit: str, what: str) -> CheckRow:
+    return CheckRow(name, None, None, unit, None, f"not judged: {what} (no GPU, or NVML did not tell)")
+
+
+def _power_row(best: dict, device: dict, idle_w: float | None) -> CheckRow:
+    name = "telemetry: bf16 mean power between idle and the power limit"
+    power, limit = best.get("power_w"), device.get("power_limit_w")
+    if power is None or limit is None or idle_w is None:
+        return _not_judged(name, "W", "no bf16 result with power_w, power limit or idle reading")
+    energy = f", {best['energy_j']:.0f} J" if "energy_j" in best else f" ({best.get('telemetry_note', '')})"
+    return CheckRow(name, power, limit, "W", idle_w < power <= limit * POWER_OVER_LIMIT,
+                    f"{best['tflops']:.0f} TFLOP/s at {power:.0f} W{energy}, {best.get('perf_per_w', 0):.2f} "
+                    f"TFLOP/s/W; idle {idle_w:.0f} W (NVML, before the quick run), limit {limit:.0f} W")
+
+
+def _power_share_row(best: dict) -> CheckRow:
+    name = "telemetry: power-limit share vs the clock-limit note (ClockWatch)"
+    share = (best.get("clocks_limited") or {}).get("power")
+    if share is None or "clocks_held" not in best:
+        return _not_judged(name, "share", "no bf16 result with both records")
+    noted = best.get("clocks_held_power", 0.0)  # ClockWatch names a limit from 1% of its window
+    return CheckRow(name, share, noted, "share", abs(share - noted) <= POWER_SHARE_AGREEMENT,
+                    f"timed rounds {share:.0%}, warm-up and timed rounds {noted:.0%}; agree within "
+                    f"{POWER_SHARE_AGREEMENT:.0%}")
+
+
+def _pcie_row(infos: list[dict], devices: dict) -> CheckRow:
+    name = "telemetry: PCIe link under load = its max"
+    linked = [(i["pcie_under_load"], next((d for d in (i.get("src"), i.get("dst")) if d and d != "cpu"), ""))
+              for i in infos if isinstance(i.get("pcie_under_load"), dict)]
+    if not linked:
+        return _not_judged(name, "gen", "no host<->GPU copy with pcie_under_load")
+    link, gpu = min(linked, key=lambda lg: (lg[0].get("gen", 0), lg[0].get("width", 0)))
+    gen_max, width_max = devices.get(gpu, {}).get("pcie_gen_max"), devices.get(gpu, {}).get("pcie_width_max")
+    if gen_max is None or width_max is None:
+        return _not_judged(name, "gen", f"no link max for {gpu}")
+    return CheckRow(name, link.get("gen"), gen_max, "gen",
+                    (link.get("gen"), link.get("width")) == (gen_max, width_max),
+                    f"{gpu}: Gen{link.get('gen')} x{link.get('width')} under load, max Gen{gen_max} "
+                    f"x{width_max} (the worst of {len(linked)} copies)")
 
 
 def _fake_suite_dir(ctx: CheckContext) -> Path:
