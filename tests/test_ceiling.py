@@ -254,7 +254,8 @@ def test_the_all_gpus_case_checks_and_counts_every_device(monkeypatch):
     case = matmul.make_case("matmul", ("cpu", "cpu"), ["all-gpus", "float32", "32x32x32"], device=matmul.ALL_GPUS,
                             gpus=("cpu", "cpu"), dtype="float32", precision="float32", m=32, n=32, k=32)
     work = matmul.build(case, None)
-    assert work.flops == 2 * matmul.flops(32, 32, 32)
+    # Each GPU's thread issues a batch of calls_per_batch matmuls per call.
+    assert work.flops == 2 * matmul.calls_per_batch(matmul.flops(32, 32, 32)) * matmul.flops(32, 32, 32)
     work.check()
     real, calls = torch.matmul, []
 

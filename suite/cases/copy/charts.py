@@ -39,10 +39,12 @@ DIRECTION_LABELS = {"uni": "one way", "bi": "both ways at once (GB/s of both)"}
 
 
 def per_copy_bytes(rows: pd.DataFrame) -> pd.Series:
-    """Bytes of one copy's buffer: a bidirectional copy's `bytes` counts both directions (as measure.py does)."""
-    if "direction" not in rows:
-        return rows["bytes"]
-    return rows["bytes"].where(rows["direction"].ne("bi"), rows["bytes"] / 2)
+    """Bytes of one copy's buffer: its `size`; where a row lacks it, `bytes`, of which a bidirectional copy's
+    count both directions (a call of one now counts several copies each way, as measure.py does)."""
+    moved = rows["bytes"]
+    if "direction" in rows:
+        moved = moved.where(rows["direction"].ne("bi"), moved / 2)
+    return rows["size"].fillna(moved) if "size" in rows else moved
 
 
 def copy_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:

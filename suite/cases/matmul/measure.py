@@ -3,15 +3,17 @@
 
 from __future__ import annotations
 
+import functools
 import statistics
 from typing import Callable
 
 import torch
 
-from suite.cases import Case, SkipCase, Work, make_case
+from suite.cases import Case, SkipCase, Work, issuers, make_case
 from suite.cases.common import randn, relative_error, skip_if_unsupported, to_host64, torch_dtype
 from suite.cases.matmul import formats
 from suite.cases.precision import INT8, mode_record, require_tf32_math, storage_dtype, unsupported_reason
+from suite.devices import synchronize
 
 NAME = "matmul"
 COMPUTE = True  # keeps compute units busy: a sustained warm-up on accelerators (timing.warmup_seconds)
@@ -43,6 +45,12 @@ GPU_KINDS = ("cuda", "xpu")
 # warm-up rounds), median per device, taken right after the timed rounds, while every GPU still runs at the
 # clock the sustained load left it at (idle GPUs boost higher: a burst before timing overstates them).
 PER_DEVICE_ROUNDS = 10
+# Each GPU's thread issues matmuls of at least this many FLOP per call of the all-at-once case (0.55 ms at
+# 1 PFLOP/s), so handing the batches to the threads and waiting for them is a small share of the work the GPUs
+# have queued meanwhile ...
+ALL_GPUS_BATCH_FLOP = 2**39
+# ... and at most this many matmuls (small shapes: 256 x 11 us for bf16 1024^3 on an H200).
+MAX_BATCH_CALLS = 256
 
 
 def flops(m: int, n: int, k: int) -> int:
@@ -160,19 +168,31 @@ def build(case: Case, config) -> Work:
     return build_matmul(case.id, p["device"], p["precision"], p["m"], p["n"], p["k"])
 
 
+def calls_per_batch(flop: int) -> int:
+    """Matmuls each GPU's thread issues per call of the all-GPUs case (see ALL_GPUS_BATCH_FLOP)."""
+    return max(1, min(MAX_BATCH_CALLS, -(-ALL_GPUS_BATCH_FLOP // flop)))
+
+
 def build_all_gpus(case: Case) -> Work:
-    """The same matmul launched on every GPU, then all synchronised (Case.devices): the node's aggregate."""
+    """The same matmuls issued on every GPU at once, a thread per GPU, then all synchronised (Case.devices):
+    the node's aggregate."""
     p = case.info
     gpus = list(p["gpus"])
     precision, m, n, k = p["precision"], p["m"], p["n"], p["k"]
     operands = [product(dev, precision, m, n, k) for dev in gpus]
+    calls = calls_per_batch(flops(m, n, k))
     extra: dict = {**_record(precision, gpus[0]), "gpu_count": len(gpus)}
 
-    def run() -> None:
-        # Launches are asynchronous: each device starts as soon as its launch is queued, so the devices run
-        # at the same time; the timer then synchronises all of them.
-        for call, _ in operands:
-            call()
+    def batch(call) -> Callable[[], None]:
+        def run() -> None:
+            for _ in range(calls):
+                call()
+        return run
+
+    # One thread per GPU, its device set once: one thread issuing the GPUs' calls in turn leaves each GPU idle
+    # while it launches on the others (bf16 1024^3: 11 us a call on an H200, 40-90 us for eight launches).
+    issue = issuers.Issuers([batch(call) for call, _ in operands],
+                            [functools.partial(issuers.use_device, dev) for dev in gpus])
 
     def check() -> None:
         for dev, (_, check_one) in zip(gpus, operands):
@@ -180,30 +200,33 @@ def build_all_gpus(case: Case) -> Work:
 
     # `derive` runs right after the timed rounds (suite.plugin.run_case): the per-device rates come from GPUs
     # at their sustained clocks, comparable with the aggregate the timed rounds measured.
-    return Work(fn=run, check=check, flops=len(gpus) * flops(m, n, k), extra=extra,
-                derive=lambda median: per_device_rates(gpus, operands, flops(m, n, k)))
+    return Work(fn=issue, check=check, flops=calls * len(gpus) * flops(m, n, k), extra=extra,
+                derive=lambda median: per_device_rates(gpus, issue, calls * flops(m, n, k)))
 
 
-def per_device_rates(gpus: list[str], operands: list, flop: int) -> dict:
-    """Each GPU's TFLOP/s while all run at once (CUDA events per device), and the slowest of them."""
+def _timed_batches(run: Callable[[], None], rounds: int) -> list[tuple]:
+    """CUDA events around `rounds` batches, issued back to back on the calling thread's current device."""
+    pairs = []
+    for _ in range(rounds):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        pairs.append((start, end))
+    return pairs
+
+
+def per_device_rates(gpus: list[str], issue: issuers.Issuers, flop: int) -> dict:
+    """Each GPU's TFLOP/s while all run at once (CUDA events around each of its thread's batches of `flop`
+    FLOP) and the slowest of them: the all-at-once aggregate is checked against their sum."""
     if not all(d.startswith("cuda") for d in gpus):
         return {}
-    times: dict[str, list[float]] = {d: [] for d in gpus}
-    for i in range(2 * PER_DEVICE_ROUNDS):
-        events = []
-        for dev, (call, _) in zip(gpus, operands):
-            with torch.cuda.device(dev):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                call()
-                end.record()
-            events.append((dev, start, end))
-        for dev in gpus:
-            torch.cuda.synchronize(dev)
-        if i >= PER_DEVICE_ROUNDS:
-            for dev, start, end in events:
-                times[dev].append(start.elapsed_time(end) / 1e3)
-    rates = {dev: flop / statistics.median(t) / 1e12 for dev, t in times.items()}
+    # The batches run back to back, so each GPU's later batches start queued behind work (no launch gap inside
+    # their events), with every GPU loaded; the first PER_DEVICE_ROUNDS are the warm-up.
+    spans = issue([functools.partial(_timed_batches, run, 2 * PER_DEVICE_ROUNDS) for run in issue.batches])
+    synchronize(*gpus)
+    rates = {dev: flop / statistics.median(s.elapsed_time(e) / 1e3 for s, e in pairs[PER_DEVICE_ROUNDS:]) / 1e12
+             for dev, pairs in zip(gpus, spans)}
     slowest = min(rates, key=rates.get)
     return {"per_device_tflops": rates, "slowest_device": slowest, "slowest_tflops": rates[slowest]}
 
