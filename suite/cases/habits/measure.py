@@ -28,10 +28,9 @@ TOLERANCE = 1e-2
 # Rows of the overlap matmul recomputed in float64 by the check.
 CHECK_ROWS = 64
 
-SYNC_ON_CPU = (
-    "the CPU runs torch ops synchronously, so a scalar read has no queue of device work to wait for: reading every "
-    "step costs only the read itself, and the habit (an implicit synchronisation) does not exist there"
-)
+SYNC_ON_CPU = ("the CPU runs torch ops synchronously, so a scalar read has no queue of device work to wait for: "
+               "reading every step costs only the read itself, and the habit (an implicit synchronisation) does not "
+               "exist there")
 
 
 class _Discard(io.TextIOBase):
@@ -56,23 +55,12 @@ def _read(reader: str, value: torch.Tensor) -> float:
     return float(value.cpu().numpy())
 
 
-def _pair_cases(
-    habit: str, pair: str, devices: tuple[str, ...], id_head: list[str], id_tail: dict[str, str], **params
-) -> list[Case]:
+def _pair_cases(habit: str, pair: str, devices: tuple[str, ...], id_head: list[str], id_tail: dict[str, str],
+                **params) -> list[Case]:
     slow, fast = VARIANTS[habit]
-    return [
-        make_case(
-            NAME,
-            devices,
-            [*id_head, variant, id_tail[variant]],
-            habit=habit,
-            variant=variant,
-            role=role,
-            pair=pair,
-            **params,
-        )
-        for variant, role in ((slow, "slow"), (fast, "fast"))
-    ]
+    return [make_case(NAME, devices, [*id_head, variant, id_tail[variant]], habit=habit, variant=variant, role=role,
+                      pair=pair, **params)
+            for variant, role in ((slow, "slow"), (fast, "fast"))]
 
 
 def enumerate_cases(config, devices: list[str]) -> list[Case]:
@@ -83,53 +71,22 @@ def enumerate_cases(config, devices: list[str]) -> list[Case]:
     for dev in devices:
         s = section.for_device(dev)
         for habit in dict.fromkeys(s.habits):
+            with_cpu = tuple(dict.fromkeys(("cpu", dev)))
             if habit == "small_vs_batched":
-                total = s.chunk * s.chunks
-                tails = {
-                    "many_small": f"{s.chunks}x{format_size(s.chunk)}",
-                    "one_batched": f"1x{format_size(total)}",
-                }
-                memory = s.memory if dev != "cpu" else "pageable"
-                cases += _pair_cases(
-                    habit,
-                    f"{habit}:cpu->{dev}",
-                    tuple(dict.fromkeys(("cpu", dev))),
-                    [f"cpu->{dev}", habit],
-                    tails,
-                    src="cpu",
-                    dst=dev,
-                    device=dev,
-                    memory=memory,
-                    chunk=s.chunk,
-                    chunks=s.chunks,
-                )
+                tails = {"many_small": f"{s.chunks}x{format_size(s.chunk)}",
+                         "one_batched": f"1x{format_size(s.chunk * s.chunks)}"}
+                cases += _pair_cases(habit, f"{habit}:cpu->{dev}", with_cpu, [f"cpu->{dev}", habit], tails, src="cpu",
+                                     dst=dev, device=dev, memory=s.memory if dev != "cpu" else "pageable",
+                                     chunk=s.chunk, chunks=s.chunks)
             elif habit == "sync_per_step":
+                tails = dict.fromkeys(VARIANTS[habit], f"{s.steps}steps")
                 for reader in dict.fromkeys(s.readers):
-                    tails = {v: f"{s.steps}steps" for v in VARIANTS[habit]}
-                    cases += _pair_cases(
-                        habit,
-                        f"{habit}:{dev}:{reader}",
-                        (dev,),
-                        [dev, habit, reader],
-                        tails,
-                        device=dev,
-                        reader=reader,
-                        steps=s.steps,
-                        n=s.step_matmul,
-                    )
+                    cases += _pair_cases(habit, f"{habit}:{dev}:{reader}", (dev,), [dev, habit, reader], tails,
+                                         device=dev, reader=reader, steps=s.steps, n=s.step_matmul)
             else:
-                tail = f"{format_size(s.overlap_bytes)}-{s.overlap_matmul}"
-                tails = {v: tail for v in VARIANTS[habit]}
-                cases += _pair_cases(
-                    habit,
-                    f"{habit}:{dev}",
-                    tuple(dict.fromkeys(("cpu", dev))),
-                    [dev, habit],
-                    tails,
-                    device=dev,
-                    size=s.overlap_bytes,
-                    n=s.overlap_matmul,
-                )
+                tails = dict.fromkeys(VARIANTS[habit], f"{format_size(s.overlap_bytes)}-{s.overlap_matmul}")
+                cases += _pair_cases(habit, f"{habit}:{dev}", with_cpu, [dev, habit], tails, device=dev,
+                                     size=s.overlap_bytes, n=s.overlap_matmul)
     return cases
 
 
@@ -146,10 +103,8 @@ def skip_reason(case: Case) -> str | None:
             return f"overlap uses CUDA streams; {dev} is not a CUDA device"
     pinned = p["habit"] == "overlap" or p.get("memory") == "pinned"
     if pinned and dev != "cpu" and not current_platform().supports_pinned_memory():
-        return (
-            f"pinned host memory needs a CUDA or XPU device (torch.Tensor.pin_memory); not available for {dev}; "
-            "set habits.memory: pageable to measure pageable transfers"
-        )
+        return (f"pinned host memory needs a CUDA or XPU device (torch.Tensor.pin_memory); not available for {dev}; "
+                "set habits.memory: pageable to measure pageable transfers")
     return None
 
 
@@ -166,13 +121,11 @@ def host_bytes(case: Case) -> int:
 
 
 def build(case: Case, config) -> Work:
-    reason = skip_reason(case)
-    if reason:
+    if reason := skip_reason(case):
         raise SkipCase(reason)
     require_host_bytes(host_bytes(case), case.id)
-    return {"small_vs_batched": _small_vs_batched, "sync_per_step": _sync_per_step, "overlap": _overlap}[
-        case.info["habit"]
-    ](case)
+    builders = {"small_vs_batched": _small_vs_batched, "sync_per_step": _sync_per_step, "overlap": _overlap}
+    return builders[case.info["habit"]](case)
 
 
 def _small_vs_batched(case: Case) -> Work:
@@ -183,9 +136,7 @@ def _small_vs_batched(case: Case) -> Work:
     src = buffer("cpu", total, pinned, data=True)
     dst = buffer(p["dst"], total)
     if p["variant"] == "many_small":
-        legs = list(
-            zip(dst.view(p["chunks"], p["chunk"]).unbind(), src.view(p["chunks"], p["chunk"]).unbind())
-        )
+        legs = list(zip(dst.view(p["chunks"], p["chunk"]).unbind(), src.view(p["chunks"], p["chunk"]).unbind()))
 
         def run() -> None:
             for d, s in legs:
@@ -206,9 +157,8 @@ def _small_vs_batched(case: Case) -> Work:
 
     # A copy within the CPU also reports its memory traffic (read + write), under its own key.
     traffic = 2 * total if p["dst"] == "cpu" else None
-    work = own.bind(Work(fn=run, check=check, bytes=total, traffic_bytes=traffic,
+    return own.bind(Work(fn=run, check=check, bytes=total, traffic_bytes=traffic,
                          extra={"non_blocking": non_blocking, **host_extra()}))
-    return work
 
 
 def _sync_per_step(case: Case) -> Work:
@@ -241,12 +191,9 @@ def _sync_per_step(case: Case) -> Work:
         # float64 on the device only on CUDA: MPS and many XPUs have none, so elsewhere on the CPU.
         expected = steps * float((float64_reference(a) @ float64_reference(w)).square().mean())
         err = abs(got - expected) / expected
-        assert err <= TOLERANCE, (
-            f"habits {case.id}: loss sum {got:.6g} vs float64 {expected:.6g} (error {err:.2g})"
-        )
+        assert err <= TOLERANCE, f"habits {case.id}: loss sum {got:.6g} vs float64 {expected:.6g} (error {err:.2g})"
 
-    work = own.bind(Work(fn=run, check=check, flops=steps * 2 * n**3))
-    return work
+    return own.bind(Work(fn=run, check=check, flops=steps * 2 * n**3))
 
 
 def _overlap(case: Case) -> Work:
@@ -291,8 +238,7 @@ def _overlap(case: Case) -> Work:
         assert err <= TOLERANCE, f"habits {case.id}: matmul relative error {err:.2g} against float64"
 
     synchronize(dev)  # the side stream must not read src/dst before they are filled
-    work = own.bind(Work(fn=run, check=check, bytes=size, flops=2 * n**3, extra={"non_blocking": True, **host_extra()}))
-    return work
+    return own.bind(Work(fn=run, check=check, bytes=size, flops=2 * n**3, extra={"non_blocking": True, **host_extra()}))
 
 
 __all__ = ["NAME", "VARIANTS", "build", "enumerate_cases", "host_bytes", "host_side", "skip_reason"]
