@@ -653,3 +653,18 @@ def test_the_reference_copy_is_built_and_timed_inside_the_familys_host_side(tmp_
     case_id = ctx.case_ids("copy", cfg)[0]
     assert event_seconds("copy", cfg, {"param": case_id, "stats": {"total": 0.01, "iterations": 1}}) == 1e-3
     assert order == ["bind", "build", "time", "unbind"]
+
+
+def test_freeing_device_memory_drains_and_frees_every_gpu(monkeypatch):
+    from suite.devices import use_platform
+    from tests.fakes import FakePlatform
+
+    freed = []
+
+    class Counting(FakePlatform):
+        def empty_cache(self, device):
+            freed.append(str(device))
+
+    with use_platform(Counting(gpus=3)) as platform:
+        gpu_check._free_device_memory()
+    assert platform.synchronized == freed == ["cuda:0", "cuda:1", "cuda:2"]

@@ -558,14 +558,20 @@ def _run_step(ctx: CheckContext, name: str, run: Callable[[float], list[CheckRow
 
 
 def _free_device_memory() -> None:
+    """Drain and free every GPU a step used (peer copies and the all-GPUs case use several), not the current
+    one only."""
     import gc
 
     import torch
 
+    from suite.devices import current_platform, synchronize
+
     gc.collect()
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
+    platform = current_platform()
+    gpus = [torch.device("cuda", i) for i in range(platform.count("cuda"))]
+    synchronize(*gpus)
+    for gpu in gpus:
+        platform.empty_cache(gpu)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,9 +26,11 @@ def call_flops(params: dict) -> int | None:
     """FLOP of one call, from the case's parameters alone (the plan's long-call estimate; imports torch)."""
     if not all(isinstance(params.get(k), int) for k in "mnk"):
         return None
-    from suite.cases.matmul.measure import flops
+    from suite.cases.matmul.measure import ALL_GPUS, calls_per_batch, flops
 
-    return flops(params["m"], params["n"], params["k"])  # all GPUs at once: each runs this, side by side
+    one = flops(params["m"], params["n"], params["k"])
+    # All GPUs at once: each runs a batch of calls per call, side by side.
+    return one * calls_per_batch(one) if params.get("device") == ALL_GPUS else one
 
 
 def label(info: dict) -> str:
