@@ -15,7 +15,15 @@ import pandas as pd
 from suite.cases import FAMILIES, family_read
 from suite.compare_format import emit, invalid_lines, render_all
 from suite.compare_format import summary_table  # noqa: F401 -- imported from here by its tests
-from suite.compare_verdict import HISTORY_MIN_RUNS, HISTORY_RUNS, Pair, compare_tables, outcome
+from suite.compare_verdict import (
+    HIGHER_IS_BETTER,
+    HISTORY_MIN_RUNS,
+    HISTORY_RUNS,
+    UNRECORDED,
+    Pair,
+    compare_tables,
+    outcome,
+)
 from suite.compare_verdict import classify  # noqa: F401 -- imported from here by its tests
 from suite.errors import UserError
 from suite.results import (
@@ -28,7 +36,7 @@ from suite.results import (
 )
 
 DEFAULT_THRESHOLD = "5%"
-METRICS = ("median", "min", "mean")
+METRICS = ("median", "min", "mean", *HIGHER_IS_BETTER)
 FORMATS = ("text", "markdown", "csv", "json")
 _THRESHOLD_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*%?\s*$")
 _FAMILY_RE = re.compile(r"^\s*([A-Za-z_][\w-]*)\s*=(.*)$")
@@ -256,7 +264,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"{DEFAULT_THRESHOLD.replace('%', '%%')}); FAMILY=PCT for one family, e.g. --threshold copy=10%% "
         "(repeatable)",
     )
-    parser.add_argument("--metric", choices=METRICS, default="median", help="which time statistic to compare")
+    parser.add_argument("--metric", choices=METRICS, default="median",
+                        help="which time statistic to compare, or perf_per_w: the rate per watt (higher is "
+                        "better; a result without it is not judged)")
     parser.add_argument("--format", choices=FORMATS, default="text", dest="fmt")
     parser.add_argument(
         "--map",
@@ -333,9 +343,12 @@ def _warn_partial(pairs: list[Pair], stopped: dict[str, str], allow_missing: boo
                   "and --allow-missing passes them", file=sys.stderr)
 
 
-def _nothing_compared(pairs: list[Pair]) -> None:
+def _nothing_compared(pairs: list[Pair], metric: str) -> None:
     # Nothing in common passes no gate, --allow-missing or not.
-    if any(r.invalid for p in pairs for r in p.rows):
+    if any(r.note.startswith(UNRECORDED) for p in pairs for r in p.rows):
+        print(f"compare: nothing was judged: no benchmark in common has {metric} on both sides; rerun with "
+              "telemetry on a machine whose GPU (NVML) or CPU (RAPL) reports power", file=sys.stderr)
+    elif any(r.invalid for p in pairs for r in p.rows):
         print("compare: nothing valid was compared: every benchmark in common has an invalid result on one "
               "side (see above); rerun the run whose results are invalid", file=sys.stderr)
     else:
@@ -402,8 +415,11 @@ def run(args: argparse.Namespace) -> int:
     code, _ = outcome(pairs, missing_machines, args.allow_missing)
     for line in invalid_lines(pairs):
         print(line, file=sys.stderr)
+    unrecorded = sum(r.note.startswith(UNRECORDED) for p in pairs for r in p.rows)
+    if unrecorded and code != 2:
+        print(f"warning: {unrecorded} benchmark(s) without {args.metric} on a side: not judged", file=sys.stderr)
     if code == 2:
-        _nothing_compared(pairs)
+        _nothing_compared(pairs, args.metric)
         return 2
     missing = sum(p.count("missing") for p in pairs)
     if (missing or missing_machines) and not args.allow_missing:

@@ -10,7 +10,15 @@ import os
 import sys
 from dataclasses import asdict
 
-from suite.compare_verdict import MIN_ROUNDS_TO_JUDGE, NOISE_IQR_SHARE, Pair, Row, outcome
+from suite.compare_verdict import (
+    HIGHER_IS_BETTER,
+    MIN_ROUNDS_TO_JUDGE,
+    NOISE_IQR_SHARE,
+    UNRECORDED,
+    Pair,
+    Row,
+    outcome,
+)
 from suite.report.tables import format_time
 
 MAX_INVALID_NAMED = 10  # invalid results named one per line on stderr; the rest counted
@@ -28,19 +36,17 @@ def emit(text: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
-def _cells(r: Row) -> list[str]:
+def _cells(r: Row, metric: str) -> list[str]:
     ratio = "—" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
     change = "—" if math.isnan(r.change_pct) else f"{r.change_pct:+.1f}%"
-    return [
-        f"{r.status} ({r.invalid})" if r.invalid else f"{r.status} (in range)" if r.note else r.status,
-        r.case,
-        r.benchmark,
-        format_time(r.baseline),
-        format_time(r.candidate),
-        ratio,
-        change,
-        format_time(r.noise),
-    ]
+    figure = format_time if metric not in HIGHER_IS_BETTER else lambda v: "—" if math.isnan(v) else f"{v:.4g}/W"
+    status = r.status
+    if r.invalid or r.note.startswith(UNRECORDED):
+        status += f" ({r.invalid or r.note})"
+    elif r.note:
+        status += " (in range)"
+    return [status, r.case, r.benchmark, figure(r.baseline), figure(r.candidate), ratio, change,
+            format_time(r.noise)]
 
 
 HEADERS = ["status", "case", "benchmark", "baseline", "candidate", "ratio", "change", "noise"]
@@ -76,7 +82,8 @@ def _csv(pairs: list[Pair], metric: str, changed_only: bool) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(["baseline_machine", "candidate_machine", "status", "case", "benchmark",
-                     f"baseline_{metric}_s", f"candidate_{metric}_s", "ratio", "change_pct", "noise_s",
+                     *(f"{side}_{metric}" + ("" if metric in HIGHER_IS_BETTER else "_s")
+                       for side in ("baseline", "candidate")), "ratio", "change_pct", "noise_s",
                      "baseline_partial", "candidate_partial", "note"])
     for pair in pairs:
         flags = [str(bool(pair.base_partial)).lower(), str(bool(pair.cand_partial)).lower()]
@@ -108,11 +115,13 @@ def render(pair: Pair, fmt: str, metric: str, threshold: float, thresholds: dict
     per_family = "".join(f", {k} {v * 100:g}%" for k, v in sorted(thresholds.items()))
     summary = (
         f"{_named(pair.base_label, pair.base_partial)} -> {_named(pair.cand_label, pair.cand_partial)}: "
-        f"{metric} time, threshold {threshold * 100:g}%{per_family}, noise "
+        + (f"{metric} time" if metric not in HIGHER_IS_BETTER else
+           f"{metric} (rate per watt, higher is better; ratio = baseline / candidate)")
+        + f", threshold {threshold * 100:g}%{per_family}, noise "
         f"{NOISE_IQR_SHARE:g} x (IQR baseline + IQR candidate): "
         + ", ".join(f"{n} {s}" for s, n in pair.counts.items())
     )
-    steady = sum(bool(r.note) for r in pair.rows)
+    steady = sum(bool(r.note) and r.status == "unchanged" for r in pair.rows)
     if steady:
         summary += (f" ({steady} beyond threshold and noise but within the range of the baseline machine's "
                     f"latest runs: unchanged)")
@@ -123,7 +132,7 @@ def render(pair: Pair, fmt: str, metric: str, threshold: float, thresholds: dict
         summary = f"**{summary}**"
     if changed_only and not rows:
         return f"{summary}\n\nno benchmark other than unchanged ones"
-    return "\n".join([summary, "", *_table(HEADERS, [_cells(r) for r in rows], fmt)])
+    return "\n".join([summary, "", *_table(HEADERS, [_cells(r, metric) for r in rows], fmt)])
 
 
 def invalid_lines(pairs: list[Pair]) -> list[str]:

@@ -27,6 +27,12 @@ HISTORY_MIN_RUNS = 3
 # fails the gate like a regression unless --allow-missing says the subset is deliberate: a run that measured
 # less must never pass for one that measured the same and was as fast.
 STATUS_ORDER = ("regression", "improvement", "unchanged", "not judged", "missing", "only in candidate")
+# Rates per watt (suite.telemetry's perf_per_w): higher is better, unlike the time statistics. Judged as their
+# inverse, the energy one unit of work took, so one rule serves both; their noise is the time's IQR share.
+HIGHER_IS_BETTER = ("perf_per_w",)
+# The note of a row whose metric one side did not record (a run without telemetry): "not judged", and not
+# counted as compared, so a gate on a figure nobody recorded passes nothing.
+UNRECORDED = "not recorded: "
 # --changed-only lists every row but these (the counts stay whole), so a comparison fits a PR comment.
 QUIET_STATUSES = ("unchanged",)
 
@@ -93,6 +99,8 @@ def _row(b: dict, c: dict, metric: str, threshold: float, span: tuple[float, flo
                         if r["invalid"])
         return Row("not judged", b["case"], c["name"], b[metric], c[metric], math.nan, math.nan, math.nan,
                    invalid=why)
+    if metric in HIGHER_IS_BETTER:
+        return _per_watt_row(b, c, metric, threshold, span)
     noise = NOISE_IQR_SHARE * (_zero(b["iqr"]) + _zero(c["iqr"]))
     few = min(_zero(b["rounds"]), _zero(c["rounds"])) < MIN_ROUNDS_TO_JUDGE
     ratio = c[metric] / b[metric] if b[metric] > 0 and c[metric] > 0 else math.nan
@@ -104,6 +112,26 @@ def _row(b: dict, c: dict, metric: str, threshold: float, span: tuple[float, flo
     if status in ("regression", "improvement") and runs >= HISTORY_MIN_RUNS and low <= c[metric] <= high:
         status, note = "unchanged", f"within {runs} baseline runs' range"
     return Row(status, b["case"], c["name"], b[metric], c[metric], ratio, (ratio - 1) * 100, noise, note)
+
+
+def _per_watt_row(b: dict, c: dict, metric: str, threshold: float, span: tuple[float, float, int]) -> Row:
+    """A rate per watt: `ratio` is baseline / candidate (above 1 is worse, as for times); a side without it
+    is not judged."""
+    absent = [side for side, r in (("baseline", b), ("candidate", c)) if not _zero(r[metric]) > 0]
+    if absent:
+        return Row("not judged", b["case"], c["name"], b[metric], c[metric], math.nan, math.nan, math.nan,
+                   note=f"{UNRECORDED}{metric} ({' and '.join(absent)})")
+    # Energy per unit of work, and its noise as the time's: the IQR's share of the median.
+    cost = {side: (1 / r[metric], 1 / r[metric] * _zero(r["iqr"]) / r["median"] if r["median"] > 0 else 0.0)
+            for side, r in (("b", b), ("c", c))}
+    few = min(_zero(b["rounds"]), _zero(c["rounds"])) < MIN_ROUNDS_TO_JUDGE
+    status = "not judged" if few else classify(cost["b"][0], cost["c"][0], cost["b"][1], cost["c"][1], threshold)
+    low, high, runs = span
+    note = ""
+    if status in ("regression", "improvement") and runs >= HISTORY_MIN_RUNS and low <= c[metric] <= high:
+        status, note = "unchanged", f"within {runs} baseline runs' range"
+    ratio = b[metric] / c[metric]
+    return Row(status, b["case"], c["name"], b[metric], c[metric], ratio, (ratio - 1) * 100, math.nan, note)
 
 
 def compare_tables(
@@ -122,10 +150,14 @@ def compare_tables(
     range bounds what counts as a change.
     """
     thresholds = thresholds or {}
+    if metric in HIGHER_IS_BETTER:  # a telemetry column none of a run's results recorded holds None
+        base, cand, history = (None if t is None else t.assign(**{metric: pd.to_numeric(t[metric], errors="coerce")})
+                               for t in (base, cand, history))
     ranges = history_ranges(history, metric, device_map) if history is not None else {}
     # Plain dicts of the five columns read: iterrows over the whole table (dozens of columns) and a .loc per
     # row took most of a folder compare's time (about 0.5-1 s per machine pair at a full run's size).
-    columns = list(dict.fromkeys(["case", "name", metric, "iqr", "rounds", "invalid"]))
+    columns = list(dict.fromkeys(["case", "name", metric, "median", "iqr", "rounds", "invalid"]))
+
     base_rows = _by_key(base, benchmark_keys(base, device_map), columns)
     cand_rows = _by_key(cand, benchmark_keys(cand), columns)
     rows = []
@@ -174,7 +206,8 @@ class Pair:
     @property
     def compared(self) -> int:
         """Benchmarks of both sides whose results were both valid."""
-        return sum(r.status not in ("missing", "only in candidate") and not r.invalid for r in self.rows)
+        return sum(r.status not in ("missing", "only in candidate") and not r.invalid
+                   and not r.note.startswith(UNRECORDED) for r in self.rows)
 
     def shown(self, changed_only: bool) -> list[Row]:
         return [r for r in self.rows if r.status not in QUIET_STATUSES] if changed_only else self.rows
@@ -196,6 +229,10 @@ def outcome(pairs: list[Pair], missing_machines: list[str], allow_missing: bool)
         invalid = sum(bool(r.invalid) for p in pairs for r in p.rows)
         if invalid:
             return 2, f"nothing valid was compared: {invalid} benchmark(s) with an invalid result on a side"
+        unrecorded = sum(r.note.startswith(UNRECORDED) for p in pairs for r in p.rows)
+        if unrecorded:
+            return 2, (f"nothing was judged: {unrecorded} benchmark(s) in common lack the metric on a side "
+                       "(recorded only where the platform gives power: see docs/reports.md)")
         return 2, "no benchmark of the baseline is in the candidate: nothing was compared"
     absent = _absent(pairs, missing_machines)  # what of the baseline the candidate lacks
     allowed = ["; ".join(absent) + ", allowed by --allow-missing"] if absent and allow_missing else []

@@ -696,3 +696,56 @@ def test_an_invalid_result_only_in_the_candidate_fails_too(pair, capsys):
     captured = capsys.readouterr()
     assert "1 only in candidate, 1 invalid" in captured.out
     assert f"compare: invalid in the candidate: {bench['name']} (NaN " in captured.err
+
+
+def with_perf_per_w(data: dict, watts: float = 500.0, skip: tuple[int, ...] = ()) -> dict:
+    """A copy whose benchmarks record perf_per_w (their time's inverse per `watts`), but those in `skip`."""
+    out = copy.deepcopy(data)
+    for i, b in enumerate(out["benchmarks"]):
+        if i not in skip:
+            b["extra_info"]["perf_per_w"] = 1 / b["stats"]["median"] / watts
+    return out
+
+
+def test_perf_per_w_catches_a_drop_in_efficiency_at_the_same_speed(pair, capsys):
+    base_path, base, candidate = pair
+    Path(base_path).write_text(json.dumps(with_perf_per_w(base)), encoding="utf-8")
+    # As fast as before, drawing more power on one benchmark: the time sees nothing, perf_per_w a regression.
+    cand = with_perf_per_w(base)
+    cand["benchmarks"][0]["extra_info"]["perf_per_w"] /= 1.5
+    path = candidate(cand)
+    assert main(["compare", base_path, path]) == 0
+    capsys.readouterr()
+    assert main(["compare", base_path, path, "--metric", "perf_per_w"]) == 1
+    out = capsys.readouterr().out
+    assert "perf_per_w (rate per watt, higher is better" in out and "1 regression" in out
+    first = out.splitlines()[3]
+    assert first.startswith("regression") and "1.500" in first and "/W" in first
+    # Higher is better: the same change the other way is an improvement.
+    cand["benchmarks"][0]["extra_info"]["perf_per_w"] *= 1.5**2
+    assert main(["compare", base_path, candidate(cand), "--metric", "perf_per_w"]) == 0
+    assert "1 improvement" in capsys.readouterr().out
+
+
+def test_perf_per_w_missing_on_a_side_is_not_judged_never_passed(pair, capsys):
+    base_path, base, candidate = pair
+    Path(base_path).write_text(json.dumps(with_perf_per_w(base)), encoding="utf-8")
+    # One benchmark without it: not judged, said so, and the rest still judged.
+    assert main(["compare", base_path, candidate(with_perf_per_w(base, skip=(0,))), "--metric",
+                 "perf_per_w"]) == 0
+    captured = capsys.readouterr()
+    assert "not judged (not recorded: perf_per_w (candidate))" in captured.out
+    assert "1 not judged" in captured.out and "19 unchanged" in captured.out
+    assert "warning: 1 benchmark(s) without perf_per_w on a side: not judged" in captured.err
+    # A candidate without telemetry: nothing was judged, exit 2, never a pass.
+    assert main(["compare", base_path, candidate(base), "--metric", "perf_per_w"]) == 2
+    captured = capsys.readouterr()
+    assert "exit 2: nothing was judged: 20 benchmark(s) in common lack the metric" in captured.out
+    assert "no benchmark in common has perf_per_w on both sides" in captured.err
+    result = json.loads(_json_compare(capsys, base_path, candidate(base)))
+    assert result["counts"]["not judged"] == 20 and result["metric"] == "perf_per_w"
+
+
+def _json_compare(capsys, base_path: str, cand_path: str) -> str:
+    assert main(["compare", base_path, cand_path, "--metric", "perf_per_w", "--format", "json"]) == 2
+    return capsys.readouterr().out
