@@ -646,3 +646,24 @@ def test_calibration_counts_the_same_calls_on_every_rank_whatever_its_clock(monk
         return coll.calibrated_iterations(lambda: None, SimpleNamespace(iterations=5, min_round_s=0.001))
 
     assert counts_with_clock_at(12345.678) == counts_with_clock_at(2332800.123456) == 100
+
+
+def test_the_all_to_all_reference_holds_one_rank_input_at_a_time(monkeypatch):
+    # It held n full-size inputs at once (its chunks' views kept them alive): 8 GPUs' worth of a large size.
+    import weakref
+
+    count, n, rank = 8 * 1024, 8, 3
+    real, full, most = coll.rank_values, [], [0]
+
+    def tracked(r, size, dtype, device):
+        values = real(r, size, dtype, device)
+        if size == count:
+            most[0] = max(most[0], sum(ref() is not None for ref in full))
+            full.append(weakref.ref(values))
+        return values
+
+    expected = torch.cat([real(r, count, torch.float32, "cpu").narrow(0, rank * 1024, 1024) for r in range(n)])
+    monkeypatch.setattr(coll, "rank_values", tracked)
+    bufs = coll._buffers("all_to_all", False, count, torch.float32, "cpu", rank, n)
+    assert torch.equal(bufs.expected(), expected)
+    assert most[0] <= 1  # this rank's own input (the buffer it sends), and no other

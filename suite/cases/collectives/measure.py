@@ -223,8 +223,7 @@ def _buffers(op: str, inplace: bool, count: int, dtype: torch.dtype, device: str
     if op == "all_to_all":
         out = torch.empty(count, dtype=dtype, device=device)
         return _Buffers(lambda: dist.all_to_all_single(out, mine), lambda: out.fill_(-1), lambda: out,
-                        lambda: torch.cat([rank_values(r, count, dtype, device).narrow(0, rank * chunk, chunk)
-                                           for r in range(n)]), exact=True)
+                        lambda: _all_to_all_expected(rank, n, count, dtype, device), exact=True)
     if op == "send_recv":
         out = torch.empty(count, dtype=dtype, device=device)
         peer_to, peer_from = (rank + 1) % n, (rank - 1) % n
@@ -237,6 +236,17 @@ def _buffers(op: str, inplace: bool, count: int, dtype: torch.dtype, device: str
         return _Buffers(send_recv, lambda: out.fill_(-1), lambda: out,
                         lambda: rank_values(peer_from, count, dtype, device), exact=True)
     raise ValueError(f"unknown collective {op!r}")
+
+
+def _all_to_all_expected(rank: int, n: int, count: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+    """What `rank` receives from all_to_all: its chunk of every rank's input, in rank order. One rank's input
+    is alive at a time (not n full-size inputs at once, as their chunks' views would keep them)."""
+    chunk = count // n
+    expected = torch.empty(n * chunk, dtype=dtype, device=device)
+    for r in range(n):
+        expected.narrow(0, r * chunk, chunk).copy_(
+            rank_values(r, count, dtype, device).narrow(0, rank * chunk, chunk))
+    return expected
 
 
 def _mismatch(result: torch.Tensor, expected: torch.Tensor, exact: bool, tolerance: float) -> str | None:
