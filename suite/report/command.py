@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,6 +17,7 @@ from suite.health.checks import DEFAULT_FAIL_ON, judge
 from suite.health.command import node_lines
 from suite.health.expect import load_expectations
 from suite.report.charts import chart_machines, charts_for, family_charts, history_charts
+from suite.report.overview import headlines
 from suite.report.tables import machine_views, result_rows, speed_table
 from suite.results import (
     FOREIGN_CASE,
@@ -81,14 +83,30 @@ def _section(case: str, rows, partial: set[str]) -> dict:
         title, note = family_read(case, "TITLE", case), family_read(case, "NOTE", "")
     valid = rows[rows["invalid"] == ""]
     tables = [t for build in getattr(family_charts(case), "TABLES", []) if (t := build(valid)) is not None]
-    return {"case": case, "title": title, "note": note, "tables": tables, "rows": result_rows(rows, partial),
-            "metric_header": _metric_header(rows)}
+    shown = result_rows(rows, partial)
+    return {"case": case, "title": title, "note": note, "tables": tables, "rows": shown,
+            "metric_header": _metric_header(rows), "shares": [k for k in ("ceiling", "datasheet") if any(r[k] for r in shown)]}
 
 
 def _metric_header(rows) -> str:
     units = list(dict.fromkeys(rows["metric_name"].dropna()))
     names = {"tflops": "TFLOP/s", "gbps": "GB/s", "busbw": "busbw", "samples_per_s": "samples/s"}
     return " / ".join(names.get(u, u) for u in units) or "rate"
+
+
+def _once(loaded: LoadedResults) -> tuple[LoadedResults, dict[str, str]]:
+    """The results with a benchmark that a machine's file holds twice (same test id) kept once, the first, so
+    it is not counted twice in charts and means; per family, a note naming them."""
+    twice = loaded.table.duplicated(["label", "fullname", "name"])
+    if not twice.any():
+        return loaded, {}
+    notes = {}
+    for case, dups in loaded.table[twice].groupby("case", sort=False):
+        names = list(dict.fromkeys(dups["name"] + " (" + dups["label"] + ")"))
+        more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+        notes[case] = (f"{len(names)} result(s) appear twice in one machine's file, shown and counted once: "
+                       f"{', '.join(names[:3])}{more}.")
+    return dataclasses.replace(loaded, table=loaded.table[~twice]), notes
 
 
 def default_baseline(machines: dict[str, Machine]) -> str:
@@ -131,6 +149,7 @@ def render_report(
             f"--baseline {baseline!r} is not a machine in these results; use one of: {', '.join(labels)}"
         )
     chart_order = [baseline] + [m for m in labels if m != baseline]
+    loaded, twice = _once(loaded)
     table = loaded.table
     partial = {m.label for m in loaded.machines.values() if m.partial}
     families = []
@@ -141,7 +160,8 @@ def render_report(
         shown = chart_machines(present, loaded.machines)
         charts = charts_for(case, rows, shown)
         note = _chart_note(present, shown, loaded.machines) if charts else ""
-        families.append({**_section(case, rows, partial), "charts": charts, "chart_note": note})
+        families.append({**_section(case, rows, partial), "charts": charts, "chart_note": note,
+                         "twice": twice.get(case, "")})
     speed_cases, speed_rows = speed_table(table, chart_order, baseline)
     health = judge(loaded, load_expectations(expect))
     status_of = {label: n.status(DEFAULT_FAIL_ON) for n in health.nodes for label in n.labels}
@@ -162,6 +182,7 @@ def render_report(
         n_machines=len({m.node for m in loaded.machines.values()}),
         machine_cards=len(loaded.machines) <= MAX_MACHINE_CARDS,
         status_of=status_of,
+        headlines=headlines(table, chart_order, status_of),
         health_rows=health_rows,
         health_flagged=sum(status == "flagged" for status, _, _ in health_rows),
         history=history_charts(loaded),
@@ -170,7 +191,7 @@ def render_report(
         families=families,
         speed_cases=speed_cases,
         speed_rows=speed_rows,
-        warnings=loaded.warnings + health.warnings,
+        warnings=loaded.warnings + health.warnings + list(twice.values()),
         open_rows=OPEN_ROWS,
     )
 

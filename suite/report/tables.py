@@ -27,10 +27,20 @@ def format_time(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
+def format_number(value: float) -> str:
+    """For people: 3 significant figures (`0.121`, `672`), whole numbers grouped to 99,999 (`2,086`), then
+    k, M, G (`10.8 M`)."""
+    if abs(value) < 1e5:
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.3g}"
+    scale, prefix = next((s, p) for s, p in ((1e9, "G"), (1e6, "M"), (1e3, "k")) if abs(value) >= s)
+    return f"{value / scale:.3g} {prefix}"
+
+
 def format_rate(value: float, unit: str | None) -> str:
+    """`672 TFLOP/s`, `10.8 M samples/s`; "—" for no rate."""
     if value is None or math.isnan(value) or not unit:
         return "—"
-    return f"{value:.4g} {unit}"
+    return f"{format_number(value)} {unit}"
 
 
 def format_memory(n: object) -> str:
@@ -191,15 +201,16 @@ def _sort(value: float) -> str:
     return "" if value is None or math.isnan(value) else f"{value:.6g}"
 
 
-def _params_text(params_json: str) -> str:
-    params = json.loads(params_json)
+def _params_text(params_json: str, name: str) -> str:
+    """The parameters the test id does not already say (`allow_tf32=False`): a compact cell, not ten lines."""
     parts = []
-    for key, value in params.items():
+    for key, value in json.loads(params_json).items():
         if key in _SHOWN_KEYS or key == "case" or value is None:
             continue
         if key == "bytes" and isinstance(value, int):
             value = format_size(value)
-        parts.append(f"{key}={value}")
+        if str(value) not in name:
+            parts.append(f"{key}={value}")
     return ", ".join(parts)
 
 
@@ -211,7 +222,21 @@ def _fraction(value: object) -> float | None:
 
 
 def _percent(fraction: float) -> str:
-    return f"±{100 * fraction:.2g}%"
+    """`±0.93%`, `±470%`: never `±4.7e+02%`."""
+    pct = 100 * fraction
+    return f"±{pct:.2g}%" if pct < 100 else f"±{pct:,.0f}%"
+
+
+def share_text(pct: object) -> str:
+    """A percentage of a ceiling or datasheet figure: `99%`, `0.31%`; "" for none."""
+    pct = _fraction(pct)
+    return "" if pct is None else f"{pct:.2g}%" if pct < 10 else f"{pct:.0f}%"
+
+
+def against_text(ceiling: object, datasheet: object) -> str:
+    """`99% of ceiling · 68% of datasheet`, of what a row records (pct_of_ceiling, pct_of_datasheet)."""
+    pairs = ((share_text(ceiling), "ceiling"), (share_text(datasheet), "datasheet"))
+    return " · ".join(f"{pct} of {what}" for pct, what in pairs if pct)
 
 
 def stop_text(rounds: float, stopped_on: object, margin: object, target: object) -> str:
@@ -235,52 +260,46 @@ def _column(rows: pd.DataFrame, key: str) -> list:
     return list(rows[key]) if key in rows.columns else [None] * len(rows)
 
 
-def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[tuple]:
-    """Per result: machine, benchmark, where, params, (median text, s), (IQR text, s), rounds and how it
-    stopped, (metric, value)."""
+def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[dict]:
+    """Per result, its cells' texts and sort keys: machine, benchmark (and the parameters its id does not
+    say), where, median, IQR, rounds and how it stopped, its rate (and a note: traffic, host-bound), its %
+    of the measured ceiling and of the datasheet."""
     out = []
-    stopped_on, margin, target = (_column(rows, k) for k in ("stopped_on", "margin", "precision_target"))
     where = [
         f"{s}→{d}" if isinstance(s, str) and isinstance(d, str) else (dev if isinstance(dev, str) else "")
         for s, d, dev in zip(rows["src"], rows["dst"], rows["device"])
     ]
-    traffic = rows["traffic_gbps"]
-    bound, host_share, invalid = _column(rows, "bound"), _column(rows, "host_share"), _column(rows, "invalid")
+    cols = {k: _column(rows, k) for k in ("stopped_on", "margin", "precision_target", "bound", "host_share",
+                                          "invalid", "traffic_gbps", "pct_of_ceiling", "pct_of_datasheet")}
     for i, r in enumerate(
         rows[["label", "name", "params_json", "median", "iqr", "rounds", "metric", "metric_unit"]].itertuples(
             index=False
         )
     ):
-        label = r.label + (" (partial)" if r.label in partial_labels else "")
         iqr_text = format_time(r.iqr)
         if 0 < r.median < math.inf and math.isfinite(r.iqr):
             iqr_text += f" ({100 * r.iqr / r.median:.1f}%)"
-        metric = format_rate(r.metric, r.metric_unit)
-        t = traffic.iat[i]
-        if not math.isnan(t):
-            metric += f" (traffic {t:.4g} GB/s)"
-        if bound[i] == "host":  # the host set its time: how fast this host drives the device, not the device's
-            share = host_share[i]
-            metric += " host-bound" + (f" ({100 * share:.0f}% issuing)" if isinstance(share, float)
-                                       and not math.isnan(share) else "")
-        if invalid[i]:  # its numbers are no measurement: say why, and show none of them as its rate
-            metric = f"invalid: {invalid[i]}"
-        rounds = stop_text(r.rounds, stopped_on[i], margin[i], target[i])
-        out.append(
-            (
-                label,
-                r.name,
-                where[i],
-                _params_text(r.params_json),
-                format_time(r.median),
-                _sort(r.median),
-                iqr_text,
-                _sort(r.iqr),
-                rounds,
-                metric,
-                "" if invalid[i] else _sort(r.metric),
-            )
-        )
+        notes = []
+        if _fraction(cols["traffic_gbps"][i]):
+            notes.append(f"traffic {format_rate(cols['traffic_gbps'][i], 'GB/s')}")
+        if cols["bound"][i] == "host":  # the host set its time: how fast this host drives the device
+            share = _fraction(cols["host_share"][i])
+            notes.append("host-bound" + (f" ({100 * share:.0f}% issuing)" if share is not None else ""))
+        invalid = cols["invalid"][i]
+        out.append({
+            "label": r.label + (" (partial)" if r.label in partial_labels else ""),
+            "name": r.name,
+            "params": _params_text(r.params_json, r.name),
+            "where": where[i],
+            "median": format_time(r.median), "median_v": _sort(r.median),
+            "iqr": iqr_text, "iqr_v": _sort(r.iqr),
+            "rounds": stop_text(r.rounds, *(cols[k][i] for k in ("stopped_on", "margin", "precision_target"))),
+            # An invalid result's numbers are no measurement: say why, and show none of them as its rate.
+            "metric": f"invalid: {invalid}" if invalid else format_rate(r.metric, r.metric_unit),
+            "metric_v": "" if invalid else _sort(r.metric),
+            "note": "" if invalid else " · ".join(notes),
+            **{k: "" if invalid else share_text(cols[f"pct_of_{k}"][i]) for k in ("ceiling", "datasheet")},
+        })
     return out
 
 

@@ -6,6 +6,7 @@ import math
 
 import pandas as pd
 
+from suite.cases.habits.read import verdict
 from suite.report.charts import Chart, bars_by, grouped_barh
 from suite.report.tables import Table, format_time
 
@@ -23,7 +24,10 @@ def habit_pairs(rows: pd.DataFrame) -> pd.DataFrame:
         if len(g) < 2:
             continue
         by_variant = {str(v): m for v, m in zip(g["variant"], g["median"])}
-        if "slow" in by_variant and "fast" in by_variant:
+        roles = dict(zip(g["role"], g["variant"].astype(str))) if "role" in g else {}
+        if {"slow", "fast"} <= set(roles):  # the habit and its fix, as measured: the slow way may come out faster
+            slow, fast = roles["slow"], roles["fast"]
+        elif "slow" in by_variant and "fast" in by_variant:
             slow, fast = "slow", "fast"
         else:  # named variants: the slower of the pair is the habit to avoid
             order = sorted(by_variant, key=by_variant.get)
@@ -58,19 +62,20 @@ def habit_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
             "× slower (slow variant time / fast variant time, log scale)",
             "Habits: the cost of the slow way",
             log=True,
-            annotate=lambda v: f"{v:.2g}× slower",
+            annotate=lambda v: verdict(v, lambda r: f"{r:.2g}×"),
         )
     ]
 
 
 def habit_table(rows: pd.DataFrame) -> Table | None:
-    """Habit pairs as text: machine, habit, slow variant, fast variant, times, `N× slower`."""
+    """Habit pairs as text: machine, habit, slow variant, fast variant, times, `N× slower` (or faster, said to
+    be unexpected)."""
     pairs = habit_pairs(rows)
     if pairs.empty:
         return None
     lines = [
         [p.label, str(p.habit), str(p.slow), str(p.fast),
-         f"{format_time(p.slow_median)} vs {format_time(p.fast_median)}", f"{p.ratio:.3g}× slower"]
+         f"{format_time(p.slow_median)} vs {format_time(p.fast_median)}", verdict(p.ratio, lambda r: f"{r:.3g}×")]
         for p in pairs.itertuples(index=False)
     ]
     columns = ["machine", "habit", "slow way", "fast way", "median times", "cost"]
