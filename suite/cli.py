@@ -13,6 +13,7 @@ import sys
 from suite import __version__
 from suite.cases import FAMILIES, family_read
 from suite.errors import UserError
+from suite.importers import READ_AS, read_as_choices
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -29,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 # Commands that hand their remaining arguments to another program: one per family that runs under torchrun
 # (its read module's TORCHRUN), through the torchrun launcher: name -> (module with main(argv) -> int, help).
+# Commands that read results files, and so other tools' output: they take `--as NAME` (suite.importers.READ_AS).
+READ_RESULTS = ("report", "compare", "health")
 PASSTHROUGH: dict[str, tuple[str, str]] = {
     name: ("suite.distributed", f"run the {name} benchmarks on this node under torchrun (--nproc N, then "
            "pytest arguments)")
@@ -45,6 +48,10 @@ def _build_parser(selected: str | None) -> argparse.ArgumentParser:
         cmd = sub.add_parser(name, help=help_text, description=help_text)
         if name == selected:
             importlib.import_module(module_name).add_arguments(cmd)
+        if name == selected and name in READ_RESULTS:
+            cmd.add_argument("--as", dest="read_as", choices=read_as_choices(), metavar="NAME",
+                             help="what another tool's output measured where it does not say (an nccl-tests log "
+                             "that names no collective): e.g. --as all_gather")
     for name, (_, help_text) in PASSTHROUGH.items():
         sub.add_parser(name, help=help_text, add_help=False)
     return parser
@@ -58,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = _build_parser(selected if selected in COMMANDS else None)
     args = parser.parse_args(argv)
     module = importlib.import_module(COMMANDS[args.command][0])
+    token = READ_AS.set(getattr(args, "read_as", None))
     try:
         return int(module.run(args) or 0)
     except UserError as exc:
@@ -74,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: cannot write{where} ({exc.strerror or exc}); choose another path or free space",
               file=sys.stderr)
         return 2
+    finally:
+        READ_AS.reset(token)
 
 
 if __name__ == "__main__":

@@ -147,6 +147,13 @@ def _read_other_tool(path: Path, warnings: list[str]) -> tuple[dict | None, str 
     return read_other_tool(path, text, warnings) or (None, None)
 
 
+def _is_diagnostics(path: Path) -> bool:
+    """A DCGM document behind the line dcgmi prints above its JSON (`Successfully ran diagnostic ...`)."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        head = fh.read(4096)
+    return any(f'"{key}"' in head for key in DIAGNOSTICS)
+
+
 def _is_binary(path: Path) -> bool:
     """A NUL byte near the start: an image, an archive, a core dump, never results (which are text). Read whole,
     such a file cost ~10x its size in memory on the way to being refused."""
@@ -182,7 +189,7 @@ def _read_any(path: Path, warnings: list[str]) -> tuple[object, str | None]:
     data, problem = _read_json(path)
     if problem is None and not (isinstance(data, dict) and "benchmarks" not in data):
         return data, None
-    if isinstance(data, dict) and DIAGNOSTICS.intersection(data):
+    if DIAGNOSTICS.intersection(data) if isinstance(data, dict) else problem and _is_diagnostics(path):
         return None, DIAGNOSTICS_NOTE
     imported, other_problem = _read_other_tool(path, warnings)
     if imported is not None or other_problem is not None:

@@ -11,6 +11,7 @@ from suite.compare_format import emit
 from suite.errors import UserError
 from suite.health.causes import offender_line
 from suite.health.checks import judge
+from suite.health.dcgm import Diagnostics, empty_health, join, read_diagnostics
 from suite.health.findings import DEFAULT_FAIL_ON, FLEET_MIN_MACHINES, KINDS, MAX_EXAMPLES, NOT_JUDGED, Health
 from suite.health.expect import OK_AT_PCT, load_expectations
 from suite.results import (
@@ -149,10 +150,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     fail_on = parse_fail_on(args.fail_on)
     expectations = load_expectations(args.expect)
-    loaded = load_results(args.results, labels=parse_label_args(args.label))
-    for warning in loaded.warnings:
+    diagnostics = read_diagnostics(args.results)
+    health = _judge(args, diagnostics, expectations) if diagnostics.others else empty_health()
+    join(health, diagnostics)
+    for warning in diagnostics.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    unread = unread_named_files(args.results, loaded)
+    emit(render(health, args.fmt, fail_on))
+    if health.nothing_judged(fail_on):
+        # An acceptance gate that checked nothing must not pass.
+        print("health: nothing was judged (see each node's reason); pass results of GPUs with expected "
+              "figures (suite/expectations.yaml, or --expect FILE), or of several devices or machines of one "
+              "kind", file=sys.stderr)
+        return 2
+    return 1 if health.flagged(fail_on) else 0
+
+
+def _judge(args: argparse.Namespace, diagnostics: Diagnostics, expectations) -> Health:
+    """The verdict on the results files among RESULTS (the DCGM documents are read apart)."""
+    loaded = load_results(diagnostics.others, labels=parse_label_args(args.label))
+    for warning in diagnostics.quiet(loaded.warnings):
+        print(f"warning: {warning}", file=sys.stderr)
+    unread = unread_named_files(diagnostics.others, loaded)
     if unread:
         raise UserError(
             f"{unread[0]} could not be judged ({len(unread)} named file(s) unreadable): an acceptance gate "
@@ -167,11 +185,4 @@ def run(args: argparse.Namespace) -> int:
             f"{empty[0][1]}: the latest run of {empty[0][0]} {NOTHING_MEASURED}, so the node cannot be "
             "judged; rerun it there, or move the file away to judge the run before it"
         )
-    emit(render(health, args.fmt, fail_on))
-    if health.nothing_judged(fail_on):
-        # An acceptance gate that checked nothing must not pass.
-        print("health: nothing was judged (see each node's reason); pass results of GPUs with expected "
-              "figures (suite/expectations.yaml, or --expect FILE), or of several devices or machines of one "
-              "kind", file=sys.stderr)
-        return 2
-    return 1 if health.flagged(fail_on) else 0
+    return health
