@@ -584,3 +584,27 @@ def test_a_host_buffer_larger_than_free_memory_is_a_skip(monkeypatch):
 def test_a_buffer_is_filled_with_the_pattern_a_chunk_at_a_time():
     n = 2 * 4 * buffers.PATTERN_CHUNK_WORDS + 3  # two whole chunks and a ragged end
     assert torch.equal(buffers.buffer("cpu", n, data=True), buffers.pattern_bytes(n))
+
+
+def test_copy_engine_count_finds_cuda_11s_runtime(monkeypatch):
+    # CUDA 11's runtime is libcudart.so.11.0: a lookup of libcudart.so.11 alone found none.
+    tried = []
+
+    class Runtime:
+        @staticmethod
+        def cudaDeviceGetAttribute(ref, attribute, index):
+            ref._obj.value = 2
+            return 0
+
+    def load(name):
+        tried.append(name)
+        if name != "libcudart.so.11.0":
+            raise OSError(f"{name}: cannot open shared object file")
+        return Runtime()
+
+    monkeypatch.setattr(copy_case.torch.version, "cuda", "11.8")
+    monkeypatch.setattr(copy_case.ctypes, "CDLL", load)
+    assert copy_case.copy_engine_count("cuda:1") == 2
+    assert tried == ["libcudart.so.11", "libcudart.so.11.0"]
+    monkeypatch.setattr(copy_case.torch.version, "cuda", "12.8")
+    assert copy_case.copy_engine_count("cuda:0") is None  # no runtime found: unknown, not an error

@@ -32,12 +32,21 @@ def copy_engine_count(device: str) -> int | None:
     None where that cannot be read (no CUDA runtime, another backend)."""
     if not device.startswith("cuda") or not torch.version.cuda:
         return None
+    major = torch.version.cuda.split(".")[0]
+    # CUDA 12's runtime is libcudart.so.12, CUDA 11's libcudart.so.11.0.
+    for name in (f"libcudart.so.{major}", f"libcudart.so.{major}.0"):
+        try:
+            runtime = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    else:
+        return None
     try:
-        runtime = ctypes.CDLL(f"libcudart.so.{torch.version.cuda.split('.')[0]}")
         value = ctypes.c_int()
         index = torch.device(device).index or 0
         status = runtime.cudaDeviceGetAttribute(ctypes.byref(value), _CUDA_ATTR_ASYNC_ENGINE_COUNT, index)
-    except (OSError, AttributeError):
+    except AttributeError:
         return None
     return int(value.value) if status == 0 else None
 
