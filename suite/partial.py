@@ -456,7 +456,9 @@ class PartialState:
             complete = json_path.stat().st_mtime >= self.started and "benchmarks" in json.loads(json_path.read_text())
         except (OSError, ValueError):
             complete = False
-        if complete:
+        # A file of no benchmark and no test cut short (the only test failed) is nothing to resume, and
+        # `health` or `report` would take it for the node's latest run.
+        if complete or not (self.written or self.previous.benchmarks or self.measuring or self.previous.started):
             self.writer.path.unlink(missing_ok=True)
 
 

@@ -676,3 +676,13 @@ def test_a_host_copy_larger_than_the_host_is_a_skip_in_seconds_and_the_next_case
     assert re.search(r"has \d+\.\d GiB free of \d+\.\d GiB", out)
     assert "1 passed, 1 skipped" in out
     assert [b["name"] for b in data["benchmarks"]] == ["test_copy[cpu->cpu-pageable-4KiB]"]
+
+
+def test_a_run_whose_only_test_failed_leaves_no_partial_file(fake_suite, tmp_path):
+    # `health` on the folder would take a partial file of no benchmarks for the node's latest run (exit 2).
+    out = tmp_path / "run.json"
+    config = {**FAST, "timing": {**FAST["timing"], "time_limit_s": 1}}
+    result = subprocess.run(fake_suite(config, out, "-k", "sleepy and slow"), env=_env(), capture_output=True,
+                            text=True, timeout=120, cwd=tmp_path)  # fails at its time limit, before it is timed
+    assert result.returncode == 1 and "1 failed" in result.stdout, result.stdout[-2000:]
+    assert not partial_path(out).exists()
