@@ -6,8 +6,7 @@ from suite.cases.matmul import read as matmul
 from suite.summary import compute_grid
 
 RATE = "tflops"  # the rate that says how fast this family is
-# Seconds a benchmark costs beyond warm-up and timed rounds (suite.plan; measured as matmul's OVERHEAD_S).
-OVERHEAD_S = 1.3
+OVERHEAD_S = 1.3  # measured as matmul's (suite.plan)
 TITLE = "Compute ceiling"
 NOTE = (
     "A sweep of matmul shapes per device and precision: the best sustained rate among these and the "
@@ -23,9 +22,7 @@ MEASURES = matmul.MEASURES
 
 
 def summary(benches: list[dict]) -> list[str]:
-    return compute_grid(
-        "ceiling", benches, lambda i: f"{i.get('device')}", lambda i: f"{matmul.label(i)} {matmul.shape(i)}"
-    )
+    return compute_grid("ceiling", benches, lambda i: f"{i.get('device')}", lambda i: f"{matmul.label(i)} {matmul.shape(i)}")
 
 
 def headline(results: list[tuple[dict, dict]]) -> list[tuple[str, str, str]]:

@@ -19,10 +19,8 @@ def _pair(value: object) -> str:
 
 
 def _conv_layer(rows: pd.DataFrame) -> pd.Series:
-    """`resnet50-conv2-3x3 · nchw · fwd · b32`: the layer's name (or its dimensions), layout, step, batch.
-
-    Never the whole parameter dump, which made each bar label wider than the chart.
-    """
+    """`resnet50-conv2-3x3 · nchw · fwd · b32`: the layer's name (or its dimensions), layout, step, batch; never
+    the whole parameter dump, which made each bar label wider than the chart."""
     def one(r: dict) -> str:
         layer = r.get("layer")
         if not isinstance(layer, str) or not layer:  # a shape without a name: 56×56 64→64 k3×3

@@ -5,8 +5,7 @@ from __future__ import annotations
 from suite.summary import compute_grid, precision
 
 RATE = "tflops"  # the rate that says how fast this family is
-# Seconds a benchmark costs beyond warm-up and timed rounds (suite.plan; measured as matmul's OVERHEAD_S).
-OVERHEAD_S = 0.45
+OVERHEAD_S = 0.45  # measured as matmul's (suite.plan)
 TITLE = "Convolutions"
 NOTE = (
     "TFLOP/s counts the direct convolution's multiply-adds (fwd+bwd: 3 × the forward). A faster algorithm"
@@ -16,12 +15,8 @@ NOTE = (
 
 
 def summary(benches: list[dict]) -> list[str]:
-    return compute_grid(
-        "conv",
-        benches,
-        lambda i: f"{i.get('device')} {precision(i)} {i.get('layout')} {i.get('step')}",
-        lambda i: f"{i.get('layer')}",
-    )
+    return compute_grid("conv", benches, lambda i: f"{i.get('device')} {precision(i)} {i.get('layout')} {i.get('step')}",
+                        lambda i: f"{i.get('layer')}")
 
 
 def call_flops(params: dict) -> int | None:

@@ -22,11 +22,9 @@ def model_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
 
     def categories(where: pd.Series) -> pd.Series:
         # `cpu · float32 · lenet-b64`: the test id's words (model-b{batch}) after the device and precision.
-        return pd.Series(
-            [f"{d} · {p} · {m}-b{count_text(b)}" for d, p, m, b in
-             zip(where, precision.fillna("?"), rows["model"].fillna("?"), batch)],
-            index=rows.index, dtype=object,
-        )
+        return pd.Series([f"{d} · {p} · {m}-b{count_text(b)}" for d, p, m, b in
+                          zip(where, precision.fillna("?"), rows["model"].fillna("?"), batch)],
+                         index=rows.index, dtype=object)
 
     category = categories(device)
     kind = device.str.split(":").str[0]
@@ -40,17 +38,12 @@ def model_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         chart = grouped_barh(cats, series, "samples/s", "Model throughput (higher is better)",
                               annotate=lambda v: f"{v:.4g}", spread={m: (low[m], high[m]) for m in series})
         caption = "Each bar is the median over a machine's devices of that kind"
-        widest = _widest_spread(cats, series, low, high)
-        if widest:
+        if widest := _widest_spread(cats, series, low, high):
             caption += f"; whiskers span its slowest to fastest device ({widest})"
         chart.caption = " ".join(filter(None, [caption + "; the table lists every device.", chart.caption]))
         return [chart]
     cats, series = bars_by(rows, machines, category, "samples_per_s")
-    return [
-        grouped_barh(
-            cats, series, "samples/s", "Model throughput (higher is better)", annotate=lambda v: f"{v:.4g}"
-        )
-    ]
+    return [grouped_barh(cats, series, "samples/s", "Model throughput (higher is better)", annotate=lambda v: f"{v:.4g}")]
 
 
 def _widest_spread(cats: list[str], series: dict, low: dict, high: dict) -> str:

@@ -7,8 +7,7 @@ from collections import defaultdict
 from suite.summary import cell, extra_info, grid, num, precision
 
 RATE = "samples_per_s"  # the rate that says how fast this family is
-# Seconds a benchmark costs beyond warm-up and timed rounds (suite.plan; measured as matmul's OVERHEAD_S).
-OVERHEAD_S = 1.8
+OVERHEAD_S = 1.8  # measured as matmul's (suite.plan)
 TITLE = "Models"
 NOTE = ""
 

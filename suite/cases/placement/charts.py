@@ -16,20 +16,11 @@ def placement_bars(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
     rows = rows.copy()
     size = rows["bytes"].map(lambda b: format_size(int(b)) if not math.isnan(b) else "")
     multi = len(machines) > 1
-    category = (
-        rows["op"].fillna("?") + " · " + size + ((" · " + rows["device"].fillna("")) if not multi else "")
-    )
+    category = rows["op"].fillna("?") + " · " + size + ((" · " + rows["device"].fillna("")) if not multi else "")
     rows["us"] = rows["median"] * 1e6
     cats, series = bars_by(rows, machines, category, "us")
-    chart = grouped_barh(
-        cats,
-        series,
-        "median time per call, µs (log scale; lower is better)",
-        "Placement: time per op and size",
-        log=True,
-        annotate=lambda v: format_time(v * 1e-6),
-    )
-    return [chart]
+    return [grouped_barh(cats, series, "median time per call, µs (log scale; lower is better)",
+                         "Placement: time per op and size", log=True, annotate=lambda v: format_time(v * 1e-6))]
 
 
 CHARTS = [placement_bars]

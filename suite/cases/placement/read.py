@@ -8,8 +8,7 @@ from suite.summary import extra_info, format_time, grid, median_of, size_of
 from suite.units import format_size
 
 RATE = "gbps"  # the rate that says how fast this family is
-# Seconds a benchmark costs beyond warm-up and timed rounds (suite.plan; measured as matmul's OVERHEAD_S).
-OVERHEAD_S = 0.02
+OVERHEAD_S = 0.02  # measured as matmul's (suite.plan)
 TITLE = "Tensor placement"
 NOTE = (
     "`.to(device)` on a tensor already on that device returns the same tensor and copies nothing: its "
