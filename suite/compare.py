@@ -417,7 +417,8 @@ def run(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     unrecorded = sum(r.note.startswith(UNRECORDED) for p in pairs for r in p.rows)
     if unrecorded and code != 2:
-        print(f"warning: {unrecorded} benchmark(s) without {args.metric} on a side: not judged", file=sys.stderr)
+        print(f"warning: {unrecorded} benchmark(s) without {args.metric} on a side: not judged",
+              file=sys.stderr)
     if code == 2:
         _nothing_compared(pairs, args.metric)
         return 2

@@ -36,16 +36,22 @@ def emit(text: str) -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+def _figure(value: float, metric: str) -> str:
+    """A time, or a rate per watt (its unit is the family's: TFLOP/s/W, GB/s/W...)."""
+    if metric not in HIGHER_IS_BETTER:
+        return format_time(value)
+    return "—" if math.isnan(value) else f"{value:.4g}/W"
+
+
 def _cells(r: Row, metric: str) -> list[str]:
     ratio = "—" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
     change = "—" if math.isnan(r.change_pct) else f"{r.change_pct:+.1f}%"
-    figure = format_time if metric not in HIGHER_IS_BETTER else lambda v: "—" if math.isnan(v) else f"{v:.4g}/W"
     status = r.status
     if r.invalid or r.note.startswith(UNRECORDED):
         status += f" ({r.invalid or r.note})"
     elif r.note:
         status += " (in range)"
-    return [status, r.case, r.benchmark, figure(r.baseline), figure(r.candidate), ratio, change,
+    return [status, r.case, r.benchmark, _figure(r.baseline, metric), _figure(r.candidate, metric), ratio, change,
             format_time(r.noise)]
 
 

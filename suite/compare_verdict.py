@@ -114,6 +114,10 @@ def _row(b: dict, c: dict, metric: str, threshold: float, span: tuple[float, flo
     return Row(status, b["case"], c["name"], b[metric], c[metric], ratio, (ratio - 1) * 100, noise, note)
 
 
+def _numeric(table: pd.DataFrame | None, column: str) -> pd.DataFrame | None:
+    return table if table is None else table.assign(**{column: pd.to_numeric(table[column], errors="coerce")})
+
+
 def _per_watt_row(b: dict, c: dict, metric: str, threshold: float, span: tuple[float, float, int]) -> Row:
     """A rate per watt: `ratio` is baseline / candidate (above 1 is worse, as for times); a side without it
     is not judged."""
@@ -125,7 +129,8 @@ def _per_watt_row(b: dict, c: dict, metric: str, threshold: float, span: tuple[f
     cost = {side: (1 / r[metric], 1 / r[metric] * _zero(r["iqr"]) / r["median"] if r["median"] > 0 else 0.0)
             for side, r in (("b", b), ("c", c))}
     few = min(_zero(b["rounds"]), _zero(c["rounds"])) < MIN_ROUNDS_TO_JUDGE
-    status = "not judged" if few else classify(cost["b"][0], cost["c"][0], cost["b"][1], cost["c"][1], threshold)
+    (b_cost, b_noise), (c_cost, c_noise) = cost["b"], cost["c"]
+    status = "not judged" if few else classify(b_cost, c_cost, b_noise, c_noise, threshold)
     low, high, runs = span
     note = ""
     if status in ("regression", "improvement") and runs >= HISTORY_MIN_RUNS and low <= c[metric] <= high:
@@ -151,8 +156,7 @@ def compare_tables(
     """
     thresholds = thresholds or {}
     if metric in HIGHER_IS_BETTER:  # a telemetry column none of a run's results recorded holds None
-        base, cand, history = (None if t is None else t.assign(**{metric: pd.to_numeric(t[metric], errors="coerce")})
-                               for t in (base, cand, history))
+        base, cand, history = (_numeric(t, metric) for t in (base, cand, history))
     ranges = history_ranges(history, metric, device_map) if history is not None else {}
     # Plain dicts of the five columns read: iterrows over the whole table (dozens of columns) and a .loc per
     # row took most of a folder compare's time (about 0.5-1 s per machine pair at a full run's size).

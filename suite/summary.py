@@ -193,6 +193,28 @@ def _generic(name: str, benches: list[dict]) -> list[str]:
     return lines
 
 
+def _per_watt(families: dict[str, list[dict]]) -> list[str]:
+    """Each family's best rate per device beside its rate per watt and mean power, where telemetry recorded
+    perf_per_w (suite.telemetry); nothing where none did."""
+    rows: dict = {}
+    for name, benches in families.items():
+        first = family_read(name, "RATE")
+        for b in benches:
+            info = extra_info(b)
+            rate, per_watt = _rate(info, first), num(info.get("perf_per_w"))
+            if rate is None or per_watt is None:
+                continue
+            where = info.get("device") or "->".join(str(info.get(k)) for k in ("src", "dst") if info.get(k))
+            key = f"{name} {where or info.get('gpus') or ''}".strip()
+            if key not in rows or rate[0] > rows[key]["value"]:
+                watts = num(info.get("power_w"))
+                rows[key] = {"value": rate[0], "rate": f"{cell(rate[0])} {rate[1]}",
+                             "rate/W": f"{cell(per_watt)} {rate[1]}/W",
+                             "power": f"{watts:.0f} W" if watts else "-"}
+    title = "perf per watt: each family's best rate on each device, its rate per watt and mean power"
+    return grid(title, rows, ["rate", "rate/W", "power"], "family device") + ([""] if rows else [])
+
+
 def render(benchmarks: list[dict]) -> list[str]:
     """The summary lines for finished benchmarks (pytest-benchmark JSON entries with our extra_info): each
     family's own section (its read module's `summary`), else the generic one; registered families first."""
@@ -204,7 +226,7 @@ def render(benchmarks: list[dict]) -> list[str]:
         part = (own(benches) if own else []) or _generic(name, benches)
         if part:
             lines += part + [""]
-    return lines + _stopping(benchmarks) + _held(benchmarks) + _host_bound(benchmarks)
+    return lines + _per_watt(families) + _stopping(benchmarks) + _held(benchmarks) + _host_bound(benchmarks)
 
 
 def shown_on_this_rank(env=os.environ) -> bool:

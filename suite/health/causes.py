@@ -199,5 +199,6 @@ def offender_line(entry: dict) -> str:
     """'repeat offender GPU-5a1c… (serial 1652…): flagged in 3 runs: node-7 cuda:2 (straggler), …'."""
     who = entry["uuid"] or f"serial {entry['serial']}"
     who += f" (serial {entry['serial']})" if entry["uuid"] and entry["serial"] else ""
-    runs = ", ".join(f"{r['node']} {r['device']} ({', '.join(r['kinds'])}; {r['run']})" for r in entry["runs"])
+    runs = ", ".join(f"{r['node']} {r['device']} ({', '.join(r['kinds'])}; {r['run']})"
+                     for r in entry["runs"])
     return f"repeat offender {who}: flagged in {len(entry['runs'])} runs: {runs}"
