@@ -18,6 +18,7 @@ from suite.health.command import node_lines
 from suite.health.expect import load_expectations
 from suite.report.charts import chart_machines, charts_for, family_charts, history_charts
 from suite.report.overview import headlines
+from suite.report.power import attach_per_watt
 from suite.report.tables import machine_views, result_rows, speed_table
 from suite.results import (
     FOREIGN_CASE,
@@ -162,6 +163,7 @@ def render_report(
         note = _chart_note(present, shown, loaded.machines) if charts else ""
         families.append({**_section(case, rows, partial), "charts": charts, "chart_note": note,
                          "twice": twice.get(case, "")})
+    attach_per_watt(families, table, chart_order)
     speed_cases, speed_rows = speed_table(table, chart_order, baseline)
     health = judge(loaded, load_expectations(expect))
     status_of = {label: n.status(DEFAULT_FAIL_ON) for n in health.nodes for label in n.labels}
