@@ -1,4 +1,4 @@
-"""suite.importers: nccl-tests text and nvbandwidth JSON read as our collectives and copy results."""
+"""suite.importers: nccl-tests text and JSON, nvbandwidth JSON and text read as our collectives and copy results."""
 
 from __future__ import annotations
 
@@ -77,7 +77,13 @@ def test_a_folder_picks_up_other_tools_output():
         "all_reduce_perf_cut_short.txt",
         "constructed_issue6_h100x4.json",
         "dcgm_v0.5_one_gpu.json",
-    }
+        "constructed_2x8xH100.json",
+        "constructed_8xh100_vm_numa.json",
+        "constructed_8xh100_vm_numa.txt",
+        "issue15_v0.2_8x4090_head.txt",
+        "issue42_v0.8_a100.txt",
+        "issue50_v0.8_6xa6000_read.txt",
+    }  # DCGM documents and the failed nvbandwidth run are one-line warnings
     assert files["constructed_issue6_h100x4.json"].n_benchmarks == 4
     assert files["all_reduce_perf_2x8xH100.txt"].n_benchmarks == 62
     assert files["all_reduce_perf_cut_short.txt"].partial
@@ -383,3 +389,203 @@ def test_an_imported_peer_route_shows_the_write_test_issued_by_the_source_as_tor
     health = json.loads(capsys.readouterr().out)
     measured = sorted(e["measured"] for n in health["nodes"] for e in n["expectations"] if e["measure"] == "peer")
     assert measured == [300.0, 301.0], measured  # H100 NVLink peer expects 376: the read's 390 would pass
+
+
+# --- nccl-tests: JSON (-J), unnamed logs, several runs in one file, old formats ---
+
+NCCL_JSON = IMPORTED / "nccl-tests" / "constructed_2x8xH100.json"
+PAIRED = ["name", "median", "min", "max", "algbw", "busbw", "bytes", "in_place", "world_size", "nnodes", "iterations"]
+
+
+def test_nccl_tests_text_and_json_of_one_run_give_the_same_results():
+    text, js = load_results([NCCL]), load_results([NCCL_JSON])
+    a, b = (x.table.sort_values("name").reset_index(drop=True) for x in (text, js))
+    assert len(a) == 62 and a[PAIRED].equals(b[PAIRED])
+    (m_text,), (m_json,) = text.machines.values(), js.machines.values()
+    assert m_text.host == m_json.host and m_text.devices == m_json.devices
+    assert m_json.devices[0]["pci_bus_id"] == "0000:04:00.0" and m_json.software["nccl"] == "2.21.5"
+
+
+def nccl_json(tmp_path: Path, edit, name: str = "results.json") -> Path:
+    data = json.loads(NCCL_JSON.read_text(encoding="utf-8"))
+    edit(data)
+    path = tmp_path / name
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def test_nccl_tests_per_iteration_statistics_are_the_noise_in_both_formats(tmp_path):
+    """-I: JSON keeps min/max/cv% and every iteration's time (quartiles), the text min/max/cv%: the same spread."""
+    times = [47000.0 + 60 * i for i in range(20)]
+
+    def per_iter(data):
+        big = data["results"][-1]
+        big["out_of_place_per_iter"] = {"skipped_iterations": 0, "min_us": 47000.0, "max_us": 48140.0,
+                                        "avg_us": 47570.0, "p50_us": 47600.0, "p95_us": 48080.0, "p99_us": 48140.0,
+                                        "stdev_us": 380.0, "cv_pct": 0.8, "times_us": times}
+
+    js = load_results([nccl_json(tmp_path, per_iter)]).table
+    header = "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+    extra = "    i_min    i_max    i_p99    i_cv%"
+
+    def text_per_iter(text):
+        out = []
+        for line in text.splitlines():
+            t = line.split()
+            if line.startswith(header):
+                line = f"{header}{extra}     time   algbw   busbw #wrong{extra}"
+            elif t and t[0] == "8589934592":
+                line = "  ".join(t[:9] + ["47000", "48140", "48140", "0.80"] + t[9:13] + ["N/A"] * 4)
+            elif line.lstrip()[:1].isdigit():
+                line = "  ".join(t[:9] + ["N/A"] * 4 + t[9:13] + ["N/A"] * 4)
+            out.append(line)
+        return "\n".join(out)
+
+    txt = load_results([variant(tmp_path, "all_reduce_perf.txt", text_per_iter)]).table
+    pick = [(t[(t["bytes"] == 8589934592) & (t["in_place"] == False)].iloc[0]) for t in (js, txt)]  # noqa: E712
+    for row in pick:
+        assert row["median"] == pytest.approx(47535e-6) and row["min"] == pytest.approx(47000e-6)
+        assert row["max"] == pytest.approx(48140e-6) and row["stddev"] == pytest.approx(0.008 * 47535e-6)
+    assert pick[0]["iqr"] == pytest.approx(600e-6, rel=0.1)  # from times_us, which only the JSON lists
+
+
+def unnamed(text: str) -> str:
+    """The real log as a script's output names no binary: its command line and comments gone."""
+    return "\n".join(line for line in text.splitlines() if "_perf" not in line and not line.startswith(">"))
+
+
+def test_nccl_tests_collective_is_inferred_from_content(tmp_path):
+    """redop `sum`, root -1, busbw/algbw = 2(n-1)/n over 16 ranks: all_reduce, whatever the file is called;
+    in a markdown paste whose lines carry mpirun --tag-output tags, some in mid-line."""
+    def paste(text):
+        lines = [f"[1,{i % 3}]<stdout>:{line}" for i, line in enumerate(unnamed(text).splitlines())]
+        lines = [line.replace("  float ", "  float[1,0]<stdout>: ", 1) for line in lines]
+        return "```\n" + "\n".join(lines) + "\n```\n"
+
+    loaded = load_results([variant(tmp_path, "nccl-test-output-v2.22.3-1.log", paste)])
+    assert set(loaded.table["op"]) == {"all_reduce"} and len(loaded.table) == 62
+    assert not [w for w in loaded.warnings if "unreadable" in w]
+
+
+def gather_like(text: str) -> str:
+    """The log's rows as an all_gather's or alltoall's would read: redop none, busbw = algbw (n-1)/n."""
+    out = []
+    for line in unnamed(text).splitlines():
+        t = line.split()
+        if t and t[0].isdigit() and len(t) == 13:
+            t[3] = "none"
+            t[7], t[11] = (f"{float(t[i]) * 15 / 16:.2f}" for i in (6, 10))
+            line = "  ".join(t)
+        out.append(line)
+    return "\n".join(out)
+
+
+def test_an_ambiguous_nccl_tests_log_names_its_candidates_and_the_flag(tmp_path, capsys):
+    path = variant(tmp_path, "nccl.log", gather_like)
+    with pytest.raises(UserError) as raised:
+        load_results([path])
+    message = str(raised.value)
+    assert "all_gather or alltoall" in message and "--as all_gather" in message and "16 ranks" in message
+    assert main(["health", str(path), "--as", "all_gather", "--format", "json"]) in (0, 1, 2)
+    assert "Traceback" not in capsys.readouterr().err
+    assert main(["report", str(path), "--as", "alltoall", "-o", str(tmp_path / "r.html")]) == 0
+    with pytest.raises(UserError):  # --as lasts one command
+        load_results([path])
+
+
+def test_several_collectives_in_one_nccl_tests_file(tmp_path):
+    def two_runs(text):
+        body = unnamed(text)
+        second = gather_like(text).replace("  none  ", "  sum  ")  # reduce_scatter: a reduction, (n-1)/n
+        return ("# Collective test starting: all_reduce_perf\n" + body + "\n# Collective test concluded: "
+                "all_reduce_perf\n\n" + second)
+
+    t = load_results([variant(tmp_path, "sweep.log", two_runs)]).table
+    assert t.groupby("op").size().to_dict() == {"all_reduce": 62, "reduce_scatter": 62}
+
+
+def test_old_nccl_tests_format(tmp_path):
+    """No Group column, no root column, validation 0 (`N/A` where #wrong was), the bus as `0x04`."""
+    def old(text):
+        out = []
+        for line in text.splitlines():
+            t = line.split()
+            line = line.replace(" Group  0", "").replace("[0000:04:00]", "[0x04]").replace("validation: 1",
+                                                                                           "validation: 0")
+            if line.startswith("#       size"):
+                line = line.replace("   root", "")
+            elif t and t[0].isdigit() and len(t) == 13:
+                line = "  ".join(t[:4] + t[5:8] + ["N/A"] + t[9:12] + ["N/A"])
+            out.append(line)
+            if "Rank 15" in line:  # NCCL_DEBUG=VERSION's line, printed as the communicators start
+                out.append("host:1:2 [0] NCCL INFO NCCL version 2.18.1+cuda12.1")
+        return "\n".join(out)
+
+    loaded = load_results([variant(tmp_path, "all_reduce_perf_old.txt", old)])
+    assert len(loaded.table) == 62 and set(loaded.table["op"]) == {"all_reduce"}
+    (machine,) = loaded.machines.values()
+    assert machine.devices[0]["pci_bus_id"] == "0000:04:00.0" and machine.software["nccl"] == "2.18.1"
+
+
+# --- nvbandwidth: its plain-text output ---
+
+NUMA = NVBW / "constructed_8xh100_vm_numa"
+ROUTE = ["test", "src", "dst", "direction", "bytes"]
+
+
+def test_nvbandwidth_text_and_json_of_one_run_give_the_same_results():
+    text, js = load_results([NUMA.with_suffix(".txt")]), load_results([NUMA.with_suffix(".json")])
+    a, b = (x.table.sort_values(ROUTE).reset_index(drop=True) for x in (text, js))
+    assert len(a) == 80 and a[ROUTE].equals(b[ROUTE])
+    assert list(a["gbps"]) == pytest.approx(list(b["gbps"]), rel=1e-3)  # text prints 2 decimals, JSON 6 digits
+    assert not a["test"].str.contains("latency").any()  # latency tests are no routes, in either format
+    assert set(a[a["direction"] == "bi"]["gbps"]) == set(a[a["test"].str.contains("bidirectional")]["gbps"])
+    (m_text,), (m_json,) = text.machines.values(), js.machines.values()
+    assert m_text.host == m_json.host == "vm-h100x8-07" and m_text.devices == m_json.devices
+    assert m_text.devices[4] == {"id": "cuda:4", "kind": "cuda", "name": "NVIDIA H100 80GB HBM3",
+                                 "pci_bus_id": "0000:9a:00.0", "driver_version": "550.90.07"}
+
+
+def test_health_names_the_gpus_that_read_host_memory_slower_as_stragglers(capsys):
+    assert main(["health", str(NUMA.with_suffix(".txt")), "--format", "json"]) == 1
+    health = json.loads(capsys.readouterr().out)
+    stragglers = {f["device"] for n in health["nodes"] for f in n["findings"] if f["kind"] == "straggler"}
+    assert stragglers == {"cuda:4", "cuda:5", "cuda:6", "cuda:7"}
+
+
+@pytest.mark.parametrize(
+    ("name", "routes", "model"),
+    [
+        ("issue42_v0.8_a100.txt", {("cpu", "cuda:0", 25.13)}, "NVIDIA A100-SXM4-40GB"),
+        ("issue15_v0.2_8x4090_head.txt", {("cpu", "cuda:2", 23.90), ("cuda:7", "cpu", 26.83)},
+         "NVIDIA GeForce RTX 4090"),
+        # its `Running` line and device list left out of the paste: SUM names the test, the matrix the GPUs
+        ("issue50_v0.8_6xa6000_read.txt", {("cuda:3", "cuda:0", 21.95), ("cuda:0", "cuda:5", 21.86)},
+         "GPU (model not in nvbandwidth output)"),
+    ],
+)
+def test_published_nvbandwidth_text_outputs(name, routes, model):
+    loaded = load_results([NVBW / name])
+    assert routes <= set(zip(loaded.table["src"], loaded.table["dst"], loaded.table["gbps"]))
+    (machine,) = loaded.machines.values()
+    assert machine.gpu_model == model
+
+
+@pytest.mark.parametrize(
+    ("content", "warning"),
+    [
+        ((NVBW / "issue34_v0.7_8xa100_error.txt").read_text(encoding="utf-8"),
+         "device_to_device_memcpy_read_ce (Error: Invalid value when checking the pattern"),
+        (json.dumps({"nvbandwidth": {"version": "v0.8", "error": "cuInit failed: no CUDA-capable device"}}),
+         "nvbandwidth stopped with an error: cuInit failed: no CUDA-capable device"),
+    ],
+)
+def test_a_failed_nvbandwidth_run_is_one_warning_line(content, warning, tmp_path, capsys):
+    folder = tmp_path / "results"
+    folder.mkdir()
+    (folder / "nvbw.txt").write_text(content, encoding="utf-8")
+    (folder / "numa.txt").write_bytes(NUMA.with_suffix(".txt").read_bytes())
+    assert main(["health", str(folder)]) == 1
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if warning in line] and "Traceback" not in err
+    assert all(line.startswith("warning: ") for line in err.strip().splitlines())
