@@ -2,9 +2,8 @@
 
 The ceiling is the best sustained median TFLOP/s over a sweep of shapes (MAMF-like in taking the best shape, not
 in its statistic: mamf-finder reports a mean with the L2 flushed; the GPU check shows both, docs/gpu-check.md).
-When the JSON is written, `annotate` adds
-`pct_of_ceiling` and `pct_of_datasheet` to every compute result.
-The ceiling of (device, precision) is the best `tflops` of the run's single-device matmul results, the sweep of
+When the JSON is written, `annotate` adds `pct_of_ceiling` and `pct_of_datasheet` to every compute result. The
+ceiling of (device, precision) is the best `tflops` of the run's single-device matmul results, the sweep of
 this family and the matmul family alike. It is a realistic ceiling (below the datasheet peak:
 docs/reference.md); conv results may exceed it where cuDNN uses Winograd/FFT (fewer multiplies than the FLOP
 the suite counts), and on the CPU where oneDNN's convolution outruns the small sgemm sweep (docs/families.md).
@@ -29,12 +28,8 @@ def enumerate_cases(config, devices: list[str]) -> list[Case]:
     section = config.cases.ceiling
     if not section.enabled:
         return []
-    return [
-        matmul_case(NAME, dev, precision, m, n, k)
-        for dev in devices
-        for precision in section.for_device(dev).dtypes
-        for (m, n, k) in section.for_device(dev).shapes
-    ]
+    return [matmul_case(NAME, dev, precision, m, n, k) for dev in devices
+            for precision in section.for_device(dev).dtypes for (m, n, k) in section.for_device(dev).shapes]
 
 
 def build(case: Case, config) -> Work:
@@ -96,9 +91,7 @@ def _judged(bench: object) -> tuple[dict, float, str, list[str]] | None:
     return info, rate, precision, devices
 
 
-def _annotate_one(
-    info: dict, rate: float, precision: str, devices: list[str], table: dict, names: dict
-) -> None:
+def _annotate_one(info: dict, rate: float, precision: str, devices: list[str], table: dict, names: dict) -> None:
     # The all-GPUs case is judged against the sum of its devices' ceilings (and peaks).
     measured = [table.get(d, {}).get(precision) for d in devices]
     if all(measured):

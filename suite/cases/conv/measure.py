@@ -15,16 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from suite.cases import Case, SkipCase, Work, make_case
-from suite.cases.common import (
-    HOST_WORKSPACE_FACTOR,
-    float64_reference,
-    randn,
-    require_host_bytes,
-    relative_error,
-    skip_if_unsupported,
-    to_host64,
-    torch_dtype,
-)
+from suite.cases.common import (HOST_WORKSPACE_FACTOR, float64_reference, randn, relative_error, require_host_bytes,
+                                skip_if_unsupported, to_host64, torch_dtype)
 from suite.cases.matmul.measure import tolerance
 from suite.cases.precision import mode_record, require_tf32_math, storage_dtype, unsupported_reason
 
@@ -134,8 +126,7 @@ def host_bytes(p: dict) -> int:
 def build(case: Case, config) -> Work:
     p = case.info
     device, precision = p["device"], p["precision"]
-    reason = unsupported_reason(precision, device)
-    if reason:
+    if reason := unsupported_reason(precision, device):
         raise SkipCase(reason)
     require_host_bytes(host_bytes(p), case.id)
     what = f"{precision} {p['layout']} conv2d {p['step']}"
@@ -165,11 +156,8 @@ def build(case: Case, config) -> Work:
     except Exception as exc:  # noqa: BLE001 - only 'unsupported' becomes a skip; the rest re-raises
         skip_if_unsupported(exc, what, device)
 
-    def check() -> None:
-        verify(case.id, p, conv, x, weight, grad)
-
-    extra = mode_record(precision, device, ("conv",))
-    return Work(fn=run, check=check, flops=flops(p), extra=extra)
+    return Work(fn=run, check=lambda: verify(case.id, p, conv, x, weight, grad), flops=flops(p),
+                extra=mode_record(precision, device, ("conv",)))
 
 
 def verify(label: str, p: dict, conv, x: torch.Tensor, weight: torch.Tensor, grad: torch.Tensor) -> None:

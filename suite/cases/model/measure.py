@@ -79,26 +79,25 @@ def layer_flops(net: nn.Module, shape: tuple[int, ...], batch: int) -> list[int]
             found.append(forward_flops(batch, module.in_channels, module.out_channels, tuple(output.shape[-2:]),
                                        module.kernel_size, module.groups))
 
-    probe = copy.deepcopy(net).to("cpu", torch.float32)
-    handles = [m.register_forward_hook(hook) for m in probe.modules() if isinstance(m, (nn.Linear, nn.Conv2d))]
-    with torch.no_grad():
-        probe(torch.ones(1, *shape))
-    for h in handles:
-        h.remove()
+    _probe(net, shape, lambda m: isinstance(m, (nn.Linear, nn.Conv2d)), hook)
     return found
 
 
 def activations(net: nn.Module, shape: tuple[int, ...]) -> tuple[int, int]:
     """(all, largest) output elements of the network's layers for one sample, found by one CPU pass."""
     sizes: list[int] = []
+    _probe(net, shape, lambda m: not list(m.children()), lambda _m, _i, out: sizes.append(out.numel()))
+    return sum(sizes), max(sizes, default=0)
+
+
+def _probe(net: nn.Module, shape: tuple[int, ...], which, hook) -> None:
+    """One pass of one sample through a float32 CPU copy of `net`, `hook` on each module `which` picks."""
     probe = copy.deepcopy(net).to("cpu", torch.float32)
-    leaves = [m for m in probe.modules() if not list(m.children())]
-    handles = [m.register_forward_hook(lambda _m, _i, out: sizes.append(out.numel())) for m in leaves]
+    for m in probe.modules():
+        if which(m):
+            m.register_forward_hook(hook)
     with torch.no_grad():
         probe(torch.ones(1, *shape))
-    for h in handles:
-        h.remove()
-    return sum(sizes), max(sizes, default=0)
 
 
 def host_bytes(p: dict, net: nn.Module) -> int:
@@ -139,8 +138,7 @@ def enumerate_cases(config, devices: list[str]) -> list[Case]:
 def build(case: Case, config) -> Work:
     p = case.info
     device, precision, model, batch = p["device"], p["precision"], p["model"], p["batch_size"]
-    reason = unsupported_reason(precision, device)
-    if reason:
+    if reason := unsupported_reason(precision, device):
         raise SkipCase(reason)
     dtype = torch_dtype(storage_dtype(precision))
     cpu_net = make_net(model)

@@ -52,11 +52,9 @@ def enumerate_cases(config, devices: list[str]) -> list[Case]:
         for size in dict.fromkeys(s.sizes):
             for op in dict.fromkeys(s.ops):
                 other = other_device(dev, devices) if op == "to_other" else None
-                params = {"device": dev, "op": op, "size": size, "copies": op != "to_same"}
-                if op == "to_other":
-                    params["dst"] = other
-                case_devices = (dev, other) if other else (dev,)
-                cases.append(make_case(NAME, case_devices, [dev, op, format_size(size)], **params))
+                to = {"dst": other} if op == "to_other" else {}
+                cases.append(make_case(NAME, (dev, other) if other else (dev,), [dev, op, format_size(size)],
+                                       device=dev, op=op, size=size, copies=op != "to_same", **to))
     return cases
 
 
@@ -79,8 +77,7 @@ def host_bytes(case: Case) -> int:
 def build(case: Case, config) -> Work:
     p = case.info
     dev, op, n = p["device"], p["op"], p["size"]
-    reason = skip_reason(case)
-    if reason:
+    if reason := skip_reason(case):
         raise SkipCase(reason)
     require_host_bytes(host_bytes(case), case.id)
     x = buffer(dev, n, data=True)
@@ -96,15 +93,11 @@ def build(case: Case, config) -> Work:
         "to_copy": functools.partial(torch.Tensor.to, x, target, copy=True),
     }[op]
     what = f"placement {case.id} ({OPS[op]})"
-
     own = OwnFn()
 
     def check() -> None:
         if op == "to_same":
-            out = own()
-            assert out is x, (
-                f"{what}: returned a new tensor; .to() of a tensor already on {dev} must return it"
-            )
+            assert own() is x, f"{what}: returned a new tensor; .to() of a tensor already on {dev} must return it"
             return
         if op == "copy_":
             dst.fill_(0)
@@ -116,21 +109,12 @@ def build(case: Case, config) -> Work:
         assert isinstance(out, torch.Tensor), f"{what}: returned {type(out).__name__}, not a tensor"
         assert same_device(out.device, target), f"{what}: result is on {out.device}, expected {target}"
         if same_device(target, x.device):
-            assert out.data_ptr() != x.data_ptr(), (
-                f"{what}: result shares the source's memory; nothing was copied"
-            )
+            assert out.data_ptr() != x.data_ptr(), f"{what}: result shares the source's memory; nothing was copied"
         verify_copy(out, x, what)
 
-    copies = op != "to_same"
-    within = same_device(target, x.device)
-    work = own.bind(Work(
-        fn=fn,
-        check=check,
-        bytes=n if copies else None,  # to_same moves nothing: no bandwidth to report
-        traffic_bytes=2 * n if copies and within else None,
-        extra=host_extra(),
-    ))
-    return work
+    copies = op != "to_same"  # to_same moves nothing: no bandwidth to report
+    return own.bind(Work(fn=fn, check=check, bytes=n if copies else None, extra=host_extra(),
+                         traffic_bytes=2 * n if copies and same_device(target, x.device) else None))
 
 
 __all__ = ["NAME", "OPS", "build", "enumerate_cases", "host_bytes", "host_side", "other_device", "same_device", "skip_reason"]
