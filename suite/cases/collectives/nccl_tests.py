@@ -84,8 +84,8 @@ _OUT_OF_BOUNDS = re.compile(r"Out of bounds values\s*:\s*(\d+)")
 _STARTING = re.compile(r"Collective test starting:\s*([a-z0-9_]+?)(?:_perf)?\b")
 _ANY_PERF = re.compile(r"\b([a-z0-9_]+?)_perf\b")
 # In a file name, `allreduce` and `all-reduce` name all_reduce too; alltoallv is not alltoall.
-_OP_IN_FILE = re.compile(r"(?<![a-z])(" + "|".join(k.replace("_", "[_-]?") for k in sorted(OPS, key=len, reverse=True))
-                         + r")(?![a-z])")
+_OP_SPELLINGS = "|".join(k.replace("_", "[_-]?") for k in sorted(OPS, key=len, reverse=True))
+_OP_IN_FILE = re.compile(r"(?<![a-z])(" + _OP_SPELLINGS + r")(?![a-z])")
 _NCCL_LIBRARY = re.compile(r"nccl-library=(\d+)|NCCL version (\d+\.\d+\.\d+)")
 _NTHREAD = re.compile(r"^#\s*nThread\s+\d+")
 # nccl-tests' first line or its column header: what no JSON file of ours contains.
@@ -183,7 +183,7 @@ def split_runs(text: str) -> list[Run]:
     for raw in text.splitlines():
         line = _SRUN.sub("", _TAG.sub("", raw)).strip()
         header = _NTHREAD.match(line) or (line.startswith("#") and "size" in line and "busbw" in line)
-        if header and (not runs or runs[-1].columns is not None):  # a run's first line (a paste may lack nThread)
+        if header and (not runs or runs[-1].columns is not None):  # a run's first line (a paste lacks nThread)
             runs.append(Run(hint="\n".join(pending)))
             runs[-1].nccl = _nccl(runs[-1].hint)  # `# nccl-tests version ... nccl-library=N` comes first
             pending = []
@@ -201,7 +201,9 @@ def _named(hint: str, path: Path) -> tuple[str | None, str | None]:
     if names:
         return (known[-1], None) if known else (None, names[-1] + "_perf")
     found = _OP_IN_FILE.search(path.name.lower())
-    return (next(k for k in OPS if k.replace("_", "") == re.sub("[_-]", "", found.group(1))), None) if found else (None, None)
+    if not found:
+        return None, None
+    return next(k for k in OPS if k.replace("_", "") == re.sub("[_-]", "", found.group(1))), None
 
 
 def candidates(run: Run) -> list[str]:
@@ -223,7 +225,7 @@ def candidates(run: Run) -> list[str]:
 
 
 def resolve(run: Run, path: Path) -> tuple[str | None, str | None]:
-    """(nccl-tests op, refusal): named by the output, else `--as`, else the one collective its content fits."""
+    """(nccl-tests op, refusal): named by the output or its file, else `--as`, else the one its content fits."""
     named, other = _named(run.hint, path)
     if named or other:
         return named, other and f"{other} has no counterpart among our collectives; not imported"
@@ -234,9 +236,10 @@ def resolve(run: Run, path: Path) -> tuple[str | None, str | None]:
     if len(found) == 1:
         return found[0], None
     why = f"{len(found)} fit its redop/root columns and busbw/algbw" if found else "none fits its columns"
-    fits = " or ".join(found or SHAPES)
-    return None, (f"cannot tell which collective this nccl-tests output measured ({why}{f' over {run.n} ranks' if run.n else ''}"
-                  f": {fits}); add --as {(found or list(SHAPES))[0]} (or the right one) to read it")
+    over = f" over {run.n} ranks" if run.n else ""
+    flags = " or ".join(f"--as {op}" for op in found) if found else "--as NAME"
+    return None, (f"cannot tell which collective this nccl-tests output measured ({why}{over}: "
+                  f"{' or '.join(found or SHAPES)}); add {flags} to read it")
 
 
 def _refusal(run: Run, op: str | None) -> str | None:
@@ -355,7 +358,9 @@ def _devices(ranks: dict) -> list[dict]:
     return list(devices.values())
 
 
-def results(path: Path, runs: list[Run], warnings: list[str], software: dict) -> tuple[dict | None, str | None]:
+def results(
+    path: Path, runs: list[Run], warnings: list[str], software: dict
+) -> tuple[dict | None, str | None]:
     """(results data, problem): every run's rows, out-of-place and in-place, as collectives benchmarks."""
     reads, refusals = [], []
     for run in runs:
@@ -373,7 +378,8 @@ def results(path: Path, runs: list[Run], warnings: list[str], software: dict) ->
     if not any(r.benchmarks or r.wrong for r in reads):
         return None, (refusals[0] if refusals else "nccl-tests output without a readable result line")
     if refusals:
-        warnings.append(f"{path}: {len(refusals)} of its {len(runs)} nccl-tests runs not imported: {refusals[0]}")
+        warnings.append(f"{path}: {len(refusals)} of its {len(runs)} nccl-tests runs not imported: "
+                        f"{refusals[0]}")
     ranks = {k: v for r in reads for k, v in r.run.ranks.items()}
     nccl = next((r.run.nccl for r in reads if r.run.nccl), "")
     info = {"node": ",".join(_hosts(ranks)), "devices": _devices(ranks),
