@@ -79,8 +79,7 @@ class Cuda(_Accelerator):
         if uuid is not None:
             info["uuid"] = nvml.nvml_uuid(str(uuid), p.name)
         # The address nvidia-smi and a technician see: cuda:N is renumbered by CUDA_VISIBLE_DEVICES.
-        address = [getattr(p, k, None) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
-        if all(isinstance(v, int) for v in address):
+        if address := _pci_address(p):
             info["pci_bus_id"] = "{:04x}:{:02x}:{:02x}.0".format(*address)
         return info
 
@@ -136,14 +135,16 @@ class Cuda(_Accelerator):
     def numa_node(self, device: torch.device) -> int | None:
         """From /sys, for torch's PCI address of the GPU, else NVML's; asked once per device."""
         if device.index not in self._numa_nodes:
-            props = torch.cuda.get_device_properties(device)
-            address = tuple(getattr(props, k, None) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id"))
-            if all(isinstance(v, int) for v in address):
-                node = numa.numa_node_of_pci(address)  # type: ignore[arg-type]
-            else:
-                node = nvml.nvml_info(device.index or 0, self._uuid(device.index)).get("numa_node")
-            self._numa_nodes[device.index] = node
+            address = _pci_address(torch.cuda.get_device_properties(device))
+            self._numa_nodes[device.index] = (numa.numa_node_of_pci(address) if address else
+                                              nvml.nvml_info(device.index or 0, self._uuid(device.index)).get("numa_node"))
         return self._numa_nodes[device.index]
+
+
+def _pci_address(props) -> tuple[int, int, int] | None:
+    """(domain, bus, device) of a GPU's PCI slot as torch tells it; None where this torch does not."""
+    address = tuple(getattr(props, k, None) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id"))
+    return address if all(isinstance(v, int) for v in address) else None  # type: ignore[return-value]
 
 
 class Xpu(_Accelerator):

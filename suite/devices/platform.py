@@ -12,6 +12,16 @@ import torch
 from suite.devices.kinds import Cpu, Cuda, Mps, Xpu
 
 
+def _by_kind(name: str, doc: str = ""):
+    """A Platform method that asks the kind of its device argument."""
+
+    def ask(self, device: torch.device):
+        return getattr(self._of(device), name)(device)
+
+    ask.__name__, ask.__doc__ = name, doc
+    return ask
+
+
 class Platform:
     """What torch can see on this machine; the only place that asks torch about accelerators."""
 
@@ -26,44 +36,27 @@ class Platform:
     def count(self, kind: str) -> int:
         return self.kinds[kind].count() if kind in self.kinds else 0
 
-    def synchronize(self, device: torch.device) -> None:
-        self._of(device).synchronize(device)
-
-    def properties(self, device: torch.device) -> dict:
-        """Name, memory and, where the backend says, capability and multiprocessor count."""
-        return self._of(device).properties(device)
+    synchronize = _by_kind("synchronize")
+    properties = _by_kind("properties", "Name, memory and, where the backend says, capability and multiprocessors.")
+    tf32_supported = _by_kind("tf32_supported", "Whether torch says this CUDA or ROCm GPU has TF32 math; None where "
+                              "this torch cannot tell.")
+    clock_limits = _by_kind("clock_limits", "Seconds, counted by NVML since the driver loaded, that each of "
+                            "suite.limits.CLOCK_LIMITS held this GPU's clocks down; None where NVML cannot tell.")
+    mem_get_info = _by_kind("mem_get_info", "(free, total) bytes on an accelerator, None where it cannot tell.")
+    empty_cache = _by_kind("empty_cache")
+    numa_node = _by_kind("numa_node", "The NUMA node of a GPU's PCI slot; None where the platform does not say.")
 
     def can_access_peer(self, a: torch.device, b: torch.device) -> bool:
         """Peer access joins two distinct devices of one kind only."""
         return a.type == b.type and a != b and self._of(a).can_access_peer(a, b)
-
-    def tf32_supported(self, device: torch.device) -> bool | None:
-        """Whether torch says this CUDA or ROCm GPU has TF32 math; None where this torch cannot tell."""
-        return self._of(device).tf32_supported(device)
 
     def link(self, a: torch.device, b: torch.device) -> str | None:
         """What connects two GPUs, named as `nvidia-smi topo -m` names it ('NV18', 'PIX', 'SYS'); None where
         NVML cannot tell (no nvidia-ml-py or driver, a MIG instance, not two distinct CUDA devices)."""
         return self._of(a).link(a, b) if a.type == b.type and a != b else None
 
-    def clock_limits(self, device: torch.device) -> dict[str, float] | None:
-        """Seconds, counted by NVML since the driver loaded, that each of suite.limits.CLOCK_LIMITS held this
-        GPU's clocks down (a limit it does not report is left out); None where NVML cannot tell."""
-        return self._of(device).clock_limits(device)
-
-    def mem_get_info(self, device: torch.device) -> tuple[int, int] | None:
-        """(free, total) bytes on an accelerator, None where the backend cannot tell."""
-        return self._of(device).mem_get_info(device)
-
-    def empty_cache(self, device: torch.device) -> None:
-        self._of(device).empty_cache(device)
-
     def supports_pinned_memory(self) -> bool:
         return any(kind.pinned_memory and self.count(name) > 0 for name, kind in self.kinds.items())
-
-    def numa_node(self, device: torch.device) -> int | None:
-        """The NUMA node of a GPU's PCI slot; None where the platform does not say, and for other devices."""
-        return self._of(device).numa_node(device)
 
     def software(self) -> dict:
         cuda = torch.version.cuda
