@@ -13,6 +13,7 @@ from suite.cli import main
 
 DATA = Path(__file__).parent / "data"
 BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+WIDTH_PX = 1280  # a laptop's browser window: no table of the report may need a scroll bar at this width
 BROWSER_TIMEOUT_S = 45  # a cold chromium start on a 2-core box takes a few seconds; more means it hung
 # Flags that keep headless chromium from reaching the network or needing a sandbox (containers run as root).
 QUIET_FLAGS = [
@@ -57,6 +58,7 @@ def test_report_renders_in_chromium(tmp_path):
         "--enable-logging=stderr",
         "--v=0",
         "--virtual-time-budget=10000",
+        f"--window-size={WIDTH_PX},1000",
         "--dump-dom",
         url,
     )
@@ -67,6 +69,8 @@ def test_report_renders_in_chromium(tmp_path):
     assert loaded, f"the page's load handler did not run: {body.group(0)}"
     ok, total = map(int, loaded.groups())
     assert total >= 8 and ok == total, f"{ok} of {total} figures decoded"
+    wide = re.search(r'data-wide-tables="([^"]*)"', body.group(0))
+    assert wide and wide.group(1) == "", f"tables wider than the page at {WIDTH_PX} px: {wide and wide.group(1)}"
     html_tag = re.search(r"<html[^>]*>", dom.stdout).group(0)
     assert "data-js-errors" not in html_tag, html_tag
     assert "data-alert-fired" not in html_tag, "a script from a results file ran"
@@ -79,6 +83,6 @@ def test_report_renders_in_chromium(tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in dom.stdout
 
     shot = tmp_path / "report.png"
-    result = _run(browser, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1400,3000", url)
+    result = _run(browser, tmp_path / "profile-shot", f"--screenshot={shot}", f"--window-size={WIDTH_PX},3000", url)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert shot.exists() and shot.stat().st_size > 50_000  # a blank 1400x3000 page is a few KB
+    assert shot.exists() and shot.stat().st_size > 50_000  # a blank 1280x3000 page is a few KB

@@ -207,9 +207,9 @@ def _params_text(params_json: str, name: str) -> str:
     for key, value in json.loads(params_json).items():
         if key in _SHOWN_KEYS or key == "case" or value is None:
             continue
-        if key == "bytes" and isinstance(value, int):
+        if key in ("bytes", "size") and isinstance(value, int):
             value = format_size(value)
-        if str(value) not in name:
+        if not all(piece in name for piece in str(value).split(":")):  # `pair=habit:cuda:0` is in its id
             parts.append(f"{key}={value}")
     return ", ".join(parts)
 
@@ -228,9 +228,11 @@ def _percent(fraction: float) -> str:
 
 
 def share_text(pct: object) -> str:
-    """A percentage of a ceiling or datasheet figure: `99%`, `0.31%`; "" for none."""
+    """A percentage of a ceiling or datasheet figure: `99%`, `0.31%`, `<0.01%`; "" for none."""
     pct = _fraction(pct)
-    return "" if pct is None else f"{pct:.2g}%" if pct < 10 else f"{pct:.0f}%"
+    if pct is None:
+        return ""
+    return f"{pct:.0f}%" if pct >= 10 else f"{pct:.2g}%" if pct >= 0.01 else "<0.01%"
 
 
 def against_text(ceiling: object, datasheet: object) -> str:
