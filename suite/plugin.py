@@ -91,7 +91,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(also pytest-benchmark's timing table), off (pytest-benchmark's table only)",
     )
     group.addoption("--suite-no-telemetry", action="store_true", default=False,
-                    help="read no power, energy, clocks or PCIe link over the timed rounds (docs/telemetry.md)")
+                    help="read no power, energy, clocks or PCIe link over the timed rounds (docs/running.md)")
 
 
 def _refusal(config: pytest.Config) -> str | None:

@@ -7,7 +7,7 @@ in between. Its window is pytest-benchmark's call: its calibration and timed rou
 warm-up or the check). Torch-free to import: the analysis side reads KEYS.
 
 The keys it adds to a benchmark's extra_info, each optional: a figure the platform does not give is absent,
-never invented (docs/telemetry.md).
+never invented (docs/running.md#telemetry-power-energy-clocks-and-the-link-while-it-ran).
   energy_j         joules over the window from the energy counters (NVML's total energy, RAPL's packages),
                    summed over the case's devices; left out, with the reason in telemetry_note, when the
                    window is shorter than ENERGY_MIN_UPDATES of a counter's update interval
