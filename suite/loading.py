@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from collections.abc import Iterable
 from pathlib import Path
@@ -58,7 +59,7 @@ def expand_paths(paths: Iterable[str | Path], warnings: list[str]) -> list[Path]
         elif path.is_file():
             files.append(path)
         else:
-            warnings.append(f"{path}: no such file or folder — skipped")
+            warnings.append(f"{path}: {_not_a_file(path)} — skipped")
     # A finished NAME.json supersedes the NAME.partial.jsonl its run wrote along the way, if it is the later of
     # the two and not empty: a partial file newer than the JSON is a later run's that was killed (an older
     # complete JSON beside it must not hide it), and an empty JSON is a write that failed.
@@ -71,6 +72,17 @@ def expand_paths(paths: Iterable[str | Path], warnings: list[str]) -> list[Path]
             continue
         kept.setdefault(p)
     return list(kept)
+
+
+def _not_a_file(path: Path) -> str:
+    """What a path that is neither a file nor a folder is: missing, a symlink loop, a FIFO or a device."""
+    try:
+        path.stat()
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return "a symlink loop (a link that leads back to itself); point the link at a results file"
+        return "no such file or folder" if exc.errno == errno.ENOENT else f"cannot be read ({exc.strerror})"
+    return "a FIFO, socket or device, not a results file; save the results to a file and pass that"
 
 
 def _supersedes(json_path: Path, partial: Path) -> bool:

@@ -159,8 +159,17 @@ def write_json_atomically(path: Path, doc: dict) -> None:
         raise
 
 
+# The longest file name most file systems take (ext4, xfs, btrfs); a longer one fails deep in a write.
+NAME_MAX = 255
+
+
 def check_writable(json_path: Path) -> None:
     """Create the output folder and prove the JSON can be written, before anything is measured."""
+    longest = partial_path(json_path).name + ".lock"  # the longest name a run writes beside the JSON
+    if len(os.fsencode(longest)) > NAME_MAX:
+        raise UserError(f"--benchmark-json {json_path.name[:40]}...: a name of {len(json_path.name)} characters is "
+                        f"too long (the run also writes NAME.partial.jsonl.lock beside it, and a file name holds at "
+                        f"most {NAME_MAX} bytes); give a name of at most {NAME_MAX - len(longest) + len(json_path.name)}")
     try:
         json_path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -354,11 +354,16 @@ def _refuse_nothing(machines: dict[str, Machine], parts: list[tuple[int, dict]],
         detail = "; ".join(warnings[:3]) or "no paths given"
         raise UserError(
             f"no results could be read ({detail}); pass results JSON files (ours or pytest-benchmark's), "
-            "nccl-tests text output, nvbandwidth -j JSON, or folders of them"
+            "nccl-tests text or -J JSON output, nvbandwidth -j JSON, or folders of them"
         )
     if not any(n for n, _ in parts):
         empty = [m.file for m in machines.values()]
         more = f" and {len(empty) - 1} more file(s)" if len(empty) > 1 else ""
+        # Benchmarks were there but malformed (no stats.median, no extra_info.case): say that, not "skipped".
+        bad = [w.removeprefix(f"{empty[0]}: ") for w in warnings if w.startswith(f"{empty[0]}: ignored ")]
+        if bad:
+            raise UserError(f"no results: {empty[0]}{more} holds no readable benchmark ({'; '.join(bad)}); "
+                            "the file was edited or written by another tool: rerun the benchmarks to rewrite it")
         raise UserError(
             f"no results: {empty[0]}{more} {NOTHING_MEASURED}; see the run's skip reasons "
             "(pytest -rs) and rerun it, or pass files that hold results"

@@ -216,7 +216,16 @@ def preflight(nproc: int, pytest_args: list[str]) -> None:
     from suite import devices as dev
 
     spec = known.suite_devices or suite_config.devices
-    dev.check_spec(spec, option="--suite-devices" if known.suite_devices else f"{path}: devices")
+    devices = dev.check_spec(spec, option="--suite-devices" if known.suite_devices else f"{path}: devices")
+    gpus = max((dev.current_platform().count(k) for k in BACKEND_DEVICE_KIND.values()
+                if any(d.startswith(k) for d in devices)), default=0)
+    cores = os.cpu_count() or 1
+    if gpus >= 2 and nproc > gpus:  # one GPU visible: every rank takes it (a GPU per rank, set by srun)
+        raise UserError(f"--nproc {nproc}: this node shows {gpus} GPUs and each rank needs its own; give "
+                        f"--nproc {gpus} or fewer")
+    if gpus == 0 and nproc > max(2, cores):
+        raise UserError(f"--nproc {nproc}: this node has {cores} CPU core(s), and Gloo ranks beyond them time "
+                        f"each other's waits, not the collective; give --nproc {max(2, cores)} or fewer")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,8 +252,29 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     cmd = torchrun_command(args.nproc, rest)
     print("+", " ".join(cmd), flush=True)
+    quiet = [sys.executable, "-c", "import sys; from suite.distributed.launch import torchrun_quietly as t; "
+             "sys.exit(t(sys.argv[1:]))", *cmd[3:]]
     if os.name == "posix":
         # torchrun replaces this process: a signal or time limit aimed at this command reaches torchrun (and
         # its ranks die with it, suite.agent), rather than leaving it running without its parent.
-        os.execv(cmd[0], cmd)
-    return subprocess.call(cmd)
+        os.execv(quiet[0], quiet)
+    return subprocess.call(quiet)
+
+
+def torchrun_quietly(argv: list[str]) -> int:
+    """torchrun's main on `argv`; a signal that stops it (SIGTERM from a time limit, scancel) is one line, not
+    torch's SignalException traceback: the ranks were stopped with it, and rank 0's partial file keeps what
+    finished."""
+    import signal
+
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.run import main as torchrun
+
+    try:
+        torchrun(argv)
+    except SignalException as exc:
+        print(f"[suite] torchrun stopped by {signal.Signals(exc.sigval).name}: its ranks stopped with it; the "
+              "finished benchmarks stay in the results' .partial.jsonl (rerun with --suite-resume for the rest)",
+              file=sys.stderr)
+        return 128 + int(exc.sigval)
+    return 0
