@@ -60,8 +60,7 @@ class Machine:
     @property
     def accelerators(self) -> Counter:
         """GPU (or other accelerator) model -> count, from machine_info.devices."""
-        names = (str(d.get("name") or d.get("id") or "?") for d in self.devices if d.get("kind") != "cpu")
-        return Counter(names)
+        return _accelerators(self.devices)
 
     @property
     def gpu_model(self) -> str:
@@ -147,9 +146,7 @@ def parse_label_args(values: Iterable[str] | None) -> dict[str, str]:
     for value in values or []:
         path, sep, name = value.partition("=")
         if not sep or not path or not name.strip():
-            raise UserError(
-                f"--label {value!r} is not FILE=NAME; write e.g. --label results/box3.json='box 3'"
-            )
+            raise UserError(f"--label {value!r} is not FILE=NAME; write e.g. --label results/box3.json='box 3'")
         labels[path] = name.strip()
     return labels
 
@@ -161,9 +158,8 @@ def map_devices(params: Mapping[str, object], device_map: Mapping[str, str] | No
     return {k: device_map.get(v, v) if isinstance(v, str) else v for k, v in params.items()}
 
 
-def match_key(
-    case: str, params_json: str, fullname: str, foreign: bool, device_map: Mapping[str, str] | None = None
-) -> str:
+def match_key(case: str, params_json: str, fullname: str, foreign: bool,
+              device_map: Mapping[str, str] | None = None) -> str:
     """What identifies a benchmark across machines: its family and parameters, or the fullname if foreign."""
     if foreign:
         return "fullname:" + fullname
@@ -178,10 +174,8 @@ def benchmark_keys(table: pd.DataFrame, device_map: Mapping[str, str] | None = N
     """
     if not device_map:
         return table["match_key"]
-    keys = [
-        match_key(c, p, f, m.startswith("fullname:"), device_map)
-        for c, p, f, m in zip(table["case"], table["params_json"], table["fullname"], table["match_key"])
-    ]
+    keys = [match_key(c, p, f, m.startswith("fullname:"), device_map)
+            for c, p, f, m in zip(table["case"], table["params_json"], table["fullname"], table["match_key"])]
     return pd.Series(keys, index=table.index, dtype=object)
 
 
@@ -202,9 +196,7 @@ def route_kinds(src: pd.Series, dst: pd.Series) -> pd.Series:
     s, d = src.astype(object), dst.astype(object)
     valid = (s.map(type) == str) & (d.map(type) == str)
     s_cpu, d_cpu = (s == "cpu") & valid, (d == "cpu") & valid
-    kinds = np.select(
-        [~valid, s_cpu & d_cpu, s_cpu, d_cpu, s == d], ["", "host", "h2d", "d2h", "local"], "peer"
-    )
+    kinds = np.select([~valid, s_cpu & d_cpu, s_cpu, d_cpu, s == d], ["", "host", "h2d", "d2h", "local"], "peer")
     return pd.Series(kinds, index=src.index, dtype=object)
 
 
@@ -221,10 +213,8 @@ def peer_keys(table: pd.DataFrame, kinds: pd.Series | None = None) -> tuple[pd.S
     subject = subject.where(kinds != "peer", src.astype(str) + "->" + dst.astype(str))
     subject = subject.where(table["case"] != FOREIGN_CASE, None).fillna("").astype(str)
     # Parameters without the device ids; `params_json` is sorted JSON, so one parse per distinct string.
-    stripped = {
-        p: json.dumps({k: v for k, v in json.loads(p).items() if k not in DEVICE_KEYS}, sort_keys=True)
-        for p in table["params_json"].unique()
-    }
+    stripped = {p: json.dumps({k: v for k, v in json.loads(p).items() if k not in DEVICE_KEYS}, sort_keys=True)
+                for p in table["params_json"].unique()}
     key = table["case"] + "|" + kinds + "|" + table["params_json"].map(stripped)
     return key, subject
 
@@ -235,6 +225,10 @@ def _dict(value: object) -> dict:
 
 def _devices(info: dict) -> list[dict]:
     return [d for d in info.get("devices") or [] if isinstance(d, dict)]
+
+
+def _accelerators(devices: list[dict]) -> Counter:
+    return Counter(str(d.get("name") or d.get("id") or "?") for d in devices if d.get("kind") != "cpu")
 
 
 def _cpu_name(info: dict) -> str:
@@ -249,7 +243,7 @@ def _machine_label(info: dict, foreign: bool, stem: str) -> str:
     devices = _devices(info)
     if foreign or not devices:
         return host or stem
-    counts = Counter(str(d.get("name") or d.get("id") or "?") for d in devices if d.get("kind") != "cpu")
+    counts = _accelerators(devices)
     where = f" @ {host}" if host else ""
     if not counts:
         return f"CPU ({_cpu_name(info) or 'unknown'}){where}"
@@ -437,9 +431,7 @@ def _launch(distributed: object) -> str:
     return text + (f" on {nodes} nodes" if isinstance(nodes, int) and nodes > 1 else "")
 
 
-def latest_runs(
-    machines: Mapping[str, Machine], by: str = "identity", warnings: list[str] | None = None
-) -> list[str]:
+def latest_runs(machines: Mapping[str, Machine], by: str = "identity", warnings: list[str] | None = None) -> list[str]:
     """Labels of each machine's latest run per tool and launch: the newest `datetime`, ties broken by file
     name. A node's single-process run and its collectives' torchrun job (one per world size) are each kept:
     neither replaces the other.
