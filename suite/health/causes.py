@@ -153,14 +153,15 @@ def with_causes(text: str, found: list[dict]) -> str:
     return text + (f" ({CONTRIBUTES}: {'; '.join(weak)})" if weak else "")
 
 
-def explain(rows: pd.DataFrame, loaded, findings: list[Finding]) -> None:
-    """Each result's finding with the causes its run recorded: in `causes`, and named in its text."""
+def explain(rows: pd.DataFrame, loaded, findings: list[Finding], peers_by: list[str]) -> None:
+    """Each result's finding with the causes its run recorded: in `causes`, and named in its text. `peers_by`:
+    the columns whose values a result's peers share (run, GPU model, benchmark but the device)."""
     judged = [f for f in findings if f.kind in JUDGED_KINDS and f.benchmark and f.run]
     if not judged:
         return
     at = {key: i for i, key in enumerate(zip(rows["label"], rows["name"]))}
-    groups = rows.groupby(["label", "model", "peer_key"], sort=False).indices
-    keys = list(zip(rows["label"], rows["model"], rows["peer_key"]))
+    groups = rows.groupby(peers_by, sort=False).indices
+    keys = list(zip(*(rows[column] for column in peers_by)))
     wanted = {at.get((f.run, f.benchmark)) for f in judged} - {None}
     # Only the flagged results and their peers as dicts: a fleet's whole table would take seconds.
     needed = sorted({j for i in wanted for j in groups.get(keys[i], [i])})

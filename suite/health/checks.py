@@ -369,7 +369,7 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
     }
     findings += [f for label in labels if (f := _wrong(loaded, label))]
     nodes = _nodes(loaded, labels, checked)
-    explain(rows, loaded, findings)
+    explain(rows, loaded, findings, peers_by=["label", "model", "peer_key"])
     _identify(loaded, labels, findings)
     order = {k: i for i, k in enumerate(KINDS)}
     for f in sorted(findings, key=lambda f: (f.node, order[f.kind], f.device, f.family, f.text)):
