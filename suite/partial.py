@@ -173,10 +173,8 @@ def check_writable(json_path: Path) -> None:
     try:
         json_path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise UserError(
-            f"--benchmark-json {json_path}: cannot create the folder {json_path.parent} ({exc.strerror}); "
-            "choose a writable path"
-        ) from None
+        raise UserError(f"--benchmark-json {json_path}: cannot create the folder {json_path.parent} "
+                        f"({exc.strerror}); choose a writable path") from None
     if json_path.is_dir():
         raise UserError(f"--benchmark-json {json_path}: is a directory; give a file path such as {json_path}/results.json")
     target = json_path.resolve()  # a symlink's target: created and removed here, the link itself kept
@@ -229,10 +227,8 @@ class RunLock:
             fh.seek(0)
             holder = fh.read().strip() or "another process"
             fh.close()
-            raise UserError(
-                f"--benchmark-json {json_path}: another run ({holder}) is writing it now; wait for it to end, "
-                "or give this run another --benchmark-json"
-            )
+            raise UserError(f"--benchmark-json {json_path}: another run ({holder}) is writing it now; wait "
+                            "for it to end, or give this run another --benchmark-json")
         if outcome == "none":  # no locks on this file system
             fh.close()
             return
@@ -331,10 +327,8 @@ class PartialState:
             refuse_to_overwrite(partial)
         if resume:
             if not partial.exists():
-                raise UserError(
-                    f"--suite-resume: there is no {partial} to resume (the run finished, or wrote to another "
-                    "--benchmark-json); run without --suite-resume"
-                )
+                raise UserError(f"--suite-resume: there is no {partial} to resume (the run finished, or wrote "
+                                "to another --benchmark-json); run without --suite-resume")
             previous = read_partial(partial)
             if bad := previous.unreadable:
                 lines = ", ".join(map(str, bad[:5])) + (" ..." if len(bad) > 5 else "")
@@ -342,10 +336,8 @@ class PartialState:
                       "measured again", file=sys.stderr)
             check_same_run(partial, previous, identity)
             if not previous.benchmarks and not any(previous.deaths(n) for n in previous.started):
-                raise UserError(
-                    f"--suite-resume: {partial} holds no finished benchmark and no interrupted test: nothing "
-                    "to resume; delete it and run without --suite-resume"
-                )
+                raise UserError(f"--suite-resume: {partial} holds no finished benchmark and no interrupted "
+                                "test: nothing to resume; delete it and run without --suite-resume")
             rewrite_clean(partial, previous)
         return cls(config, PartialWriter(partial, append=resume), previous, suite_block)
 
@@ -508,19 +500,16 @@ def check_same_run(partial: Path, previous: PartialRun, identity: dict) -> None:
     """Resume only the same measurement: the same config, devices and machine, or the JSON would mix runs."""
     if previous.header is None:
         if previous.benchmarks:  # its header line is the unreadable one: nothing says what it measured
-            raise UserError(
-                f"--suite-resume: {partial} holds {len(previous.benchmarks)} finished benchmark(s) but no "
-                "readable header (config, devices, machine): it cannot be told to be this run's; run without "
-                "--suite-resume into another --benchmark-json, or delete it"
-            )
+            raise UserError(f"--suite-resume: {partial} holds {len(previous.benchmarks)} finished "
+                            "benchmark(s) but no readable header (config, devices, machine): it cannot be "
+                            "told to be this run's; run without --suite-resume into another "
+                            "--benchmark-json, or delete it")
         return  # died before its first result: nothing to merge
     old, info = _dict(previous.header.get("suite")), _dict(previous.header.get("machine_info"))
     if old.get("config") != identity.get("config") or old.get("devices") != identity.get("devices"):
-        raise UserError(
-            f"--suite-resume: {partial} was measured with another config or device list "
-            f"({old.get('config_path')}, devices {old.get('devices')}); resume with the same --suite-config and "
-            "--suite-devices, or run without --suite-resume"
-        )
+        raise UserError(f"--suite-resume: {partial} was measured with another config or device list "
+                        f"({old.get('config_path')}, devices {old.get('devices')}); resume with the same "
+                        "--suite-config and --suite-devices, or run without --suite-resume")
     host = info.get("node")
     if host and host != platform.node():
         raise UserError(f"--suite-resume: {partial} was measured on {host}, not on this machine "

@@ -125,10 +125,8 @@ def _tell_shared_hostnames_apart(machines: dict[str, Machine], parts: list, warn
             for label in labels:
                 machines[label].host = names[-1]
                 rows[label]["host"] = [names[-1]] * len(rows[label]["host"])
-        warnings.append(
-            f"hostname {host!r} is reported by {len(groups)} machines with different GPUs (by UUID): told "
-            f"apart as {', '.join(sorted(names))}; give the nodes distinct hostnames"
-        )
+        warnings.append(f"hostname {host!r} is reported by {len(groups)} machines with different GPUs (by "
+                        f"UUID): told apart as {', '.join(sorted(names))}; give the nodes distinct hostnames")
 
 
 @dataclass
@@ -346,10 +344,9 @@ def _refuse_nothing(machines: dict[str, Machine], parts: list[tuple[int, dict]],
     """A UserError where no file could be read, or none of those read holds a result."""
     if not machines:
         detail = "; ".join(warnings[:3]) or "no paths given"
-        raise UserError(
-            f"no results could be read ({detail}); pass results JSON files (ours or pytest-benchmark's), "
-            "nccl-tests text or -J JSON output, nvbandwidth -j JSON, or folders of them"
-        )
+        raise UserError(f"no results could be read ({detail}); pass results JSON files (ours or "
+                        "pytest-benchmark's), nccl-tests text or -J JSON output, nvbandwidth -j JSON, or "
+                        "folders of them")
     if not any(n for n, _ in parts):
         empty = [m.file for m in machines.values()]
         more = f" and {len(empty) - 1} more file(s)" if len(empty) > 1 else ""
@@ -358,10 +355,8 @@ def _refuse_nothing(machines: dict[str, Machine], parts: list[tuple[int, dict]],
         if bad:
             raise UserError(f"no results: {empty[0]}{more} holds no readable benchmark ({'; '.join(bad)}); "
                             "the file was edited or written by another tool: rerun the benchmarks to rewrite it")
-        raise UserError(
-            f"no results: {empty[0]}{more} {NOTHING_MEASURED}; see the run's skip reasons "
-            "(pytest -rs) and rerun it, or pass files that hold results"
-        )
+        raise UserError(f"no results: {empty[0]}{more} {NOTHING_MEASURED}; see the run's skip reasons (pytest "
+                        "-rs) and rerun it, or pass files that hold results")
 
 
 def speed_ratios(table: pd.DataFrame, baseline: str) -> pd.DataFrame:
@@ -449,8 +444,7 @@ def latest_runs(machines: Mapping[str, Machine], by: str = "identity", warnings:
         ms = sorted(ms, key=lambda m: (m.datetime, Path(m.file).name, m.file))
         latest.append(ms[-1].label)
         if len(ms) > 1 and warnings is not None and not all(m.datetime for m in ms):
-            warnings.append(
-                f"{ms[-1].host}: {len(ms)} {tool} runs, not all recording when they ran; judged the last "
-                f"by file name, {Path(ms[-1].file).name} (pass one run per machine to choose)"
-            )
+            warnings.append(f"{ms[-1].host}: {len(ms)} {tool} runs, not all recording when they ran; judged "
+                            f"the last by file name, {Path(ms[-1].file).name} (pass one run per machine to "
+                            "choose)")
     return sorted(latest)

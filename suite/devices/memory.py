@@ -115,8 +115,6 @@ def host_shortfall(nbytes: int, what: str) -> str | None:
     memory = host_memory_free()
     if memory is None or nbytes <= memory.usable:
         return None
-    return (
-        f"out of host memory for {what} (needs {_gib(nbytes)}; the host has {_gib(memory.free)} free of "
-        f"{_gib(memory.total)} ({memory.source}; {_gib(memory.margin)} of it kept spare)): use smaller sizes "
-        "for this host"
-    )
+    return (f"out of host memory for {what} (needs {_gib(nbytes)}; the host has {_gib(memory.free)} free of "
+            f"{_gib(memory.total)} ({memory.source}; {_gib(memory.margin)} of it kept spare)): use smaller "
+            "sizes for this host")

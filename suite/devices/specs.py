@@ -114,10 +114,8 @@ def check_spec(spec, option: str = "--suite-devices") -> list[str]:
         raise UserError(f"{option} {text}: no GPU visible to torch; use {option} cpu or all")
     missing = missing_devices(devices)
     if len(missing) == len(devices):
-        raise UserError(
-            f"{option} {text}: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on "
-            f"this machine (it has: {', '.join(present_devices())}); pick from those, or all"
-        )
+        raise UserError(f"{option} {text}: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not on "
+                        f"this machine (it has: {', '.join(present_devices())}); pick from those, or all")
     return devices
 
 

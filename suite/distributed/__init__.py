@@ -196,11 +196,10 @@ def join_group(suite_config, devices: list[str]) -> None:
         raise pytest.UsageError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - the backend's own start-up error, made one line with the usual cause
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        raise pytest.UsageError(
-            f"rank {env.rank}: the {backend} process group did not start ({type(exc).__name__}: {first}); with "
-            "NCCL every rank needs a GPU of its own: start at most as many ranks per node as it has GPUs "
-            "(--nproc-per-node), or set cases.collectives.backend: gloo"
-        ) from None
+        raise pytest.UsageError(f"rank {env.rank}: the {backend} process group did not start "
+                                f"({type(exc).__name__}: {first}); with NCCL every rank needs a GPU of its "
+                                "own: start at most as many ranks per node as it has GPUs "
+                                "(--nproc-per-node), or set cases.collectives.backend: gloo") from None
 
 
 def _torchrun_family(item: pytest.Item) -> str | None:

@@ -58,10 +58,9 @@ def open_store(env: LaunchEnv, timeout_s: float):
         return store
     except (RuntimeError, OSError) as exc:  # DistStoreError/DistNetworkError derive from RuntimeError
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RankTimeout(
-            f"rank {env.rank}: could not reach the store at {env.master_addr}:{env.master_port} within "
-            f"{timeout_s:g} s (rank 0 missing, or MASTER_ADDR/MASTER_PORT wrong?): {first}"
-        ) from None
+        raise RankTimeout(f"rank {env.rank}: could not reach the store at {env.master_addr}:{env.master_port} "
+                          f"within {timeout_s:g} s (rank 0 missing, or MASTER_ADDR/MASTER_PORT wrong?): "
+                          f"{first}") from None
 
 
 def sync(store, key: str, rank: int, world_size: int, timeout_s: float, problem: str | None = None,
@@ -90,17 +89,14 @@ def sync(store, key: str, rank: int, world_size: int, timeout_s: float, problem:
         missing = [r for r in range(world_size) if not store.check([f"{key}/rank{r}"])] or ["?"]
         if store.compare_set(f"{key}/done", "", _ABANDONED) != _ABANDONED.encode():
             return _problems(store, key, world_size)  # everyone arrived just as the wait gave up
-        raise RankTimeout(
-            f"rank(s) {', '.join(map(str, missing))} of {world_size} did not arrive at {what or key} within "
-            f"{timeout_s:g} s (timeout_s in the collectives config); see the missing rank's own output "
-            "(torchrun prefixes it with [rankN]:) for why it crashed or hangs"
-        ) from None
+        raise RankTimeout(f"rank(s) {', '.join(map(str, missing))} of {world_size} did not arrive at "
+                          f"{what or key} within {timeout_s:g} s (timeout_s in the collectives config); see "
+                          "the missing rank's own output (torchrun prefixes it with [rankN]:) for why it "
+                          "crashed or hangs") from None
     if store.get(f"{key}/done") == _ABANDONED.encode():
-        raise RankTimeout(
-            f"rank {rank} reached {what or key} after the other ranks had stopped waiting for it "
-            f"({timeout_s:g} s, timeout_s in the collectives config); see this rank's output above for what "
-            "kept it"
-        )
+        raise RankTimeout(f"rank {rank} reached {what or key} after the other ranks had stopped waiting for "
+                          f"it ({timeout_s:g} s, timeout_s in the collectives config); see this rank's output "
+                          "above for what kept it")
     return _problems(store, key, world_size)
 
 

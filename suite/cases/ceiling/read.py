@@ -8,13 +8,11 @@ from suite.summary import compute_grid
 RATE = "tflops"  # the rate that says how fast this family is
 OVERHEAD_S = 1.3  # measured as matmul's (suite.plan)
 TITLE = "Compute ceiling"
-NOTE = (
-    "A sweep of matmul shapes per device and precision: the best sustained rate among these and the "
-    "matmul results is the measured ceiling that % of ceiling (matmul, conv, model) divides by. It is the"
-    " median of rounds of back-to-back calls after a sustained warm-up, not mamf-finder's MAMF (the mean "
-    "of single calls timed by events after an L2 flush, the best of a wide sweep), which reads higher: "
-    "about 790 TFLOP/s on an H200 SXM whose sustained rate is 728-735 (ml-engineering)."
-)
+NOTE = ("A sweep of matmul shapes per device and precision: the best sustained rate among these and the "
+        "matmul results is the measured ceiling that % of ceiling (matmul, conv, model) divides by. It is the "
+        "median of rounds of back-to-back calls after a sustained warm-up, not mamf-finder's MAMF (the mean "
+        "of single calls timed by events after an L2 flush, the best of a wide sweep), which reads higher: "
+        "about 790 TFLOP/s on an H200 SXM whose sustained rate is 728-735 (ml-engineering).")
 
 # A ceiling case is a matmul: the plan counts its calls, and health judges it against the matmul figures.
 call_flops = matmul.call_flops

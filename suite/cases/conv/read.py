@@ -7,11 +7,9 @@ from suite.summary import compute_grid, precision
 RATE = "tflops"  # the rate that says how fast this family is
 OVERHEAD_S = 0.45  # measured as matmul's (suite.plan)
 TITLE = "Convolutions"
-NOTE = (
-    "TFLOP/s counts the direct convolution's multiply-adds (fwd+bwd: 3 × the forward). A faster algorithm"
-    " (cuDNN Winograd or FFT; oneDNN on the CPU against a small matmul sweep) can exceed 100% of the "
-    "ceiling."
-)
+NOTE = ("TFLOP/s counts the direct convolution's multiply-adds (fwd+bwd: 3 × the forward). A faster algorithm "
+        "(cuDNN Winograd or FFT; oneDNN on the CPU against a small matmul sweep) can exceed 100% of the "
+        "ceiling.")
 
 
 def summary(benches: list[dict]) -> list[str]:

@@ -10,10 +10,8 @@ from suite.units import format_size
 RATE = "gbps"  # the rate that says how fast this family is
 OVERHEAD_S = 0.02  # measured as matmul's (suite.plan)
 TITLE = "Tensor placement"
-NOTE = (
-    "`.to(device)` on a tensor already on that device returns the same tensor and copies nothing: its "
-    "time is the call's overhead, and it has no bandwidth. clone, copy_ and .to(copy=True) always copy."
-)
+NOTE = ("`.to(device)` on a tensor already on that device returns the same tensor and copies nothing: its "
+        "time is the call's overhead, and it has no bandwidth. clone, copy_ and .to(copy=True) always copy.")
 
 
 def summary(benches: list[dict]) -> list[str]:
