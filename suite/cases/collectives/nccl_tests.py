@@ -391,16 +391,11 @@ def results(
 
 
 def recognises(text: str) -> bool:
-    return _HEADER.search(text) is not None or '"nccl_version"' in text
+    return _HEADER.search(text) is not None
 
 
 def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str | None]:
-    """(results data, problem) of nccl-tests' text, or of its JSON (nccl_tests_json)."""
-    if text.lstrip().startswith("{"):
-        from suite.cases.collectives.nccl_tests_json import runs_from_json
-
-        runs, problem = runs_from_json(text)
-        return (None, problem) if problem else results(path, runs, warnings, {"nccl-tests": "JSON output"})
+    """(results data, problem) of nccl-tests' text output."""
     runs = split_runs(text)
     if not runs:
         return None, "no nccl-tests result lines (not nccl-tests output, or cut before the first size)"

@@ -13,8 +13,9 @@ per process (its first rank): a process driving several GPUs (-g/-t) lists only 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from suite.cases.collectives.nccl_tests import DEFAULT_ITERS, Run, nccl_version
+from suite.cases.collectives.nccl_tests import DEFAULT_ITERS, Run, nccl_version, results
 
 # JSON key -> the text output's column name, so both formats reach one reader.
 GROUP_KEYS = {"time": "time", "cpu_time": "cputime", "alg_bw": "algbw", "bus_bw": "busbw", "nwrong": "#wrong"}
@@ -71,3 +72,14 @@ def runs_from_json(text: str) -> tuple[list[Run], str | None]:
     launch = any("cputime" in g for _, groups in run.rows for _, g in groups)
     run.columns = ["size", "count", "type", "redop", "root", "cputime" if launch else "time"]
     return [run], None
+
+
+def recognises(text: str) -> bool:
+    """Only nccl-tests' JSON holds an `nccl_version` beside its `results` (after `env`, which can be long)."""
+    return text.lstrip().startswith("{") and '"nccl_version"' in text and '"results"' in text
+
+
+def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str | None]:
+    """(results data, problem) of nccl-tests' JSON output."""
+    runs, problem = runs_from_json(text)
+    return (None, problem) if problem else results(path, runs, warnings, {"nccl-tests": "JSON output"})

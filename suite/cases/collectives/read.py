@@ -12,7 +12,7 @@ RATE = "busbw"  # the rate that says how fast this family is
 # Seconds a benchmark costs beyond warm-up and timed rounds (suite.plan; measured as matmul's OVERHEAD_S).
 OVERHEAD_S = 0.02
 # Other tools' outputs read as this family's results (suite.importers).
-IMPORTERS = ("suite.cases.collectives.nccl_tests",)
+IMPORTERS = ("suite.cases.collectives.nccl_tests", "suite.cases.collectives.nccl_tests_json")
 TITLE = "Collectives"
 # Its cases run in their own torchrun launch (every rank a process), apart from `pytest benchmarks`.
 TORCHRUN = "python -m suite collectives"

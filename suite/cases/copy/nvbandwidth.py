@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from suite.cases.copy import nvbandwidth_text
+from suite.cases.copy.nvbandwidth_text import recognises as recognises_text, root_from_text
 from suite.importers import imported, stats_from_time
 
 TOOL = "nvbandwidth"
@@ -109,7 +109,7 @@ def _routes(name: str, case: dict, gpus: int, problems: list[str]) -> list[tuple
 
 def recognises(text: str) -> bool:
     """nvbandwidth's JSON names itself near its start, its text in its first line or its `Running` lines."""
-    return '"nvbandwidth"' in text[:4096] or nvbandwidth_text.recognises(text)
+    return '"nvbandwidth"' in text[:4096] or recognises_text(text)
 
 
 def _root(text: str) -> tuple[dict | None, str | None]:
@@ -223,8 +223,8 @@ class _Tests:
 
 def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str | None]:
     """(results data, problem): each one-route-at-a-time test's matrix cells as copy benchmarks."""
-    json_text = text.lstrip().startswith("{") or not nvbandwidth_text.recognises(text)
-    root, problem = _root(text) if json_text else (nvbandwidth_text.root_from_text(text)["nvbandwidth"], None)
+    json_text = text.lstrip().startswith("{") or not recognises_text(text)
+    root, problem = _root(text) if json_text else (root_from_text(text)["nvbandwidth"], None)
     if problem:
         return None, problem
     names, host = _device_names(root)
