@@ -289,25 +289,15 @@ def _machine(path: Path, data: dict, version: int | None, label: str, warnings: 
         warnings.append(f"{path}: names no host; its machine is called {host!r} after the file")
     wrong = block.get("wrong_results")
     foreign = version is None
-    return Machine(
-        label=label,
-        file=str(path),
-        host=host,
-        partial=bool(data.get("partial")),
-        foreign=foreign,
-        schema_version=version,
-        devices=_devices(info),
-        software=dict(software),
-        cpu_name=_cpu_name(info),
-        suite_version=str(block.get("version") or software.get("suite") or ""),
-        datetime=str(data.get("datetime") or ""),
-        commit=_dict(data.get("commit_info")),
-        config_path=str(block.get("config_path") or ""),
-        tool=str(block.get("tool") or (OUR_TOOL if not foreign else "pytest-benchmark")),
-        wrong_results=[str(w) for w in wrong] if isinstance(wrong, list) else [],
-        config=_dict(block.get("config")),
-        distributed=dict(_dict(block.get("distributed"))),
-    )
+    return Machine(label=label, file=str(path), host=host, partial=bool(data.get("partial")), foreign=foreign,
+                   schema_version=version, devices=_devices(info), software=dict(software),
+                   cpu_name=_cpu_name(info),
+                   suite_version=str(block.get("version") or software.get("suite") or ""),
+                   datetime=str(data.get("datetime") or ""), commit=_dict(data.get("commit_info")),
+                   config_path=str(block.get("config_path") or ""),
+                   tool=str(block.get("tool") or (OUR_TOOL if not foreign else "pytest-benchmark")),
+                   wrong_results=[str(w) for w in wrong] if isinstance(wrong, list) else [],
+                   config=_dict(block.get("config")), distributed=dict(_dict(block.get("distributed"))))
 
 
 def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None = None) -> LoadedResults:

@@ -12,8 +12,6 @@ from suite.devices.platform import Platform, current_platform, synchronize, use_
 from suite.devices.specs import (accelerators, available_devices, check_spec, device_id, missing_devices,
                                  missing_reason, present_devices, resolve_spec, try_all_gpus, try_gpu)
 
-__all__ = [
-    "ClockWatch", "Platform", "accelerators", "available_devices", "bound_host_node", "check_spec",
-    "current_platform", "device_id", "host_near", "inventory", "missing_devices", "missing_reason",
-    "present_devices", "resolve_spec", "synchronize", "try_all_gpus", "try_gpu", "use_platform",
-]
+__all__ = ["ClockWatch", "Platform", "accelerators", "available_devices", "bound_host_node", "check_spec",
+           "current_platform", "device_id", "host_near", "inventory", "missing_devices", "missing_reason",
+           "present_devices", "resolve_spec", "synchronize", "try_all_gpus", "try_gpu", "use_platform"]

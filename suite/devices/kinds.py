@@ -64,12 +64,8 @@ class Cuda(_Accelerator):
 
     def properties(self, device: torch.device) -> dict:
         p = torch.cuda.get_device_properties(device)
-        info = {
-            "name": p.name,
-            "memory_bytes": int(p.total_memory),
-            "capability": f"{p.major}.{p.minor}",
-            "multiprocessors": int(p.multi_processor_count),
-        }
+        info = {"name": p.name, "memory_bytes": int(p.total_memory), "capability": f"{p.major}.{p.minor}",
+                "multiprocessors": int(p.multi_processor_count)}
         # On ROCm the capability is the gfx version's digits (9.4 for gfx942 and gfx940 alike); the arch
         # name tells the chip and its features (xf32 on gfx94x/gfx95x).
         arch = getattr(p, "gcnArchName", None) if getattr(torch.version, "hip", None) else None

@@ -17,11 +17,8 @@ from suite.units import format_size
 NAME = "habits"
 
 # variant names per habit, (slow, fast): the report divides the slow median by the fast one of the same `pair`.
-VARIANTS = {
-    "small_vs_batched": ("many_small", "one_batched"),
-    "sync_per_step": ("every_step", "once"),
-    "overlap": ("serialised", "overlapped"),
-}
+VARIANTS = {"small_vs_batched": ("many_small", "one_batched"), "sync_per_step": ("every_step", "once"),
+            "overlap": ("serialised", "overlapped")}
 # Relative error allowed for the float32 results the habits compute, against float64 (a mean of squares and a
 # matmul slice; IEEE float32, as benchmarks/test_habits.py switches TF32 off). A wrong result is off by ~100%.
 TOLERANCE = 1e-2

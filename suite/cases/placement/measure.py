@@ -84,14 +84,12 @@ def build(case: Case, config) -> Work:
     target = torch.device(p.get("dst") or dev)
     dst = torch.empty_like(x) if op == "copy_" else None
     # functools.partial keeps a Python frame out of the timed call: to_same is a sub-microsecond op.
-    fn = {
-        "to_same": functools.partial(torch.Tensor.to, x, target),
-        "to_other": functools.partial(torch.Tensor.to, x, target),
-        "clone": functools.partial(torch.Tensor.clone, x),
-        "copy_": functools.partial(torch.Tensor.copy_, dst, x),
-        "empty_like_copy": lambda: torch.empty_like(x).copy_(x),
-        "to_copy": functools.partial(torch.Tensor.to, x, target, copy=True),
-    }[op]
+    fn = {"to_same": functools.partial(torch.Tensor.to, x, target),
+          "to_other": functools.partial(torch.Tensor.to, x, target),
+          "clone": functools.partial(torch.Tensor.clone, x),
+          "copy_": functools.partial(torch.Tensor.copy_, dst, x),
+          "empty_like_copy": lambda: torch.empty_like(x).copy_(x),
+          "to_copy": functools.partial(torch.Tensor.to, x, target, copy=True)}[op]
     what = f"placement {case.id} ({OPS[op]})"
     own = OwnFn()
 
