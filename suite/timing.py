@@ -100,36 +100,26 @@ def warm_up(fn: Callable[[], object], timer: SyncTimer, seconds: float) -> int:
     a sync after batches of 1, 2, 4, ... calls, the last batches sized to end near `seconds` (a few syncs in
     all, growing with the log of the call count, as in cuda_event_times).
     """
-    if seconds >= SUSTAINED_WARMUP_FROM_S:
-        return _sustained_warm_up(fn, timer, seconds)
-    start = timer()
-    calls = 0
-    while calls < MAX_WARMUP_CALLS:
-        fn()
-        calls += 1
-        if calls >= MIN_WARMUP_CALLS and timer() - start >= seconds:
-            break
-    return calls
-
-
-def _sustained_warm_up(fn: Callable[[], object], timer: SyncTimer, seconds: float) -> int:
+    sustained = seconds >= SUSTAINED_WARMUP_FROM_S
     start = timer()
     calls, batch = 0, 1
-    while True:
+    while sustained or calls < MAX_WARMUP_CALLS:
         for _ in range(batch):
             fn()
         calls += batch
+        if calls < MIN_WARMUP_CALLS and not sustained:
+            continue
         elapsed = timer() - start
         left = seconds - elapsed
         if calls >= MIN_WARMUP_CALLS and left <= 0:
-            return calls
-        # Double, but no further than the calls that fill the time left at the rate seen so far (that rate
-        # includes the first calls' one-off costs, so the estimate errs short and the next batch tops it up).
-        if left <= 0:
-            batch = MIN_WARMUP_CALLS - calls
-        else:
+            break
+        if sustained:
+            # Double, but no further than the calls that fill the time left at the rate seen so far (that rate
+            # includes the first calls' one-off costs, so the estimate errs short and the next batch tops it up).
             fits = math.ceil(left * calls / elapsed) if elapsed > 0 else 2 * batch
-            batch = max(1, min(2 * batch, fits))
+            batch = MIN_WARMUP_CALLS - calls if left <= 0 else max(1, min(2 * batch, fits))
+    return calls
+
 
 # A reference measurement (suite.tools: the GPU check, accuracy) takes at least this many calls, however long each call is.
 MIN_REFERENCE_CALLS = 5
