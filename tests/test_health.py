@@ -172,7 +172,8 @@ def test_text_and_markdown_name_the_device(capsys):
     path = str(IMPORTED / "nvbandwidth" / "constructed_issue6_h100x4.json")
     main(["health", path])
     text = capsys.readouterr().out
-    assert "FLAGGED  h100-vm" in text and "cuda:0 straggler:" in text
+    # the PCI address is the one nvbandwidth's device list gives (00000000:1b:00)
+    assert "FLAGGED  h100-vm" in text and "cuda:0 (PCI 0000:1b:00.0) straggler:" in text
     main(["health", path, "--format", "markdown"])
     assert "| flagged | h100-vm" in capsys.readouterr().out
 
