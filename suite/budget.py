@@ -9,17 +9,8 @@ from dataclasses import dataclass
 
 from suite.cases import Case
 from suite.config import SuiteConfig
-from suite.plan import (
-    DEFAULT_OVERHEAD_S,
-    END_RESERVE_S,
-    budget_error,
-    fixed_seconds,
-    make_plan,
-    overheads,
-    probe_seconds,
-    runs_here,
-    shareable,
-)
+from suite.plan import (DEFAULT_OVERHEAD_S, END_RESERVE_S, budget_error, fixed_seconds, make_plan, overheads,
+                        probe_seconds, runs_here, shareable)
 from suite.summary import Progress
 from suite.timing import min_round_seconds, parse_duration
 
@@ -50,14 +41,8 @@ class BudgetSchedule:
     benchmarks still to come: a round is at least one call, which can be far longer than min_time.
     """
 
-    def __init__(
-        self,
-        budget_s: float,
-        items: dict[str, BudgetItem],
-        started: float,
-        clock=time.monotonic,
-        overhead: dict[str, float] | None = None,
-    ) -> None:
+    def __init__(self, budget_s: float, items: dict[str, BudgetItem], started: float, clock=time.monotonic,
+                 overhead: dict[str, float] | None = None) -> None:
         self.budget_s = budget_s
         self.items = items
         self.pending = list(items)
@@ -72,30 +57,17 @@ class BudgetSchedule:
         self._round_median: dict[str, float] = {}
 
     @classmethod
-    def for_cases(
-        cls,
-        budget_s: float,
-        cases: dict[str, Case],
-        config: SuiteConfig,
-        started: float,
-        clock=time.monotonic,
-        overrides: dict | None = None,
-    ) -> "BudgetSchedule":
+    def for_cases(cls, budget_s: float, cases: dict[str, Case], config: SuiteConfig, started: float,
+                  clock=time.monotonic, overrides: dict | None = None) -> "BudgetSchedule":
         """`overrides`: timing keys the command line sets over every family's (user_timing in the plugin)."""
         items = {}
         for key, case in cases.items():
             timing = config.timing_for(case.family)
             if overrides:
                 timing = timing.model_copy(update=overrides)
-            items[key] = BudgetItem(
-                case.family,
-                fixed_seconds(case, config),
-                shareable(case),
-                timing.min_rounds * min_round_seconds(case, timing),
-                timing.max_time,
-                timing.min_rounds,
-                probe_seconds(case, timing),
-            )
+            items[key] = BudgetItem(case.family, fixed_seconds(case, config), shareable(case),
+                                    timing.min_rounds * min_round_seconds(case, timing), timing.max_time,
+                                    timing.min_rounds, probe_seconds(case, timing))
         return cls(budget_s, items, started, clock)
 
     def elapsed(self) -> float:

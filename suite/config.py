@@ -293,17 +293,6 @@ def run(args) -> int:
 
 
 __all__ = [
-    "DEFAULT_CONFIG",
-    "DTYPES",
-    "SIZE_HELP",
-    "Section",
-    "SuiteConfig",
-    "TimingConfig",
-    "json_schema",
-    "load_config",
-    "nothing_selected",
-    "parse_config",
-    "resolved",
-    "selects_nothing",
-    "suite_model",
+    "DEFAULT_CONFIG", "DTYPES", "SIZE_HELP", "Section", "SuiteConfig", "TimingConfig", "json_schema",
+    "load_config", "nothing_selected", "parse_config", "resolved", "selects_nothing", "suite_model",
 ]

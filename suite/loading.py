@@ -16,6 +16,8 @@ TEXT_SUFFIXES = (".txt", ".log", ".out")
 # `dcgmi diag -j` documents (DCGM 3: "DCGM GPU Diagnostic", DCGM 4: "DCGM Diagnostic"): verdicts, not timings;
 # `health` reads them beside the results (suite.health.dcgm), the loader leaves them out with this note.
 DIAGNOSTICS = frozenset({"DCGM GPU Diagnostic", "DCGM Diagnostic"})
+# A file recognised as none of the formats read (another tool's JSON may be one of them, cut short).
+NOT_RESULTS = "neither pytest-benchmark JSON nor nccl-tests or nvbandwidth output"
 DIAGNOSTICS_NOTE = "DCGM diagnostics, not benchmark results (`health` judges them beside the results)"
 
 
@@ -207,7 +209,7 @@ def _read_any(path: Path, warnings: list[str]) -> tuple[object, str | None]:
     if imported is not None or other_problem is not None:
         return imported, other_problem
     if path.suffix in TEXT_SUFFIXES:
-        return data, "neither pytest-benchmark JSON nor nccl-tests or nvbandwidth output"
+        return data, NOT_RESULTS
     return data, problem
 
 
@@ -216,7 +218,7 @@ def _check(data: object) -> tuple[int | None, str | None]:
     if not isinstance(data, dict):
         return None, f"not a pytest-benchmark results object (top level is a JSON {type(data).__name__})"
     if not isinstance(data.get("benchmarks"), list):
-        return None, "no 'benchmarks' list (not a pytest-benchmark --benchmark-json file?)"
+        return None, f"no 'benchmarks' list: {NOT_RESULTS}"
     version, problem = _schema_of(data)
     if problem is None and version is not None and version > SCHEMA_VERSION:
         writer = data["suite"].get("version")

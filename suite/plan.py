@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -127,13 +128,8 @@ class FamilyPlan:
     separate: bool = False  # runs in its own command under torchrun (its read module's TORCHRUN)
 
     def as_dict(self) -> dict:
-        return {
-            "benchmarks": self.benchmarks,
-            "measured": self.runs,
-            "estimated_s": round(self.estimated_s, 1),
-            "minimum_s": round(self.minimum_s, 1),
-            "separate_run": self.separate,
-        }
+        return {"benchmarks": self.benchmarks, "measured": self.runs, "estimated_s": round(self.estimated_s, 1),
+                "minimum_s": round(self.minimum_s, 1), "separate_run": self.separate}
 
 
 @dataclass
@@ -170,13 +166,9 @@ class Plan:
 
     def as_dict(self) -> dict:
         return {
-            "benchmarks": self.benchmarks,
-            "estimated_s": round(self.estimated_s, 1),
-            "minimum_s": round(self.minimum_s, 1),
-            "devices": self.devices,
-            "gpus": self.gpus,
-            "budget_s": self.budget_s,
-            "max_time_per_benchmark_s": self.share_s,
+            "benchmarks": self.benchmarks, "estimated_s": round(self.estimated_s, 1),
+            "minimum_s": round(self.minimum_s, 1), "devices": self.devices, "gpus": self.gpus,
+            "budget_s": self.budget_s, "max_time_per_benchmark_s": self.share_s,
             "assumptions": {
                 "overhead_s": overheads(),
                 "session_overhead_s": SESSION_OVERHEAD_S,
@@ -188,13 +180,8 @@ class Plan:
         }
 
 
-def make_plan(
-    config: SuiteConfig,
-    devices: list[str],
-    gpus: int | None = None,
-    budget_s: float | None = None,
-    measure_collectives: bool | None = None,
-) -> Plan:
+def make_plan(config: SuiteConfig, devices: list[str], gpus: int | None = None, budget_s: float | None = None,
+              measure_collectives: bool | None = None) -> Plan:
     """The plan of `config` on `devices`: an upper bound, every benchmark running its timed rounds to max_time.
 
     `measure_collectives`: count the families that run under torchrun (TORCHRUN) as measured; default: on a
@@ -354,42 +341,16 @@ def budget_error(budget_s: float, minimum_s: float, count: int, source: str) -> 
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument(
-        "--suite-config",
-        "--config",
-        dest="config",
-        default=None,
-        metavar="PATH",
-        help=f"the YAML config (default: {DEFAULT_CONFIG})",
-    )
-    parser.add_argument(
-        "--gpus",
-        type=int,
-        default=None,
-        metavar="N",
-        help="plan for a node of N GPUs (cuda:0..N-1) instead of this machine",
-    )
-    parser.add_argument(
-        "--suite-devices",
-        "--devices",
-        dest="devices",
-        default=None,
-        metavar="LIST",
-        help="override the config's devices, as pytest's --suite-devices",
-    )
-    parser.add_argument(
-        "--budget",
-        "--suite-budget",
-        dest="budget",
-        default=None,
-        metavar="DURATION",
-        help="plan under this budget (90s, 10m, 1h); default: the config's timing.budget",
-    )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help='print {"benchmarks": int, "estimated_s": float, "families": {...}, ...}',
-    )
+    parser.add_argument("--suite-config", "--config", dest="config", default=None, metavar="PATH",
+                        help=f"the YAML config (default: {DEFAULT_CONFIG})")
+    parser.add_argument("--gpus", type=int, default=None, metavar="N",
+                        help="plan for a node of N GPUs (cuda:0..N-1) instead of this machine")
+    parser.add_argument("--suite-devices", "--devices", dest="devices", default=None, metavar="LIST",
+                        help="override the config's devices, as pytest's --suite-devices")
+    parser.add_argument("--budget", "--suite-budget", dest="budget", default=None, metavar="DURATION",
+                        help="plan under this budget (90s, 10m, 1h); default: the config's timing.budget")
+    parser.add_argument("--json", action="store_true",
+                        help='print {"benchmarks": int, "estimated_s": float, "families": {...}, ...}')
 
 
 def _config_file(given: str | None) -> Path:
@@ -410,27 +371,23 @@ def run(args) -> int:
         except ValueError as exc:
             raise UserError(f"--budget: {exc}") from None
     spec = args.devices or config.devices
-    if args.gpus is not None:
-        with dev.use_platform(NodePlatform(args.gpus)):
+    node = args.gpus is not None
+    with dev.use_platform(NodePlatform(args.gpus)) if node else contextlib.nullcontext():
+        if node:
             try:
-                devices = dev.resolve_spec(spec)
+                missing = dev.missing_devices(dev.resolve_spec(spec))
             except ValueError as exc:
                 raise UserError(f"--devices: {exc}") from None
-            missing = dev.missing_devices(devices)
             if missing:
                 # A planned node has exactly cpu and cuda:0..N-1: a device beyond them is a typo, not a skip.
                 raise UserError(
                     f"--devices {', '.join(missing)}: not on a node of {args.gpus} GPU(s) (it has: "
                     f"{', '.join(dev.present_devices())}); raise --gpus or pick from those"
                 )
-            devices = dev.check_spec(spec, option="--devices")  # `gpus` on a node of none
-            plan = make_plan(config, devices, gpus=args.gpus, budget_s=budget)
-            # A planned node's GPUs are unnamed (no datasheet rate) and its CPU is not this one.
-            long = long_calls(config, select(config, devices), Rates(probe_cpu=False))
-    else:
-        devices = dev.check_spec(spec, option="--devices")
-        plan = make_plan(config, devices, budget_s=budget)
-        long = long_calls(config, select(config, devices), Rates())
+        devices = dev.check_spec(spec, option="--devices")  # `gpus` on a node of none
+        plan = make_plan(config, devices, gpus=args.gpus, budget_s=budget)
+        # A planned node's GPUs are unnamed (no datasheet rate) and its CPU is not this one.
+        long = long_calls(config, select(config, devices), Rates(probe_cpu=not node))
     if args.json:
         print(json.dumps({**plan.as_dict(), "long_calls": [vars(c) for c in long]}, indent=2))
         return 0

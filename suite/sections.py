@@ -12,13 +12,8 @@ from typing import Annotated, Any, Callable, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
-from suite.timing import (
-    ACCELERATOR_MIN_ROUND_S,
-    DEFAULT_CONFIDENCE,
-    DEFAULT_PRECISION,
-    SUSTAINED_WARMUP_S,
-    parse_duration,
-)
+from suite.timing import (ACCELERATOR_MIN_ROUND_S, DEFAULT_CONFIDENCE, DEFAULT_PRECISION, SUSTAINED_WARMUP_S,
+                          parse_duration)
 from suite.units import format_size, parse_size
 
 # The largest size a config may name: no device of today holds more (accelerators: under 300 GB; the largest
@@ -33,16 +28,8 @@ MAX_ROUNDS = 100_000
 # Torch dtype names (and their aliases) a case may ask for; the case maps them to torch dtypes and skips
 # the ones a device cannot run.
 DTYPE_ALIASES = {
-    "float32": "float32",
-    "float": "float32",
-    "fp32": "float32",
-    "float16": "float16",
-    "half": "float16",
-    "fp16": "float16",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "float64": "float64",
-    "double": "float64",
+    "float32": "float32", "float": "float32", "fp32": "float32", "float16": "float16", "half": "float16",
+    "fp16": "float16", "bfloat16": "bfloat16", "bf16": "bfloat16", "float64": "float64", "double": "float64",
     "fp64": "float64",
 }
 DTYPES = sorted(set(DTYPE_ALIASES.values()))
@@ -191,18 +178,12 @@ class TimingConfig(Section):
     confidence: float = Field(DEFAULT_CONFIDENCE, gt=0, lt=1,
                               description="confidence level of `precision` (--benchmark-confidence)")
     calibration_precision: int = Field(
-        100,
-        ge=1,
-        le=MAX_ROUNDS,
-        description="a round lasts at least this many times the timer's own cost (which includes the device "
-        "synchronisation), so one synchronisation is at most 1/N of a round",
+        100, ge=1, le=MAX_ROUNDS, description="a round lasts at least this many times the timer's own cost (which "
+        "includes the device synchronisation), so one synchronisation is at most 1/N of a round",
     )
     time_limit_s: float = Field(
-        900,
-        ge=0,
-        le=MAX_DURATION_S,
-        description="a case running longer fails with this limit in the message and the run goes on "
-        "(pytest-timeout; 0 = no limit; --timeout on the command line wins)",
+        900, ge=0, le=MAX_DURATION_S, description="a case running longer fails with this limit in the message and "
+        "the run goes on (pytest-timeout; 0 = no limit; --timeout on the command line wins)",
     )
     budget: Duration | None = Field(
         None,
@@ -265,19 +246,6 @@ def cpu_overrides(*keys: str, description: str | None = None) -> Callable[[type[
 
 
 __all__ = [
-    "DTYPES",
-    "TimingConfig",
-    "TimingOverride",
-    "optional_fields",
-    "DTYPE_ALIASES",
-    "PRECISIONS",
-    "CaseSection",
-    "Dtype",
-    "Precision",
-    "Section",
-    "Shape3",
-    "Size",
-    "choice",
-    "cpu_overrides",
-    "one_of",
+    "DTYPES", "TimingConfig", "TimingOverride", "optional_fields", "DTYPE_ALIASES", "PRECISIONS",
+    "CaseSection", "Dtype", "Precision", "Section", "Shape3", "Size", "choice", "cpu_overrides", "one_of",
 ]

@@ -48,7 +48,7 @@ def test_an_nccl_tests_json_is_not_called_a_foreign_pytest_benchmark_file(tmp_pa
     path = tmp_path / "all_reduce.json"  # nccl-tests -J, cut before its results
     path.write_text(json.dumps({"version": 3, "args": ["./build/all_reduce_perf"], "nccl_version": 22300}))
     message = _load_error(path)
-    assert "nccl-tests JSON" in message and "pytest-benchmark --benchmark-json file" not in message
+    assert "not a pytest-benchmark" not in message and "neither pytest-benchmark JSON nor nccl-tests" in message
     assert "nccl-tests text or -J JSON output" in message
 
 
