@@ -1,0 +1,86 @@
+"""Run configs on this machine and print the plan's "at most" beside what each family and the run took.
+
+    python scripts/plan_vs_actual.py                         # configs/quick.yaml and configs/default.yaml
+    python scripts/plan_vs_actual.py configs/default.yaml -k "matmul or copy"   # a short selection
+
+A family's actual time is the sum of its tests' durations (pytest's junit XML: setup, call and teardown); the
+session row is the rest of the wall time (interpreter, collection, the JSON). "over" marks a figure the plan
+put below what the run took. A selection (-k) is planned as the whole config, so its plan is high. On a machine
+others share, the overheads (the plan's measured medians) grow with the load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from suite import devices as dev  # noqa: E402
+from suite.config import load_config  # noqa: E402
+from suite.plan import Rates, long_calls, make_plan, select  # noqa: E402
+from suite.timing import format_duration  # noqa: E402
+
+
+def actual(config: Path, extra: list[str]) -> tuple[dict[str, float], float]:
+    """family -> seconds its tests took, and the run's wall time."""
+    with tempfile.TemporaryDirectory() as tmp:
+        junit = Path(tmp) / "junit.xml"
+        command = [sys.executable, "-m", "pytest", "benchmarks", "--suite-config", str(config), "-q",
+                   "-p", "no:cacheprovider", "--junitxml", str(junit), "-o", "junit_duration_report=total",
+                   "--benchmark-json", str(Path(tmp) / "results.json"), *extra]
+        start = time.monotonic()
+        subprocess.run(command, cwd=ROOT, stdout=subprocess.DEVNULL, check=False)
+        wall = time.monotonic() - start
+        families: dict[str, float] = defaultdict(float)
+        for case in ET.parse(junit).iter("testcase"):
+            family = case.get("classname", "").rsplit(".", 1)[-1].removeprefix("test_")
+            families[family] += float(case.get("time", 0))
+    return dict(families), wall
+
+
+def compare(path: Path, extra: list[str]) -> bool:
+    """Print one config's table; False when the plan's total is below the run's."""
+    config = load_config(path)
+    devices = dev.check_spec(config.devices, option="devices")
+    plan = make_plan(config, devices)
+    long = long_calls(config, select(config, devices), Rates())
+    extra_s = defaultdict(float)
+    for call in long:
+        extra_s[call.family] += call.over_s
+    took, wall = actual(path, extra)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\n{path} on {', '.join(devices)}{' (' + ' '.join(extra) + ')' if extra else ''}; "
+          f"load average after the run {load} on {os.cpu_count()} CPUs (other work slows the overheads)")
+    print(f"{'family':<12} {'at most':>9} {'+long':>7} {'actual':>9}")
+    rows = [(name, fp.estimated_s, extra_s[name], took.get(name, 0.0)) for name, fp in plan.families.items()]
+    rows.append(("session", plan.session_s, 0.0, wall - sum(took.values())))
+    for name, most, more, real in rows:
+        over = "  over" if real > most + more else ""
+        print(f"{name:<12} {format_duration(most):>9} {format_duration(more):>7} {format_duration(real):>9}{over}")
+    total = plan.estimated_s + sum(extra_s.values())
+    print(f"{'total':<12} {format_duration(plan.estimated_s):>9} {format_duration(sum(extra_s.values())):>7} "
+          f"{format_duration(wall):>9}{'  over' if wall > total else ''}")
+    return wall <= total
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("configs", nargs="*", default=["configs/quick.yaml", "configs/default.yaml"])
+    parser.add_argument("-k", dest="select", help="pytest -k selection for the runs")
+    args = parser.parse_args()
+    extra = ["-k", args.select] if args.select else []
+    results = [compare(ROOT / name, extra) for name in args.configs]
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
