@@ -14,6 +14,7 @@ from suite.distributed import launch
 from suite.errors import UserError
 from suite.partial import check_writable
 from suite.results import load_results
+from tests.test_distributed_launch import no_torchrun  # noqa: F401 - the fixture: torchrun started, not run
 
 
 def _load_error(*paths) -> str:
@@ -59,14 +60,6 @@ def test_a_results_name_too_long_for_the_file_system_is_one_line(tmp_path):
     assert "\n" not in message and "a name of 305 characters is too long" in message
     assert message.endswith("give a name of at most 241")
     check_writable(tmp_path / ("a" * 236 + ".json"))  # its NAME.partial.jsonl.lock is 255 bytes: fine
-
-
-@pytest.fixture
-def no_torchrun(monkeypatch):
-    started = []
-    monkeypatch.setattr(launch.subprocess, "call", lambda cmd, *a, **k: started.append(cmd) or 0)
-    monkeypatch.setattr(launch.os, "execv", lambda path, cmd: started.append(cmd))
-    return started
 
 
 def test_more_ranks_than_cores_is_refused_in_one_line(no_torchrun, monkeypatch, capsys):
