@@ -25,6 +25,8 @@ from tests.fakes import FakePlatform
 # 4 KiB copy both ways, each direction entering one stream context and launching one copy.
 LAUNCH_S = 10e-6
 STREAM_CONTEXT_S = 10e-6
+# Host time of handing a batch to a thread (a pool's submit and the thread waking up).
+HANDOFF_S = 20e-6
 # bf16 1024^3 on an H200: 11 us a call.
 MATMUL_S = 11e-6
 # pytest-benchmark's rounds on an accelerator last at least this long (suite.timing.ACCELERATOR_MIN_ROUND_S).
@@ -35,8 +37,9 @@ class ThreadedGpus:
     """Fake GPUs that real threads issue to, in modelled time. Each thread has its own host clock; a launch
     costs the launching thread LAUNCH_S; a queue (a GPU, or one copy direction's engine) runs its work in launch
     order, each piece from when it was launched and the queue is free; synchronising a device moves the
-    thread's clock to when every queue of that device is done. A pool task starts no earlier than it was
-    submitted, and whoever waits for it goes on no earlier than it ended (`pool`)."""
+    thread's clock to when every queue of that device is done. Handing a task to a pool costs the submitting
+    thread HANDOFF_S; the task starts no earlier than that, and whoever waits for it goes on no earlier than it
+    ended (`pool`)."""
 
     def __init__(self) -> None:
         self.local = threading.local()
@@ -86,6 +89,7 @@ class ThreadedGpus:
 
         class ModelledPool(ThreadPoolExecutor):
             def submit(self, fn, *args, **kwargs):
+                gpus.host(HANDOFF_S)
                 start, joined = gpus.now(), Joined()
 
                 def task():
