@@ -122,7 +122,6 @@ class Run:
 
     hint: str = ""  # text that may name the collective: the lines before the run, its command line
     ranks: dict[int, tuple[str, int, str, str]] = field(default_factory=dict)  # rank -> host, device, bus, name
-    world: int | None = None
     columns: list[str] | None = None
     rows: list[tuple[dict, list[tuple[str, dict]]]] = field(default_factory=list)
     bad: int = 0
@@ -173,7 +172,7 @@ class Run:
 
     @property
     def n(self) -> int | None:
-        return self.world or len(self.ranks) or None
+        return len(self.ranks) or None
 
 
 def split_runs(text: str) -> list[Run]:
