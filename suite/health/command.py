@@ -120,7 +120,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "results",
         nargs="+",
         metavar="RESULTS",
-        help="results files or folders: ours, nccl-tests text, nvbandwidth -j JSON",
+        help="results files or folders: ours, nccl-tests text or JSON, nvbandwidth text or JSON, dcgmi diag -j",
     )
     parser.add_argument(
         "--fail-on",
