@@ -107,11 +107,16 @@ def _row(b: dict, c: dict, metric: str, threshold: float, span: tuple[float, flo
     # No positive time on one side, or too few rounds: nothing to judge.
     status = "not judged" if math.isnan(ratio) or few else classify(b[metric], c[metric], b["iqr"], c["iqr"],
                                                                       threshold)
-    note = ""
-    low, high, runs = span
-    if status in ("regression", "improvement") and runs >= HISTORY_MIN_RUNS and low <= c[metric] <= high:
-        status, note = "unchanged", f"within {runs} baseline runs' range"
+    status, note = _steady(status, c[metric], span)
     return Row(status, b["case"], c["name"], b[metric], c[metric], ratio, (ratio - 1) * 100, noise, note)
+
+
+def _steady(status: str, value: float, span: tuple[float, float, int]) -> tuple[str, str]:
+    """A change inside the (lowest, highest, runs) of the baseline machine's latest runs is "unchanged"."""
+    low, high, runs = span
+    if status in ("regression", "improvement") and runs >= HISTORY_MIN_RUNS and low <= value <= high:
+        return "unchanged", f"within {runs} baseline runs' range"
+    return status, ""
 
 
 def _numeric(table: pd.DataFrame | None, column: str) -> pd.DataFrame | None:
@@ -125,16 +130,14 @@ def _per_watt_row(b: dict, c: dict, metric: str, threshold: float, span: tuple[f
     if absent:
         return Row("not judged", b["case"], c["name"], b[metric], c[metric], math.nan, math.nan, math.nan,
                    note=f"{UNRECORDED}{metric} ({' and '.join(absent)})")
-    # Energy per unit of work, and its noise as the time's: the IQR's share of the median.
-    cost = {side: (1 / r[metric], 1 / r[metric] * _zero(r["iqr"]) / r["median"] if r["median"] > 0 else 0.0)
-            for side, r in (("b", b), ("c", c))}
+
+    def energy(r: dict) -> tuple[float, float]:  # per unit of work, its noise the time's IQR share
+        return 1 / r[metric], (_zero(r["iqr"]) / r["median"] / r[metric] if r["median"] > 0 else 0.0)
+
+    (b_cost, b_noise), (c_cost, c_noise) = energy(b), energy(c)
     few = min(_zero(b["rounds"]), _zero(c["rounds"])) < MIN_ROUNDS_TO_JUDGE
-    (b_cost, b_noise), (c_cost, c_noise) = cost["b"], cost["c"]
     status = "not judged" if few else classify(b_cost, c_cost, b_noise, c_noise, threshold)
-    low, high, runs = span
-    note = ""
-    if status in ("regression", "improvement") and runs >= HISTORY_MIN_RUNS and low <= c[metric] <= high:
-        status, note = "unchanged", f"within {runs} baseline runs' range"
+    status, note = _steady(status, c[metric], span)
     ratio = b[metric] / c[metric]
     return Row(status, b["case"], c["name"], b[metric], c[metric], ratio, (ratio - 1) * 100, math.nan, note)
 
