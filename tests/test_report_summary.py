@@ -27,7 +27,9 @@ def _section(html: str, anchor: str) -> str:
 def test_each_machine_has_its_headline_figures_and_health_on_top(tmp_path):
     html = _report(tmp_path, REAL / "h200_quick.json", REAL / "cpu_quick_run.json")
     summary = _section(html, "summary")
-    assert html.index('id="summary"') < html.index('id="health"') < html.index('id="machines"')
+    # On top, in the health section (the verdict's first section), above each node's findings.
+    assert html.index('id="health"') < html.index('id="summary"') < html.index('id="verdicts"') < html.index(
+        'id="machines"')
     h200 = next(row for row in summary.split("<tr>") if row.startswith("<td>NVIDIA H200"))
     # Every family in its own unit, % of the measured ceiling and the datasheet where the run recorded them.
     assert re.search(r"matmul bf16 <b>6\d\d TFLOP/s</b><small>\d+% of ceiling · \d+% of datasheet</small>", h200)

@@ -19,7 +19,7 @@ from suite.health.expect import load_expectations
 from suite.report.charts import chart_machines, charts_for, family_charts, history_charts
 from suite.report.overview import headlines
 from suite.report.power import attach_per_watt
-from suite.report.tables import machine_views, result_rows, speed_table
+from suite.report.tables import SHARES, machine_views, result_rows, speed_table
 from suite.results import (
     FOREIGN_CASE,
     OUR_TOOL,
@@ -86,7 +86,7 @@ def _section(case: str, rows, partial: set[str]) -> dict:
     tables = [t for build in getattr(family_charts(case), "TABLES", []) if (t := build(valid)) is not None]
     shown = result_rows(rows, partial)
     return {"case": case, "title": title, "note": note, "tables": tables, "rows": shown,
-            "metric_header": _metric_header(rows), "shares": [k for k in ("ceiling", "datasheet") if any(r[k] for r in shown)]}
+            "metric_header": _metric_header(rows), "shares": [k for k in SHARES if any(r[k] for r in shown)]}
 
 
 def _metric_header(rows) -> str:

@@ -235,10 +235,14 @@ def share_text(pct: object) -> str:
     return f"{pct:.0f}%" if pct >= 10 else f"{pct:.2g}%" if pct >= 0.01 else "<0.01%"
 
 
-def against_text(ceiling: object, datasheet: object) -> str:
-    """`99% of ceiling · 68% of datasheet`, of what a row records (pct_of_ceiling, pct_of_datasheet)."""
-    pairs = ((share_text(ceiling), "ceiling"), (share_text(datasheet), "datasheet"))
-    return " · ".join(f"{pct} of {what}" for pct, what in pairs if pct)
+# What a rate is set against, where a result recorded it: the measured ceiling, the GPU's datasheet.
+SHARES = ("pct_of_ceiling", "pct_of_datasheet")
+
+
+def against_text(row: dict) -> str:
+    """`99% of ceiling · 68% of datasheet`, of what a row records (SHARES)."""
+    return " · ".join(f"{share_text(row.get(k))} of {k.removeprefix('pct_of_')}" for k in SHARES
+                      if share_text(row.get(k)))
 
 
 def stop_text(rounds: float, stopped_on: object, margin: object, target: object) -> str:
@@ -272,7 +276,7 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[dict]:
         for s, d, dev in zip(rows["src"], rows["dst"], rows["device"])
     ]
     cols = {k: _column(rows, k) for k in ("stopped_on", "margin", "precision_target", "bound", "host_share",
-                                          "invalid", "traffic_gbps", "pct_of_ceiling", "pct_of_datasheet")}
+                                          "invalid", "traffic_gbps", *SHARES)}
     for i, r in enumerate(
         rows[["label", "name", "params_json", "median", "iqr", "rounds", "metric", "metric_unit"]].itertuples(
             index=False
@@ -300,7 +304,7 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[dict]:
             "metric": f"invalid: {invalid}" if invalid else format_rate(r.metric, r.metric_unit),
             "metric_v": "" if invalid else _sort(r.metric),
             "note": "" if invalid else " · ".join(notes),
-            **{k: "" if invalid else share_text(cols[f"pct_of_{k}"][i]) for k in ("ceiling", "datasheet")},
+            **{k: "" if invalid else share_text(cols[k][i]) for k in SHARES},
         })
     return out
 
