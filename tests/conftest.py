@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import json
+import os
 from pathlib import Path
 
 # In-process pytester runs put sys.modules back afterwards, and numpy's and torch's C extensions cannot be
@@ -30,6 +32,9 @@ GPU_TEST_WARNINGS = "default::Warning"
 # A test that runs pytest on the benchmarks (in a child, or in process) pays torch's start-up and a real
 # timing run each time: it belongs to the slow tier (`pytest -m slow`, which .ci/run runs after the fast one).
 END_TO_END_FIXTURES = frozenset({"run_benchmarks", "pytester"})
+# Fixtures that run something once for several tests: under pytest-xdist (`--dist loadgroup`, as .ci/run) their
+# tests go to one worker, or each worker would run it again.
+SHARED_FIXTURES = ("shared_run", "dry_run")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the markers set here
@@ -37,6 +42,9 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if END_TO_END_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+        for name in SHARED_FIXTURES:
+            if name in getattr(item, "fixturenames", ()):
+                item.add_marker(pytest.mark.xdist_group(name))
         if item.get_closest_marker("gpu"):
             item.add_marker(pytest.mark.filterwarnings(GPU_TEST_WARNINGS))
     if any(item.get_closest_marker("gpu") for item in items) and not has_accelerator():
@@ -44,6 +52,14 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker("gpu"):
                 item.add_marker(skip)
+
+
+@pytest.hookimpl(trylast=True)  # after every plugin of this worker has read it
+def pytest_configure(config):
+    # pytest-benchmark switches itself off in any process that sees PYTEST_XDIST_WORKER, which an xdist worker
+    # (.ci/run's `-n 2`) sets for itself: the `pytest benchmarks` runs its tests start (children, torchrun ranks,
+    # in process) would inherit it and time nothing. xdist itself reads its workerinput, never the variable.
+    os.environ.pop("PYTEST_XDIST_WORKER", None)
 
 
 @pytest.fixture
@@ -60,5 +76,25 @@ def run_benchmarks(pytester, tmp_path):
         )
         data = json.loads(out.read_text()) if out.exists() else None
         return result, data
+
+    return _run
+
+
+@pytest.fixture(scope="session")
+def _shared_runs() -> dict:
+    return {}
+
+
+@pytest.fixture
+def shared_run(run_benchmarks, _shared_runs):
+    """run_benchmarks for tests that only read a run: each distinct (config, arguments) runs once a session and
+    every test that asks gets its (RunResult, JSON). A test that changes the environment uses run_benchmarks."""
+
+    def _run(config: dict, *args: str, **kwargs):
+        key = json.dumps([config, args, kwargs], sort_keys=True)
+        if key not in _shared_runs:
+            _shared_runs[key] = run_benchmarks(config, *args, **kwargs)
+        result, data = _shared_runs[key]
+        return result, copy.deepcopy(data)
 
     return _run

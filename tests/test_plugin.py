@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from suite import SCHEMA_VERSION
@@ -77,8 +79,8 @@ SMALL = {
 }
 
 
-def test_every_result_says_how_it_stopped(run_benchmarks):
-    result, data = run_benchmarks(SMALL, "-k", "matmul or placement")
+def test_every_result_says_how_it_stopped(shared_run):
+    result, data = shared_run(SMALL, "-k", "matmul or placement")
     result.assert_outcomes(passed=3, skipped=0)
     for bench in data["benchmarks"]:
         info = bench["extra_info"]
@@ -88,8 +90,8 @@ def test_every_result_says_how_it_stopped(run_benchmarks):
         assert info["stopped_on"] == "time" or info["margin"] <= 0.01
 
 
-def test_summary_in_rates_replaces_pytest_benchmarks_table(run_benchmarks):
-    result, _ = run_benchmarks(SMALL, "-k", "matmul or placement")
+def test_summary_in_rates_replaces_pytest_benchmarks_table(run_benchmarks, shared_run):
+    result, _ = shared_run(SMALL, "-k", "matmul or placement")
     out = result.stdout.str()
     assert "suite summary" in out and "matmul: TFLOP/s" in out and "placement: median time per call" in out
     assert "Name (time in" not in out
@@ -99,14 +101,14 @@ def test_summary_in_rates_replaces_pytest_benchmarks_table(run_benchmarks):
     assert "Name (time in" in result.stdout.str() and "suite summary" not in result.stdout.str()
 
 
-def test_pytest_benchmarks_own_outputs_are_not_swallowed_by_the_rates_summary(run_benchmarks):
+def test_pytest_benchmarks_own_outputs_are_not_swallowed_by_the_rates_summary(run_benchmarks, shared_run):
     # The default summary quietened pytest-benchmark's table, and with it the cProfile tables, histograms and
     # comparison the user asked for.
     result, data = run_benchmarks(SMALL, "-k", "matmul", "--benchmark-cprofile=tottime")
     out = result.stdout.str()
     assert "cProfile (time in s)" in out and "Name (time in" in out and "matmul: TFLOP/s" in out
     assert data["benchmarks"][0]["cprofile"]
-    result, _ = run_benchmarks(SMALL, "-k", "matmul")
+    result, _ = shared_run(SMALL, "-k", "matmul")
     assert "Name (time in" not in result.stdout.str()  # nothing asked: our summary alone
 
 
@@ -220,7 +222,7 @@ def test_a_budget_plans_with_the_timing_options_the_user_passed(run_benchmarks):
     assert "--suite-budget 1m00s is too small for the benchmark that runs here: give 1m5" in err
 
 
-def test_results_record_how_long_a_limit_held_the_clocks(run_benchmarks):
+def test_results_record_how_long_a_limit_held_the_clocks(run_benchmarks, shared_run):
     # tests.held_clocks gives the CPU NVML-style counters: thermal slowdown holding it a quarter of the time.
     result, data = run_benchmarks(SMALL, "-k", "matmul or placement", "-p", "tests.held_clocks")
     result.assert_outcomes(passed=3)
@@ -229,12 +231,12 @@ def test_results_record_how_long_a_limit_held_the_clocks(run_benchmarks):
         assert info["clocks_held"] == info["clocks_held_thermal"] == pytest.approx(0.25, abs=0.03)
         assert "clocks_held_power" not in info and info["clocks_window_s"] > 0
     # Where NVML tells nothing (the CPU, as on any machine without it), nothing is recorded.
-    result, data = run_benchmarks(SMALL, "-k", "matmul")
+    result, data = shared_run(SMALL, "-k", "matmul")
     assert "clocks_held" not in data["benchmarks"][0]["extra_info"]
 
 
-def test_without_a_budget_the_config_max_time_is_recorded(run_benchmarks):
-    result, data = run_benchmarks(SMALL, "-k", "matmul")
+def test_without_a_budget_the_config_max_time_is_recorded(shared_run):
+    result, data = shared_run(SMALL, "-k", "matmul")
     (bench,) = data["benchmarks"]
     assert bench["extra_info"]["max_time"] == 0.05 and data["suite"]["budget_s"] is None
 
@@ -299,10 +301,13 @@ def test_a_whole_run_still_stores_what_benchmark_save_asks(run_benchmarks, tmp_p
 
 
 def test_pytest_xdist_is_refused_by_the_run_itself(pytester, run_benchmarks):
-    # xdist is not installed here: a plugin that adds its --dist option stands in for it.
-    pytester.makepyfile(fake_xdist="def pytest_addoption(parser):\n"
-                                   "    parser.addoption('--dist', dest='dist', default='no')\n")
-    result, data = run_benchmarks(SMALL, "-k", "placement", "-p", "fake_xdist", "--dist", "load")
+    # xdist itself where it is installed (the test extra); elsewhere a plugin that adds its --dist stands in.
+    plugin = []
+    if importlib.util.find_spec("xdist") is None:
+        pytester.makepyfile(fake_xdist="def pytest_addoption(parser):\n"
+                                       "    parser.addoption('--dist', dest='dist', default='no')\n")
+        plugin = ["-p", "fake_xdist"]
+    result, data = run_benchmarks(SMALL, "-k", "placement", *plugin, "--dist", "load")
     assert result.ret == pytest.ExitCode.USAGE_ERROR and data is None
     assert "pytest-xdist (-n, --dist) runs tests in parallel processes" in result.stderr.str()
 
