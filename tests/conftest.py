@@ -34,7 +34,7 @@ GPU_TEST_WARNINGS = "default::Warning"
 END_TO_END_FIXTURES = frozenset({"run_benchmarks", "pytester"})
 # Fixtures that run something once for several tests: under pytest-xdist (`--dist loadgroup`, as .ci/run) their
 # tests go to one worker, or each worker would run it again.
-SHARED_FIXTURES = ("shared_run", "dry_run")
+SHARED_FIXTURES = ("shared_run", "dry_run", "built")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the markers set here
