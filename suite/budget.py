@@ -170,7 +170,8 @@ class RunState:
         it is too small (UserError). `overrides`: the timing the command line sets
         (BudgetSchedule.for_cases)."""
         self.families = {nodeid: case.family for nodeid, case in cases.items()}
-        self.progress = Progress(dict(Counter(self.families.values())), planned_seconds(cases, config, self.budget_s))
+        counts = dict(Counter(self.families.values()))
+        self.progress = Progress(counts, planned_seconds(cases, config, self.budget_s))
         if self.budget_s is None or not cases:
             return
         self.schedule = BudgetSchedule.for_cases(self.budget_s, cases, config, self.run_started,

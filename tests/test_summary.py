@@ -219,14 +219,15 @@ def test_progress_lines_only_for_long_families_and_not_too_often():
 def test_a_family_of_few_benchmarks_that_runs_long_gets_lines():
     progress = Progress({"model": 3}, clock=lambda: 0.0)  # no plan figure: its own time decides
     assert progress.finished("model", PROGRESS_MIN_S / 2) is None
-    assert progress.finished("model", PROGRESS_MIN_S) == "[suite] model: 2/3 done, ETA 3.8s (whole run: about 3.8s left)"
+    assert progress.finished("model", PROGRESS_MIN_S) == ("[suite] model: 2/3 done, ETA 3.8s "
+                                                        "(whole run: about 3.8s left)")
     assert progress.finished("model", 1.0) == "[suite] model: 3/3 done in 8.5s"
 
 
 def test_the_run_eta_takes_families_not_begun_from_the_plan_and_corrects_as_families_finish():
     now = [0.0]
-    progress = Progress({"matmul": 10, "copy": 10, "habits": 4}, {"matmul": 100.0, "copy": 50.0, "habits": 40.0},
-                        clock=lambda: now[0])
+    planned = {"matmul": 100.0, "copy": 50.0, "habits": 40.0}
+    progress = Progress({"matmul": 10, "copy": 10, "habits": 4}, planned, clock=lambda: now[0])
     # matmul runs at 1 s a benchmark, 10x under its plan: the families after it keep their plan figures
     # (50 + 40 s), never matmul's pace (10 + 4 s).
     assert progress.finished("matmul", 1.0) == ("[suite] matmul: 1/10 done, ETA 9.0s "

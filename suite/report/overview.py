@@ -1,4 +1,4 @@
-"""The report's first screen: per machine, each family's headline figure, its share of ceiling and datasheet."""
+"""The report's first screen: per machine, each family's headline figure, its share of ceiling, datasheet."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ _SHOWN = ("metric_unit", "name", "case", *SHARES)  # what a figure is made of
 
 
 def _best(rows: pd.DataFrame, rate: str, what: str, unit: str | None = None) -> dict[str, dict]:
-    """Per machine, its row of `rows` with the highest `rate`, as a figure: what, value, against, benchmark."""
+    """Per machine, its row of `rows` of the highest `rate`, as a figure: what, value, against, benchmark."""
     rows = rows[rows[rate] > 0] if rate in rows else rows.iloc[:0]
     best = rows.loc[rows.groupby("label", sort=False)[rate].idxmax()] if not rows.empty else rows
     return {r["label"]: {"what": what, "value": format_rate(r[rate], unit or r["metric_unit"]),
@@ -40,11 +40,11 @@ def headlines(table: pd.DataFrame, labels: list[str], status_of: dict[str, str])
     result of each measure the families declare, and for a family none of whose measures it ran, its best
     rate (a CPU's float32 matmul)."""
     rows = like_ours(table[(table["invalid"] == "") & (table["case"] != FOREIGN_CASE)])
-    none = pd.Series(None, index=rows.index, dtype=object)
-    precision = rows["precision"].fillna(rows.get("dtype", none)) if "precision" in rows else rows.get("dtype", none)
+    dtype = rows.get("dtype", pd.Series(None, index=rows.index, dtype=object))
+    precision = rows["precision"].fillna(dtype) if "precision" in rows else dtype
     rows = rows.assign(route_=route_kinds(rows["src"], rows["dst"]), precision_=precision)
     wanted = {"label", "metric", *_SHOWN, *RATE_UNITS, *(k for m in measures().values() for k, _ in m.where)}
-    rows = rows[[c for c in rows.columns if c in wanted or c.endswith("_")]]  # a fleet's rows, narrow to filter
+    rows = rows[[c for c in rows.columns if c in wanted or c.endswith("_")]]  # narrow: a fleet filters fast
     figures: dict[str, list[dict]] = {label: [] for label in labels}
     covered: dict[str, set[str]] = {label: set() for label in labels}
     for name, measure in measures().items():

@@ -266,6 +266,9 @@ def _column(rows: pd.DataFrame, key: str) -> list:
     return list(rows[key]) if key in rows.columns else [None] * len(rows)
 
 
+_STOPPED = ("stopped_on", "margin", "precision_target")  # what stop_text tells from
+
+
 def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[dict]:
     """Per result, its cells' texts and sort keys: machine, benchmark (and the parameters its id does not
     say), where, median, IQR, rounds and how it stopped, its rate (and a note: traffic, host-bound), its %
@@ -275,8 +278,8 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[dict]:
         f"{s}→{d}" if isinstance(s, str) and isinstance(d, str) else (dev if isinstance(dev, str) else "")
         for s, d, dev in zip(rows["src"], rows["dst"], rows["device"])
     ]
-    cols = {k: _column(rows, k) for k in ("stopped_on", "margin", "precision_target", "bound", "host_share",
-                                          "invalid", "traffic_gbps", *SHARES)}
+    keys = (*_STOPPED, "bound", "host_share", "invalid", "traffic_gbps", *SHARES)
+    cols = {k: _column(rows, k) for k in keys}
     for i, r in enumerate(
         rows[["label", "name", "params_json", "median", "iqr", "rounds", "metric", "metric_unit"]].itertuples(
             index=False
@@ -299,7 +302,7 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[dict]:
             "where": where[i],
             "median": format_time(r.median), "median_v": _sort(r.median),
             "iqr": iqr_text, "iqr_v": _sort(r.iqr),
-            "rounds": stop_text(r.rounds, *(cols[k][i] for k in ("stopped_on", "margin", "precision_target"))),
+            "rounds": stop_text(r.rounds, *(cols[k][i] for k in _STOPPED)),
             # An invalid result's numbers are no measurement: say why, and show none of them as its rate.
             "metric": f"invalid: {invalid}" if invalid else format_rate(r.metric, r.metric_unit),
             "metric_v": "" if invalid else _sort(r.metric),

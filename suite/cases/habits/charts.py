@@ -25,7 +25,7 @@ def habit_pairs(rows: pd.DataFrame) -> pd.DataFrame:
             continue
         by_variant = {str(v): m for v, m in zip(g["variant"], g["median"])}
         roles = dict(zip(g["role"], g["variant"].astype(str))) if "role" in g else {}
-        if {"slow", "fast"} <= set(roles):  # the habit and its fix, as measured: the slow way may come out faster
+        if {"slow", "fast"} <= set(roles):  # the habit and its fix as measured: the slow way may come out ahead
             slow, fast = roles["slow"], roles["fast"]
         elif "slow" in by_variant and "fast" in by_variant:
             slow, fast = "slow", "fast"
@@ -75,7 +75,8 @@ def habit_table(rows: pd.DataFrame) -> Table | None:
         return None
     lines = [
         [p.label, str(p.habit), str(p.slow), str(p.fast),
-         f"{format_time(p.slow_median)} vs {format_time(p.fast_median)}", verdict(p.ratio, lambda r: f"{r:.3g}×")]
+         f"{format_time(p.slow_median)} vs {format_time(p.fast_median)}",
+         verdict(p.ratio, lambda r: f"{r:.3g}×")]
         for p in pairs.itertuples(index=False)
     ]
     columns = ["machine", "habit", "slow way", "fast way", "median times", "cost"]
