@@ -11,6 +11,8 @@ from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
+
+from suite.table import MEASURED_KEYS
 import torch
 
 from suite.cases import issuers, make_case
@@ -186,6 +188,10 @@ def test_the_all_gpus_aggregate_reaches_the_sum_of_the_gpus_rates_at_a_small_sha
         info = work.derive(median)
     assert sum(info["per_device_tflops"].values()) == pytest.approx(8 * one_gpu, rel=0.01)
     assert aggregate >= 0.9 * sum(info["per_device_tflops"].values())
+    # A timed call holds `calls` matmuls per GPU; as a parameter it keeps compare from pairing this result's
+    # time with an older run's, whose timed call held one.
+    assert work.extra["calls"] == matmul.calls_per_batch(matmul.flops(1024, 1024, 1024)) > 1
+    assert "calls" not in MEASURED_KEYS
 
 
 def test_a_gpu_slower_than_its_peers_shows_in_the_per_device_rates(gpus, monkeypatch):
