@@ -11,13 +11,12 @@ from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
-
-from suite.table import MEASURED_KEYS
 import torch
 
 from suite.cases import issuers, make_case
 from suite.cases.copy import measure as copy_case
 from suite.cases.matmul import measure as matmul
+from suite.table import MEASURED_KEYS
 from suite.config import parse_config
 from suite.devices import use_platform
 from suite.timing import SyncTimer
