@@ -15,7 +15,7 @@ import pytest
 
 from suite.cases.ceiling.checks import BURST_TFLOPS, burst_target
 from suite.cli import main as suite_main
-from suite.tools import gpu_check
+from suite.tools import check_files, gpu_check
 from suite.tools.gpu_check import CheckContext, CheckRow, run_check
 from tests.conftest import ROOT
 
@@ -311,7 +311,7 @@ def test_merged_results_keep_the_median_run_of_each_case(monkeypatch):
                 "suite": {"version": "x", "schema_version": 1, "devices": ["cpu"], "config": {}},
                 "benchmarks": list(benches)}
 
-    merged = gpu_check.merge_results([
+    merged = check_files.merge_results([
         ("matmul", {}, run(bench("a", "matmul", 3.0, 2.0))),
         ("matmul", {}, run(bench("a", "matmul", 1.0, 6.0))),
         ("matmul", {}, run(bench("a", "matmul", 2.0, 3.0))),

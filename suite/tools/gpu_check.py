@@ -20,7 +20,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
@@ -28,10 +27,10 @@ import yaml
 from suite.errors import UserError
 from suite.plan import SESSION_OVERHEAD_S
 from suite.timing import process_age
-from suite.tools.check_files import RESULTS_NAME, Step, facts, merge_results, write_files
-from suite.tools.checkrow import (CHECK_TIMING, DRY_ROUNDS, PROCESS_START_S, RATIO_TOLERANCE, ROOT, ROUNDS,
-                                  CheckRow, bench_s, run_command, subprocess_env)
-from suite.tools.paired import Pair, Target, alternate, event_seconds, read_results, run_suite, summarise
+from suite.tools.check_files import RESULTS_NAME, Step, facts, write_files
+from suite.tools.checkrow import (CHECK_TIMING, DRY_ROUNDS, PROCESS_START_S, ROOT, ROUNDS, CheckContext, CheckRow,
+                                  bench_s, run_command, subprocess_env)
+from suite.tools.paired import read_results
 
 # The OOM and SIGKILL steps show structure, not speed: a short warm-up. SIGKILL keeps max_time 1 s so the run
 # is still busy with its later cases when it is killed after the first one.
@@ -98,116 +97,6 @@ DEFAULT_STEP_ESTIMATE_S = 30.0
 # the quick config and the gpu tests, which a normal run on the GPU also shows.
 OWN_ORDER = {"out of memory": 1, "sigkill": 2, "quick config": 1000, "gpu tests": 1001}
 DEFAULT_ORDER = 500
-
-
-@dataclass
-class CheckContext:
-    device: str = "cuda:0"
-    dry_run: bool = False
-    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="gpu-check-")))
-    rounds: int = ROUNDS
-    timing: dict = field(default_factory=lambda: dict(CHECK_TIMING))
-    deadline: float = float("inf")  # time.monotonic() by which the whole check should be done
-    step_deadline: float = float("inf")  # ... and the step now running (run_check sets it)
-    results_path: Path | None = None  # the merged results of every suite run (OUTDIR/results.json)
-    step: str = ""  # the step now running (named in the merged results)
-    runs: list[tuple[str, dict, dict]] = field(default_factory=list)
-    print_table: bool = True
-    gpus: int = 1  # the node's GPUs (run_check counts them): with two, the multi-GPU paths are checked too
-
-    def pick(self, gpu, dry):
-        """The GPU's value, or the dry run's (tiny) one."""
-        return dry if self.dry_run else gpu
-
-    def seconds_left(self) -> float:
-        return self.deadline - time.monotonic()
-
-    def step_seconds(self, cap: float) -> float:
-        """What a subprocess of the running step may take: `cap`, or less where the step's own time runs out
-        sooner (never under 5 s: a stopped command is a failed row, not a hung check)."""
-        return max(5.0, min(cap, self.step_deadline - time.monotonic()))
-
-    def write_config(self, config: dict) -> Path:
-        config = {"timing": dict(self.timing), **config}
-        path = self.workdir / f"config-{time.monotonic_ns()}.yaml"
-        path.write_text(yaml.safe_dump(config), encoding="utf-8")
-        return path
-
-    def keep_results(self, results: Path, config: dict | None = None) -> dict:
-        """Read a results file and add it to the merged results (rewritten at once: a hard stop keeps it)."""
-        data = json.loads(results.read_text())
-        self.runs.append((self.step, config or {}, data))
-        if self.results_path is not None:
-            merged = merge_results(self.runs)
-            if merged is not None:
-                self.results_path.write_text(json.dumps(merged, indent=1, default=str), encoding="utf-8")
-        return data
-
-    def run_suite(self, config: dict | Path, tests: str = "benchmarks",
-                  args: tuple[str, ...] = ()) -> list[dict]:
-        """`pytest <tests>` on a config, in this process (the reference runs here too); its benchmarks."""
-        cfg = config if isinstance(config, Path) else self.write_config(config)
-        out = self.workdir / f"results-{time.monotonic_ns()}.json"
-        code, _, data = run_suite(tests, cfg, out, args)
-        if data is None:
-            raise RuntimeError(f"pytest {tests} wrote no readable results (exit code {code}); see the log above")
-        written = yaml.safe_load(cfg.read_text())
-        return self.keep_results(out, {"tests": tests, "args": list(args), **written})["benchmarks"]
-
-    def case_ids(self, family: str, cfg: Path) -> list[str]:
-        from suite.cases import family_module
-        from suite.config import load_config
-        from suite.devices import resolve_spec
-
-        config = load_config(cfg)
-        return [c.id for c in family_module(family).enumerate_cases(config, resolve_spec(config.devices))]
-
-    def timing_truth(self, family: str, config: dict, tests: str, titles: dict[str, str] | None = None
-                     ) -> tuple[list[CheckRow], dict[str, list[dict]]]:
-        """Alternate `rounds` times (suite.tools.paired): the suite's run of `config`, then a CUDA-events
-        reference of each case in `titles` (param id -> row name; default: every case of the config). One row
-        per case: medians in ms, verdict on the median of the paired ratios. Also returns every round's results
-        by param id."""
-        cfg = self.write_config(config)
-        if titles is None:
-            titles = {case_id: f"{family} {case_id}" for case_id in self.case_ids(family, cfg)}
-        seen: dict[str, list[dict]] = {}
-        reference = "host clock (dry run)" if self.dry_run else "CUDA events"
-        target = Target("within", RATIO_TOLERANCE)
-
-        def one_round() -> list[Pair]:
-            pairs = []
-            for bench in self.run_suite(cfg, tests):
-                seen.setdefault(bench["param"], []).append(bench)
-                if bench["param"] in titles:
-                    pairs.append(Pair(family, titles[bench["param"]], "s", reference, target,
-                                      bench["stats"]["median"], event_seconds(family, cfg, bench)))
-            return pairs
-
-        # Every pair counts, however few: the check's ROUNDS are all a GPU's budget has room for, and the dry
-        # run's judge nothing.
-        done = {row.title: row for row in summarise(alternate(self.rounds, one_round), judge=not self.dry_run,
-                                                    min_pairs=1)}
-        rows = []
-        for param, title in titles.items():
-            row = done.get(title)
-            if row is None:
-                rows.append(CheckRow(title, None, None, "ms", None if self.dry_run else False,
-                                     f"no result for {param} (skipped or failed: see the log)"))
-                continue
-            rows.append(CheckRow(
-                title, row.suite * 1e3, row.ref * 1e3, "ms", row.passed,
-                f"vs {row.reference}, {len(row.ratios)} alternations, pairs {row.low:.3f}-{row.high:.3f}"
-                f"{_rate_note(seen[param][-1])}", pairs=list(row.ratios)))
-        return rows, seen
-
-
-def _rate_note(bench: dict) -> str:
-    info = bench.get("extra_info", {})
-    for key, unit in (("tflops", "TFLOP/s"), ("gbps", "GB/s"), ("samples_per_s", "samples/s")):
-        if isinstance(info.get(key), (int, float)):
-            return f"; suite {info[key]:.4g} {unit}"
-    return ""
 
 
 # --- steps of the check itself (the families add theirs) --------------------------------------------------
