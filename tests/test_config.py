@@ -51,7 +51,7 @@ def test_cpu_override_applies_to_the_cpu_only():
         ({"cases": {"matmul": {"shapes": ["10x10"]}}}, "x.yaml: cases.matmul.shapes[0]: '10x10' is not a matmul shape"),
         ({"cases": {"matmul": {"shapes": []}}}, "x.yaml: cases.matmul.shapes: [] is invalid: List should have at least 1 item"),
         ({"cases": {"matmul": {"dtype": ["float32"]}}},
-         "x.yaml: cases.matmul.dtype: unknown key 'dtype'; allowed keys here: enabled, timing, dtypes, shapes, concurrent, cpu"),
+         "x.yaml: cases.matmul.dtype: unknown key 'dtype'; allowed keys here: enabled, timing, dtypes, shapes, scaling, concurrent, cpu"),
         ({"cases": {"matmul": {"cpu": {"sizes": 1}}}}, "x.yaml: cases.matmul.cpu.sizes: unknown key 'sizes'; allowed keys here: dtypes, shapes"),
         ({"devcies": "all"}, "x.yaml: devcies: unknown key 'devcies'; allowed keys here: devices, timing, cases"),
         ({"devices": "cuda:x"}, "x.yaml: devices: 'cuda:x' is not a device"),

@@ -429,3 +429,57 @@ def test_only_matmul_and_ceiling_take_the_low_precisions():
     assert config.cases.ceiling.dtypes == ["float8_e4m3fn"]
     with pytest.raises(UserError, match="is not a dtype"):
         parse_config({"cases": {"conv": {"dtypes": ["float8_e4m3fn"]}}})
+
+
+# --- row-wise FP8 scales -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("precision", ["float8_e4m3fn", "float8_e5m2"])
+def test_row_wise_fp8_runs_with_a_scale_per_row_and_column_and_is_checked(monkeypatch, precision):
+    seen = {}
+    real = torch._scaled_mm
+
+    def spy(aq, bq, scale_a, scale_b, **kwargs):
+        top = torch.finfo(aq.dtype).max
+        seen.update(a=tuple(scale_a.shape), b=tuple(scale_b.shape),
+                    full_range=bool((aq.float().abs().amax(dim=1) == top).all()
+                                    and (bq.float().abs().amax(dim=0) == top).all()))
+        return real(aq, bq, scale_a=scale_a, scale_b=scale_b, **kwargs)
+
+    monkeypatch.setattr(torch, "_scaled_mm", spy)
+    work = matmul_work("x", "cpu", precision, 48, 32, 64, "row")
+    work.check()
+    # Each row of a and column of b reaches the format's largest value: each uses the whole range.
+    assert seen == {"a": (48, 1), "b": (1, 32), "full_range": True}
+    # A wrong result fails the check.
+    monkeypatch.setattr(torch, "_scaled_mm", lambda *a, **k: real(*a, **k) * 1.05)
+    with pytest.raises(AssertionError, match="dequantized inputs"):
+        work.check()
+
+
+def test_row_wise_scales_are_a_parameter_of_fp8_cases_only_and_per_tensor_ids_are_unchanged():
+    config = parse_config({"devices": ["cpu"], "cases": {"matmul": {
+        "dtypes": ["float32", "float8_e4m3fn"], "shapes": ["32x32x32"], "scaling": ["tensor", "row"]}}})
+    cases = {c.id: c.info for c in matmul_cases(config, ["cpu"])}
+    assert set(cases) == {"cpu-float32-32x32x32", "cpu-float8_e4m3fn-32x32x32", "cpu-float8_e4m3fn-row-32x32x32"}
+    assert cases["cpu-float8_e4m3fn-row-32x32x32"]["scaling"] == "row"
+    assert "scaling" not in cases["cpu-float8_e4m3fn-32x32x32"]
+    assert parse_config({}).cases.matmul.scaling == ["tensor"]
+    with pytest.raises(UserError, match="scaling"):
+        parse_config({"cases": {"matmul": {"scaling": ["block"]}}})
+
+
+def test_row_wise_fp8_needs_hopper_and_per_tensor_does_not():
+    class Ada(FakePlatform):
+        def properties(self, device):
+            return dict(super().properties(device), name="NVIDIA L40S", capability="8.9")
+
+    with use_platform(Ada(gpus=1)):
+        reason = formats.scaling_reason("row", "cuda:0")
+        assert "compute capability >= 9.0" in reason and "8.9" in reason and "L40S" in reason
+        assert formats.scaling_reason("tensor", "cuda:0") is None
+        with pytest.raises(SkipCase, match="row-wise FP8 scales"):
+            matmul_work("x", "cuda:0", "float8_e4m3fn", 64, 64, 64, "row")
+    with use_platform(FakePlatform(gpus=1)):  # capability 9.0
+        assert formats.scaling_reason("row", "cuda:0") is None
+    assert formats.scaling_reason("row", "cpu") is None

@@ -94,13 +94,13 @@ def _low_precision_reason(precision: str, device: str) -> str | None:
             return f"{precision} on {arch} runs as torch.{FNUZ[precision]}, which torch {torch.__version__} lacks"
         return None
     props = dev.current_platform().properties(torch.device(device))
-    if capability := _below(props, FP8_MIN_CAPABILITY):
+    if capability := below(props, FP8_MIN_CAPABILITY):
         return (f"{precision} needs FP8 tensor cores: compute capability >= {FP8_MIN_CAPABILITY[0]}."
                 f"{FP8_MIN_CAPABILITY[1]} (Ada, Hopper or newer); {device} ({props.get('name', '?')}) is {capability}")
     return None
 
 
-def _below(props: dict, minimum: tuple[int, int]) -> str | None:
+def below(props: dict, minimum: tuple[int, int]) -> str | None:
     """The device's compute capability ('7.5') where it is below `minimum`; None where it is not, or not said."""
     capability = str(props.get("capability") or "")
     valid = capability.count(".") == 1 and capability.replace(".", "").isdigit()
@@ -140,7 +140,7 @@ def unsupported_reason(precision: str, device: str) -> str | None:
                     "(no torch.cuda.is_tf32_supported); see the float32 case")
         return (f"tf32 on ROCm needs xf32 math (gfx94x/gfx95x: MI300 or later); torch says {device} ({arch}) "
                 "has none: see the float32 case")
-    if capability := _below(props, TF32_MIN_CAPABILITY):
+    if capability := below(props, TF32_MIN_CAPABILITY):
         return (f"tf32 needs compute capability >= {TF32_MIN_CAPABILITY[0]}.{TF32_MIN_CAPABILITY[1]} "
                 f"(Ampere or newer); {device} ({props.get('name', '?')}) is {capability}")
     return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field
 
@@ -36,6 +36,10 @@ class MatmulConfig(CaseSection):
 
     dtypes: list[MatmulPrecision] = Field(default_factory=lambda: ["float32"], min_length=1)
     shapes: list[Shape3] = Field(default_factory=lambda: [(1024, 1024, 1024)], min_length=1)
+    scaling: list[Literal["tensor", "row"]] = Field(
+        default_factory=lambda: ["tensor"], min_length=1,
+        description="FP8 scales: one per tensor, and/or one per row of a and column of b (row: Hopper or newer)",
+    )
     concurrent: bool = Field(
         False, description="also run each GPU dtype/shape on every selected GPU at once (case 'all-gpus')"
     )

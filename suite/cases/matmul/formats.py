@@ -1,5 +1,6 @@
-"""FP8 and INT8 matmuls: torch._scaled_mm (bf16 output) and torch._int_mm (int32 output), inputs drawn to use
-each format's range, checked against float64 of the dequantized inputs."""
+"""FP8 and INT8 matmuls: torch._scaled_mm (bf16 output; one scale per tensor, or per row of a and column of b)
+and torch._int_mm (int32 output), inputs drawn to use each format's range, checked against float64 of the
+dequantized inputs."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ from typing import Callable
 
 import torch
 
+from suite import devices as dev
 from suite.cases.common import randn, relative_error, to_host64
-from suite.cases.precision import FP8, INT8, low_precision_dtype
+from suite.cases.precision import FP8, INT8, below, low_precision_dtype
 
 # The relative error (Frobenius, against float64 of the dequantized inputs, which are exact) a format may
 # show: MARGIN x (the output's rounding + the accumulator's roundoff x sqrt(k), how a sum's rounding error
@@ -24,6 +26,9 @@ INT8_MAX = 127
 # multiples of 8. The CPU takes any shape.
 CUDA_MULTIPLE = {**{name: 16 for name in FP8}, INT8: 8}
 INT8_MIN_M = 17
+# Scales per row of a and per column of b (scale_a m x 1, scale_b 1 x n): cuBLASLt has them from Hopper on.
+SCALINGS = ("tensor", "row")
+ROW_MIN_CAPABILITY = (9, 0)
 
 
 def tolerance(precision: str, k: int) -> float:
@@ -42,7 +47,18 @@ def shape_reason(precision: str, device: str, m: int, n: int, k: int) -> str | N
     return None
 
 
-def product(precision: str, device: str, m: int, n: int, k: int, rows: int
+def scaling_reason(scaling: str, device: str) -> str | None:
+    """Why `device` cannot run FP8 with row-wise scales, or None."""
+    if scaling != "row" or not device.startswith("cuda") or dev.missing_reason(device) is not None:
+        return None
+    props = dev.current_platform().properties(torch.device(device))
+    if capability := below(props, ROW_MIN_CAPABILITY):
+        return (f"row-wise FP8 scales need compute capability >= 9.0 (Hopper or newer); {device} "
+                f"({props.get('name', '?')}) is {capability}")
+    return None
+
+
+def product(precision: str, device: str, m: int, n: int, k: int, rows: int, scaling: str = "tensor"
             ) -> tuple[Callable[[], object], Callable[[str], None]]:
     """The call to time (run once here, so an unsupported one raises now) and its check, given a label, of the
     first `rows` rows."""
@@ -56,12 +72,15 @@ def product(precision: str, device: str, m: int, n: int, k: int, rows: int
             return torch._int_mm(aq, bq)
     else:
         fmt = low_precision_dtype(precision, device)
-        # One fp32 scale per operand (mamf-finder's recipe), chosen so the largest input lands on the format's
-        # largest value: the whole range is used, as a training recipe's amax scaling does.
-        sa, sb = (x.abs().amax() / torch.finfo(fmt).max for x in (a, b))
+        # fp32 scales chosen so the largest input lands on the format's largest value: the whole range is used,
+        # as a training recipe's amax scaling does. One per operand (mamf-finder's recipe), or one per row of a
+        # and column of b (what the operand's reduction dimension k shares).
+        row = scaling == "row"
+        sa = (a.abs().amax(dim=1, keepdim=True) if row else a.abs().amax()) / torch.finfo(fmt).max
+        sb = (b.abs().amax(dim=0, keepdim=True) if row else b.abs().amax()) / torch.finfo(fmt).max
         aq = (a / sa).to(fmt)
         bq = (b / sb).to(fmt).t().contiguous().t()  # column-major, as cuBLASLt wants its second operand
-        scales = (float(sa), float(sb))
+        scales = (to_host64(sa[:rows] if row else sa), to_host64(sb))
 
         def run() -> torch.Tensor:
             return torch._scaled_mm(aq, bq, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)

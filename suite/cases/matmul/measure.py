@@ -12,7 +12,7 @@ import torch
 from suite.cases import Case, SkipCase, Work, issuers, make_case
 from suite.cases.common import randn, relative_error, skip_if_unsupported, to_host64, torch_dtype
 from suite.cases.matmul import formats
-from suite.cases.precision import INT8, mode_record, require_tf32_math, storage_dtype, unsupported_reason
+from suite.cases.precision import FP8, INT8, mode_record, require_tf32_math, storage_dtype, unsupported_reason
 from suite.devices import synchronize
 
 NAME = "matmul"
@@ -62,9 +62,12 @@ def shape_id(m: int, n: int, k: int) -> str:
     return f"{m}x{n}x{k}"
 
 
-def matmul_case(family: str, device: str, precision: str, m: int, n: int, k: int) -> Case:
-    return make_case(family, (device,), [device, precision, shape_id(m, n, k)], device=device,
-                     dtype=storage_dtype(precision), precision=precision, m=m, n=n, k=k)
+def matmul_case(family: str, device: str, precision: str, m: int, n: int, k: int, scaling: str = "tensor") -> Case:
+    # Row-wise FP8 scales are a parameter (and an id part) of their own; per-tensor ones, the default, are not,
+    # so results from before `scaling` existed still line up.
+    row = {"scaling": scaling} if scaling != "tensor" else {}
+    return make_case(family, (device,), [device, precision, *row.values(), shape_id(m, n, k)], device=device,
+                     dtype=storage_dtype(precision), precision=precision, m=m, n=n, k=k, **row)
 
 
 def selected_gpus(devices: list[str]) -> list[str]:
@@ -76,9 +79,10 @@ def enumerate_cases(config, devices: list[str]) -> list[Case]:
     if not section.enabled:
         return []
     cases = [
-        matmul_case(NAME, dev, precision, m, n, k)
+        matmul_case(NAME, dev, precision, m, n, k, scaling)
         for dev in devices
         for precision in section.for_device(dev).dtypes
+        for scaling in (section.scaling if precision in FP8 else ["tensor"])
         for (m, n, k) in section.for_device(dev).shapes
     ]
     if section.concurrent:
@@ -104,17 +108,18 @@ def check_rows(m: int, n: int, k: int) -> int:
     return min(m, max(MIN_CHECK_ROWS, min(CHECK_ROWS, CHECK_FLOP_BUDGET // (2 * n * k))))
 
 
-def product(device: str, precision: str, m: int, n: int, k: int, what: str = "matmul"
+def product(device: str, precision: str, m: int, n: int, k: int, what: str = "matmul", scaling: str = "tensor"
             ) -> tuple[Callable[[], object], Callable[[str], None]]:
     """One matmul's operands on `device`: the call to time and its check (given a label); SkipCase where the
     precision, the installed torch or the device cannot run it."""
     low = precision in formats.ROUNDOFF
-    reason = unsupported_reason(precision, device) or (low and formats.shape_reason(precision, device, m, n, k))
+    reason = unsupported_reason(precision, device) or (low and (formats.shape_reason(precision, device, m, n, k)
+                                                                or formats.scaling_reason(scaling, device)))
     if reason:
         raise SkipCase(reason)
     try:
         if low:
-            return formats.product(precision, device, m, n, k, check_rows(m, n, k))
+            return formats.product(precision, device, m, n, k, check_rows(m, n, k), scaling)
         # Making the operands is inside too: on MPS moving a float64 tensor to the device is what fails.
         dtype = torch_dtype(storage_dtype(precision))
         a = randn(m, k, dtype=dtype, device=device, seed=1)
@@ -136,9 +141,9 @@ def _check(a, b, out, precision: str, label: str) -> None:
     require_tf32_math(precision, err, f"matmul {label}")
 
 
-def build_matmul(label: str, device: str, precision: str, m: int, n: int, k: int) -> Work:
+def build_matmul(label: str, device: str, precision: str, m: int, n: int, k: int, scaling: str = "tensor") -> Work:
     """One matmul on one device; run inside `precision.mode_for(case)` so TF32 is on or off as asked."""
-    run, check = product(device, precision, m, n, k)
+    run, check = product(device, precision, m, n, k, scaling=scaling)
     return Work(fn=run, check=lambda: check(label), flops=flops(m, n, k),
                 extra=_record(precision, device))
 
@@ -165,7 +170,7 @@ def build(case: Case, config) -> Work:
         raise SkipCase(reason)
     if p["device"] == ALL_GPUS:
         return build_all_gpus(case)
-    return build_matmul(case.id, p["device"], p["precision"], p["m"], p["n"], p["k"])
+    return build_matmul(case.id, p["device"], p["precision"], p["m"], p["n"], p["k"], p.get("scaling", "tensor"))
 
 
 def calls_per_batch(flop: int) -> int:
