@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from suite.cases.copy.nvbandwidth_text import recognises as recognises_text, root_from_text
+from suite.cases.copy.nvbandwidth_text import SMALL_BUFFER_WARNING, root_from_text
+from suite.cases.copy.nvbandwidth_text import recognises as recognises_text
 from suite.importers import imported, stats_from_time
 
 TOOL = "nvbandwidth"
@@ -27,7 +28,6 @@ TOOL = "nvbandwidth"
 # warning, the last (recordWarning assigns it): where a later one replaced the small-buffer note, a small run
 # is labelled 512 MiB all the same; nothing in its JSON tells.
 DEFAULT_BUFFER_BYTES = 512 * 2**20
-SMALL_BUFFER_WARNING = "smaller than the default buffer size"
 DEFAULT_SAMPLES = 3  # nvbandwidth's default --testSamples: it reports the median of 3
 UNKNOWN_GPU = "GPU (model not in nvbandwidth output)"
 # The host bidirectional tests run the other direction at once but report only the first copy's rate
@@ -55,16 +55,11 @@ def _load(text: str) -> object:
     """nvbandwidth prints warnings around its JSON on stdout: read from the first `{` to the last `}`."""
     try:
         return json.loads(text)
-    except RecursionError:
-        raise ValueError("nested too deep to be nvbandwidth output") from None
     except ValueError:
         start, end = text.find("{"), text.rfind("}")
         if start < 0 or end <= start:
             raise
-        try:
-            return json.loads(text[start : end + 1])
-        except RecursionError:
-            raise ValueError("nested too deep to be nvbandwidth output") from None
+        return json.loads(text[start : end + 1])
 
 
 def _value(cell: object) -> float | None:
@@ -79,9 +74,13 @@ def _end(which: str, r: int, c: int) -> str:
     return "cpu" if which == "cpu" else f"cuda:{r if which == 'r' else c}"
 
 
+def _route(name: object) -> tuple[str, str, str] | None:
+    return ROUTES.get(re.sub(r"_(ce|sm)$", "", str(name)))
+
+
 def _routes(name: str, case: dict, gpus: int, problems: list[str]) -> list[tuple[str, str, str, float]]:
     """(src, dst, direction, GB/s) per matrix cell, or [] for tests that are not one route at a time."""
-    route = ROUTES.get(re.sub(r"_(ce|sm)$", "", name))
+    route = _route(name)
     matrix = case.get("bandwidth_matrix")
     if route is None or not isinstance(matrix, list):
         return []
@@ -116,7 +115,7 @@ def _root(text: str) -> tuple[dict | None, str | None]:
     """(nvbandwidth's root object, problem)."""
     try:
         data = _load(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested thousands deep
         return None, "nvbandwidth output is not JSON (truncated?)"
     root = data.get("nvbandwidth") if isinstance(data, dict) else None
     if isinstance(root, dict) and root.get("error") and not root.get("testcases"):
@@ -143,9 +142,9 @@ def _device_names(root: dict) -> tuple[dict[int, dict], str]:
 def _matrix_width(case: dict) -> int:
     """Columns of a test's matrix: one per GPU, in every test whose route it names."""
     matrix = case.get("bandwidth_matrix")
-    if ROUTES.get(re.sub(r"_(ce|sm)$", "", str(case.get("name", "")))) is None:
+    if _route(case.get("name", "")) is None or not isinstance(matrix, list) or not matrix:
         return 0
-    return len(matrix[0]) if isinstance(matrix, list) and matrix and isinstance(matrix[0], list) else 0
+    return len(matrix[0]) if isinstance(matrix[0], list) else 0
 
 
 def _benchmark(name: str, case: dict, route: tuple[str, str, str, float]) -> dict:
