@@ -207,20 +207,22 @@ def _named(hint: str, path: Path) -> tuple[str | None, str | None]:
 
 def candidates(run: Run) -> list[str]:
     """The collectives an unnamed run's content fits: its redop and root columns, busbw/algbw over n ranks."""
-    fields = [f for f, _ in run.rows]
     found = list(SHAPES)
-    redops = {f.get("redop") for f in fields} - {None}
-    if redops:
-        found = [op for op in found if SHAPES[op][1] == (redops != {"none"})]
-    roots = {f.get("root") for f in fields} - {None}
-    if roots:
-        found = [op for op in found if SHAPES[op][2] == (roots != {"-1"})]
-    pairs = [(g.get("algbw"), g.get("busbw")) for _, groups in run.rows for _, g in groups]
-    pairs = [(a, b) for a, b in pairs if a and b is not None and a >= MIN_ALGBW_FOR_TIME]
-    if run.n and pairs:
-        ratio = statistics.median(b / a for a, b in pairs)
+    for column, at, absent in (("redop", 1, "none"), ("root", 2, "-1")):
+        values = {f.get(column) for f, _ in run.rows} - {None}
+        if values:
+            found = [op for op in found if SHAPES[op][at] == (values != {absent})]
+    ratio = _bus_ratio(run)
+    if run.n and ratio is not None:
         found = [op for op in found if abs(SHAPES[op][0](run.n) - ratio) <= RATIO_TOLERANCE * max(ratio, 0.1)]
     return found
+
+
+def _bus_ratio(run: Run) -> float | None:
+    """The median busbw / algbw of a run's rows, where algbw has digits enough to say it."""
+    pairs = [(g.get("algbw"), g.get("busbw")) for _, groups in run.rows for _, g in groups]
+    ratios = [b / a for a, b in pairs if a and b is not None and a >= MIN_ALGBW_FOR_TIME]
+    return statistics.median(ratios) if ratios else None
 
 
 def resolve(run: Run, path: Path) -> tuple[str | None, str | None]:
@@ -357,10 +359,8 @@ def _devices(ranks: dict) -> list[dict]:
     return list(devices.values())
 
 
-def results(
-    path: Path, runs: list[Run], warnings: list[str], software: dict
-) -> tuple[dict | None, str | None]:
-    """(results data, problem): every run's rows, out-of-place and in-place, as collectives benchmarks."""
+def _read_runs(path: Path, runs: list[Run], warnings: list[str]) -> tuple[list[_Rows], list[str]]:
+    """Each importable run's rows read (its warnings given), and why each other run is refused."""
     reads, refusals = [], []
     for run in runs:
         op, refusal = resolve(run, path)
@@ -374,6 +374,14 @@ def results(
             read.wrong.append(f"{op}_perf: {run.out_of_bounds} out-of-bounds value(s)")
         _warn(path, read, warnings)
         reads.append(read)
+    return reads, refusals
+
+
+def results(
+    path: Path, runs: list[Run], warnings: list[str], software: dict
+) -> tuple[dict | None, str | None]:
+    """(results data, problem): every run's rows, out-of-place and in-place, as collectives benchmarks."""
+    reads, refusals = _read_runs(path, runs, warnings)
     if not any(r.benchmarks or r.wrong for r in reads):
         return None, (refusals[0] if refusals else "nccl-tests output without a readable result line")
     if refusals:

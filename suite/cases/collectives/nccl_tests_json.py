@@ -49,20 +49,18 @@ def runs_from_json(text: str) -> tuple[list[Run], str | None]:
         return [], "nccl-tests JSON without a results list (run stopped before its first size?)"
     config = data.get("config") if isinstance(data.get("config"), dict) else {}
     args = [str(a) for a in data.get("args") or []]
-    run = Run(hint=" ".join(args[:1]), iters=int(config.get("iterations") or DEFAULT_ITERS),
-              finished="end_time" in data)
-    if isinstance(data.get("nccl_version"), int):
-        run.nccl = nccl_version(data["nccl_version"])
-    per_process = int(config.get("nthreads") or 1) * int(config.get("ngpus") or 1)
-    for entry in config.get("devices") or []:
-        if isinstance(entry, dict) and isinstance(entry.get("rank"), int):
-            for i in range(per_process):  # a process's GPUs follow its first (common.cu: cudaDev)
-                run.ranks[entry["rank"] + i] = (str(entry.get("hostname") or ""), int(entry.get("device") or 0) + i,
-                                                str(entry.get("device_hex") or "") if i == 0 else "",
-                                                str(entry.get("device_info") or ""))
     bounds = data.get("out_of_bounds")
-    run.out_of_bounds = int(bounds.get("count") or 0) if isinstance(bounds, dict) else 0
-    for result in data["results"]:
+    run = Run(hint=" ".join(args[:1]), iters=int(config.get("iterations") or DEFAULT_ITERS),
+              finished="end_time" in data, ranks=_ranks(config),
+              out_of_bounds=int(bounds.get("count") or 0) if isinstance(bounds, dict) else 0,
+              nccl=nccl_version(data["nccl_version"]) if isinstance(data.get("nccl_version"), int) else "")
+    _read_rows(data["results"], run)
+    return [run], None
+
+
+def _read_rows(results: list, run: Run) -> None:
+    """Each result as the text's row: its fields, then its out-of-place and in-place groups."""
+    for result in results:
         if not isinstance(result, dict) or _number(result.get("size")) is None:
             run.bad += 1
             continue
@@ -71,7 +69,19 @@ def runs_from_json(text: str) -> tuple[list[Run], str | None]:
         run.rows.append((fields, groups))
     launch = any("cputime" in g for _, groups in run.rows for _, g in groups)
     run.columns = ["size", "count", "type", "redop", "root", "cputime" if launch else "time"]
-    return [run], None
+
+
+def _ranks(config: dict) -> dict[int, tuple[str, int, str, str]]:
+    """rank -> (host, device, bus, name); a process's GPUs follow its first (common.cu: cudaDev)."""
+    per_process = int(config.get("nthreads") or 1) * int(config.get("ngpus") or 1)
+    ranks = {}
+    for entry in config.get("devices") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("rank"), int):
+            for i in range(per_process):
+                ranks[entry["rank"] + i] = (str(entry.get("hostname") or ""), int(entry.get("device") or 0) + i,
+                                            str(entry.get("device_hex") or "") if i == 0 else "",
+                                            str(entry.get("device_info") or ""))
+    return ranks
 
 
 def recognises(text: str) -> bool:
