@@ -95,13 +95,19 @@ def _supersedes(json_path: Path, partial: Path) -> bool:
     return done.st_size > 0 and done.st_mtime >= part.st_mtime
 
 
-def _read_json(path: Path) -> tuple[dict | None, str | None]:
+def _read_text(path: Path) -> tuple[str | None, str | None]:
+    """(text, problem) of a file that should hold UTF-8 text."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return None, f"cannot read ({exc.__class__.__name__})"
-    if not text.strip():
-        return None, "empty file"
+    return (text, None) if text.strip() else (None, "empty file")
+
+
+def _read_json(path: Path) -> tuple[dict | None, str | None]:
+    text, problem = _read_text(path)
+    if problem:
+        return None, problem
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):  # RecursionError: nested thousands deep
@@ -110,12 +116,10 @@ def _read_json(path: Path) -> tuple[dict | None, str | None]:
 
 
 def _read_partial(path: Path, warnings: list[str]) -> tuple[dict | None, str | None]:
-    try:
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, f"cannot read ({exc.__class__.__name__})"
-    if not lines:
-        return None, "empty file"
+    text, problem = _read_text(path)
+    if problem:
+        return None, problem
+    lines = [line for line in text.splitlines() if line.strip()]
     try:
         header = json.loads(lines[0])
     except (ValueError, RecursionError):
@@ -161,10 +165,13 @@ def _read_other_tool(path: Path, warnings: list[str]) -> tuple[dict | None, str 
     return read_other_tool(path, text, warnings) or (None, None)
 
 
-def _is_diagnostics(path: Path) -> bool:
+def is_diagnostics(path: Path) -> bool:
     """A DCGM document behind the line dcgmi prints above its JSON (`Successfully ran diagnostic ...`)."""
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        head = fh.read(4096)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            head = fh.read(4096)
+    except OSError:
+        return False
     return any(f'"{key}"' in head for key in DIAGNOSTICS)
 
 
@@ -203,7 +210,7 @@ def _read_any(path: Path, warnings: list[str]) -> tuple[object, str | None]:
     data, problem = _read_json(path)
     if problem is None and not (isinstance(data, dict) and "benchmarks" not in data):
         return data, None
-    if DIAGNOSTICS.intersection(data) if isinstance(data, dict) else problem and _is_diagnostics(path):
+    if DIAGNOSTICS.intersection(data) if isinstance(data, dict) else problem and is_diagnostics(path):
         return None, DIAGNOSTICS_NOTE
     imported, other_problem = _read_other_tool(path, warnings)
     if imported is not None or other_problem is not None:

@@ -156,28 +156,29 @@ def with_causes(text: str, found: list[dict]) -> str:
 def explain(rows: pd.DataFrame, loaded, findings: list[Finding], peers_by: list[str]) -> None:
     """Each result's finding with the causes its run recorded: in `causes`, and named in its text. `peers_by`:
     the columns whose values a result's peers share (run, GPU model, benchmark but the device)."""
-    judged = [f for f in findings if f.kind in JUDGED_KINDS and f.benchmark and f.run]
+    at = {key: i for i, key in enumerate(zip(rows["label"], rows["name"]))}
+    judged = [(f, at[(f.run, f.benchmark)]) for f in findings
+              if f.kind in JUDGED_KINDS and f.benchmark and f.run and (f.run, f.benchmark) in at]
     if not judged:
         return
-    at = {key: i for i, key in enumerate(zip(rows["label"], rows["name"]))}
     groups = rows.groupby(peers_by, sort=False).indices
     keys = list(zip(*(rows[column] for column in peers_by)))
-    wanted = {at.get((f.run, f.benchmark)) for f in judged} - {None}
+    peers_of = {i: groups.get(keys[i], [i]) for _, i in judged}
     # Only the flagged results and their peers as dicts: a fleet's whole table would take seconds.
-    needed = sorted({j for i in wanted for j in groups.get(keys[i], [i])})
+    needed = sorted({j for group in peers_of.values() for j in group})
     records = dict(zip(needed, rows.iloc[needed].to_dict("records")))
-    for f in judged:
-        i = at.get((f.run, f.benchmark))
-        if i is None:
-            continue
+    for f, i in judged:
         row = records[i]
-        peers = [records[j] for j in groups.get(keys[i], [i]) if records[j]["subject"] != row["subject"]]
-        devices = loaded.machines[f.run].devices
-        device = next((d for d in devices if str(d.get("id")) == f.device), {})
-        same_model = [d for d in devices if d is not device and d.get("kind") != "cpu"
-                      and d.get("name") == device.get("name")]
-        f.causes = causes(row, peers, device, same_model)
+        peers = [records[j] for j in peers_of[i] if records[j]["subject"] != row["subject"]]
+        f.causes = causes(row, peers, *_device_and_model(loaded.machines[f.run].devices, f.device))
         f.text = with_causes(f.text, f.causes)
+
+
+def _device_and_model(devices: list[dict], device_id: str) -> tuple[dict, list[dict]]:
+    """A finding's GPU in its run's inventory, and the run's other GPUs of its model."""
+    device = next((d for d in devices if str(d.get("id")) == device_id), {})
+    return device, [d for d in devices if d is not device and d.get("kind") != "cpu"
+                    and d.get("name") == device.get("name")]
 
 
 def repeat_offenders(findings: list[Finding], now_on: dict[str, str], min_runs: int = 2) -> list[dict]:

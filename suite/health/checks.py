@@ -58,7 +58,6 @@ def _numa_note(device: str, node: object, cpu: dict) -> str:
     return ""
 
 
-
 def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
     """The latest run of each node and tool, with node, subject device, its model, speed and noise."""
     table = loaded.table
@@ -110,11 +109,8 @@ def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
 
 def _largest(values: object) -> float:
     """The largest size a config list selects (sizes are resolved to bytes in a results file)."""
-    sizes = (
-        [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
-        if isinstance(values, list)
-        else []
-    )
+    sizes = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)] if isinstance(
+        values, list) else []
     return max(sizes, default=math.inf if values else 0)  # unresolved text: assume it may be large enough
 
 
@@ -154,21 +150,13 @@ def _largest_flops(shapes: object) -> float:
     return max(flops, default=math.inf)
 
 
-def _expected(
-    rows: pd.DataFrame,
-    loaded: LoadedResults,
-    labels: list[str],
-    expectations: Expectations,
-    findings: list[Finding],
-    tables: dict[str, list[dict]],
-) -> pd.Series:
+def _expected(rows: pd.DataFrame, loaded: LoadedResults, labels: list[str], expectations: Expectations,
+              findings: list[Finding], tables: dict[str, list[dict]]) -> pd.Series:
     """pct_of_expected per qualifying row; low/missing findings; per-node tables of the judged figures."""
     pct = pd.Series(np.nan, index=rows.index)
     measured_families = rows.groupby("label")["case"].unique().map(set).to_dict()
     for measure_name, measure in measures().items():
-        mask = rows["case"].isin(measure.families) & (
-            rows[measure.rate] > 0 if measure.rate in rows else False
-        )
+        mask = rows["case"].isin(measure.families) & (rows[measure.rate] > 0 if measure.rate in rows else False)
         if measure.route:
             mask &= rows["route_"] == measure.route
         for key, wanted in measure.where:
@@ -187,16 +175,9 @@ def _expected(
     return pct
 
 
-def _judge_measure(
-    sub: pd.DataFrame,
-    loaded: LoadedResults,
-    measure_name: str,
-    measure: Measure,
-    expectations: Expectations,
-    pct: pd.Series,
-    findings: list[Finding],
-    tables: dict[str, list[dict]],
-) -> pd.DataFrame:
+def _judge_measure(sub: pd.DataFrame, loaded: LoadedResults, measure_name: str, measure: Measure,
+                   expectations: Expectations, pct: pd.Series, findings: list[Finding],
+                   tables: dict[str, list[dict]]) -> pd.DataFrame:
     """Judge one measure's qualifying rows against their figures; the rows that had a figure."""
     if measure.per_machine:
         sub = sub.assign(
@@ -205,11 +186,7 @@ def _judge_measure(
         )
     # One lookup per distinct (model, PCIe generation, world size), not per row.
     gens = [g if isinstance(g, int) and not isinstance(g, bool) else None for g in sub["pcie_gen"]]
-    sizes = (
-        [None if pd.isna(w) else int(w) for w in sub["world_size"]]
-        if measure.per_machine
-        else [None] * len(sub)
-    )
+    sizes = [None if pd.isna(w) else int(w) for w in sub["world_size"]] if measure.per_machine else [None] * len(sub)
     lookup = list(zip(sub["model"], gens, sizes))
     figures = {k: expectations.figure(k[0], measure_name, k[1], k[2]) for k in set(lookup)}
     fig_of = pd.Series([figures[k] for k in lookup], index=sub.index, dtype=object)
@@ -225,42 +202,27 @@ def _judge_measure(
     for r in best.itertuples(index=False):
         fig, rate = r.fig_, getattr(r, measure.rate)
         verdict = "ok" if r.pct_ >= OK_AT_PCT else "low"
-        tables.setdefault(r.node, []).append(
-            {
-                "device": r.subject,
-                "measure": measure_name,
-                "measured": rate,
-                "expected": fig.value,
-                "unit": measure.unit,
-                "pct_of_expected": r.pct_,
-                "verdict": verdict,
-                "source": fig.source,
-                "benchmark": r.name,
-            }
-        )
+        _table_entry(tables, r, measure_name, measure, rate, fig.value, r.pct_, verdict, fig.source)
         if verdict == "low":
-            findings.append(
-                Finding(
-                    "low",
-                    r.node,
-                    r.subject,
-                    r.case,
-                    f"{measure_name} {format_figure(rate, measure.unit)} = {r.pct_:.0f}% of the expected "
-                    f"{format_figure(fig.value, measure.unit)} (best: {r.name}; {fig.source}){clocks_held(r)}{r.numa_note_}",
-                    rate,
-                    fig.value,
-                    r.pct_,
-                    fig.source,
-                    benchmark=r.name,
-                    run=r.label,
-                )
-            )
+            text = (f"{measure_name} {format_figure(rate, measure.unit)} = {r.pct_:.0f}% of the expected "
+                    f"{format_figure(fig.value, measure.unit)} (best: {r.name}; {fig.source}){clocks_held(r)}"
+                    f"{r.numa_note_}")
+            findings.append(Finding("low", r.node, r.subject, r.case, text, rate, fig.value, r.pct_, fig.source,
+                                    benchmark=r.name, run=r.label))
     return judged
 
 
-def _no_figure(
-    sub: pd.DataFrame, measure_name: str, measure: Measure, expectations: Expectations, tables: dict
-) -> None:
+def _table_entry(tables: dict, r, measure_name: str, measure: Measure, measured: float, expected, pct,
+                 verdict: str, source: str) -> None:
+    """One judged (or unjudged) figure in its node's table of expected figures."""
+    tables.setdefault(r.node, []).append({
+        "device": r.subject, "measure": measure_name, "measured": measured, "expected": expected,
+        "unit": measure.unit, "pct_of_expected": pct, "verdict": verdict, "source": source, "benchmark": r.name,
+    })
+
+
+def _no_figure(sub: pd.DataFrame, measure_name: str, measure: Measure, expectations: Expectations,
+               tables: dict) -> None:
     """Host-link results of a known model whose link has no figure (PCIe gen3, say): listed, not judged."""
     if sub.empty:
         return
@@ -270,25 +232,10 @@ def _no_figure(
         if model is None:
             continue
         gen = r.pcie_gen if isinstance(r.pcie_gen, int) else None
-        link = (
-            f"pcie{gen}"
-            if gen and str(model.get("host_link", "")).startswith("pcie")
-            else model.get("host_link", "")
-        )
-        tables.setdefault(r.node, []).append(
-            {
-                "device": r.subject,
-                "measure": measure_name,
-                "measured": getattr(r, measure.rate),
-                "expected": None,
-                "unit": measure.unit,
-                "pct_of_expected": None,
-                "verdict": "no figure",
-                "source": f"no expected {measure_name} figure for link {link or 'unknown'}; "
-                "add one with --expect",
-                "benchmark": r.name,
-            }
-        )
+        link = model.get("host_link", "")
+        link = f"pcie{gen}" if gen and str(link).startswith("pcie") else link
+        _table_entry(tables, r, measure_name, measure, getattr(r, measure.rate), None, None, "no figure",
+                     f"no expected {measure_name} figure for link {link or 'unknown'}; add one with --expect")
 
 
 def _could_measure(machine, measure: Measure) -> bool:
@@ -302,16 +249,8 @@ def _could_measure(machine, measure: Measure) -> bool:
     return nnodes is None or not machine.distributed or machine.distributed.get("nnodes") in (None, nnodes)
 
 
-def _missing(
-    loaded: LoadedResults,
-    labels: list[str],
-    measured_families: dict[str, set],
-    judged: pd.DataFrame,
-    measure_name: str,
-    measure: Measure,
-    expectations: Expectations,
-    findings: list[Finding],
-) -> None:
+def _missing(loaded: LoadedResults, labels: list[str], measured_families: dict[str, set], judged: pd.DataFrame,
+             measure_name: str, measure: Measure, expectations: Expectations, findings: list[Finding]) -> None:
     """A device with a figure, in a run that chose to measure this setting, but without a result to judge."""
     seen = set(zip(judged["label"], judged["subject"].str.split("->", n=1).str[0])) if len(judged) else set()
     for label in labels:
@@ -331,17 +270,10 @@ def _missing(
             fig = expectations.figure(str(d.get("name") or ""), measure_name, d.get("pcie_gen_max"))
             if fig is None:
                 continue
-            findings.append(
-                Finding(
-                    "missing",
-                    machine.node,
-                    str(d.get("id")),
-                    measure.families[0],
-                    f"{measure_name}: no result to judge (expected {format_figure(fig.value, measure.unit)}; "
-                    f"the run has no {measure_name} at the size the figure needs)",
-                    source=fig.source,
-                )
-            )
+            findings.append(Finding(
+                "missing", machine.node, str(d.get("id")), measure.families[0],
+                f"{measure_name}: no result to judge (expected {format_figure(fig.value, measure.unit)}; "
+                f"the run has no {measure_name} at the size the figure needs)", source=fig.source))
 
 
 def _identity(device: dict) -> str:
@@ -362,8 +294,7 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
     tables: dict[str, list[dict]] = {}
     pct = _expected(rows, loaded, labels, expectations, findings, tables)
     checked = {
-        "straggler": (stragglers(rows, findings) | nvlinks_down(loaded, labels, findings)
-                      | pcie_narrow(loaded, labels, findings)),
+        "straggler": _peer_checks(rows, loaded, labels, findings),
         "fleet": fleet(rows, loaded, findings),
         "expected": {n for n, t in tables.items() if any(e["verdict"] in ("ok", "low") for e in t)},
     }
@@ -379,13 +310,8 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
         nodes[node].expectations = sorted(table, key=lambda e: (e["device"], e["measure"]))
     full = pd.Series(np.nan, index=loaded.table.index)
     full.loc[pct.index] = pct
-    return Health(
-        [nodes[k] for k in sorted(nodes)],
-        full,
-        sorted(l for n in nodes.values() for l in n.labels),
-        warnings,
-        repeat_offenders(findings + _past_findings(loaded, labels, expectations), _boards(loaded, labels)),
-    )
+    offenders = repeat_offenders(findings + _past_findings(loaded, labels, expectations), _boards(loaded, labels))
+    return Health([nodes[k] for k in sorted(nodes)], full, warnings, offenders)
 
 
 def _boards(loaded: LoadedResults, labels: list[str]) -> dict[str, str]:
@@ -404,11 +330,15 @@ def _past_findings(loaded: LoadedResults, latest: list[str], expectations: Expec
     rows = _without_host_bound(rows[rows["invalid"] == ""], [])
     found: list[Finding] = []
     _expected(rows, loaded, older, expectations, found, {})
-    stragglers(rows, found)
-    nvlinks_down(loaded, older, found)
-    pcie_narrow(loaded, older, found)
+    _peer_checks(rows, loaded, older, found)
     _identify(loaded, older, found)
     return found
+
+
+def _peer_checks(rows: pd.DataFrame, loaded: LoadedResults, labels: list[str], findings: list[Finding]) -> set:
+    """Every check of a device against its peers; the nodes they applied to."""
+    found = stragglers(rows, findings) | nvlinks_down(loaded, labels, findings)
+    return found | pcie_narrow(loaded, labels, findings)
 
 
 def _without_host_bound(rows: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:

@@ -56,28 +56,22 @@ def node_lines(health: Health, fail_on: tuple[str, ...]) -> list[tuple[str, str,
     for node in health.nodes:
         lines: list[str] = []
         groups: dict[tuple[str, str, str], list] = {}
-        for f in node.findings:
-            groups.setdefault((f.device, f.kind, f.family), []).append(f)
         missing: dict[str, list[str]] = {}
-        for (device, kind, family), items in list(groups.items()):
-            if kind == "missing":  # one line per measure, devices listed: absence is a note, not a fault
-                for f in items:
-                    missing.setdefault(f.text.split(":")[0], []).append(device)
-                del groups[(device, kind, family)]
+        for f in node.findings:  # sorted by device: each group's findings are together
+            if f.kind == "missing":  # one line per measure, devices listed: absence is a note, not a fault
+                missing.setdefault(f.text.split(":")[0], []).append(f.device)
+            else:
+                groups.setdefault((f.device, f.kind, f.family), []).append(f)
         for (device, kind, family), items in groups.items():
-            where = f"{device} " if device else ""
-            if items[0].identity:
-                where = f"{device} ({items[0].identity}) "
+            where = f"{device} ({items[0].identity}) " if items[0].identity else f"{device} " if device else ""
             shown = items if kind != "straggler" else sorted(items, key=lambda f: f.pct)[:MAX_EXAMPLES]
             for f in shown[:MAX_EXAMPLES]:
                 lines.append(f"{where}{kind}: {f.text}")
             if len(items) > MAX_EXAMPLES:
                 lines.append(f"{where}{kind}: … and {len(items) - MAX_EXAMPLES} more {family} result(s)")
         for measure, devices in missing.items():
-            lines.append(
-                f"missing: {measure} on {', '.join(devices)} (no result at the size its expected "
-                "figure needs)"
-            )
+            lines.append(f"missing: {measure} on {', '.join(devices)} (no result at the size its expected "
+                         "figure needs)")
         lines += [offender_line(e) for e in health.repeat_offenders if e["now_on"] == node.node]
         lines += [f"no results: {path} {NOTHING_MEASURED}" for path in node.empty]
         lines += [f"partial: {path} (a killed run: judged on what it finished)" for path in node.partial]
@@ -116,35 +110,16 @@ def render(health: Health, fmt: str, fail_on: tuple[str, ...]) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "results",
-        nargs="+",
-        metavar="RESULTS",
-        help="results files or folders: ours, nccl-tests text or JSON, nvbandwidth text or JSON, dcgmi diag -j",
-    )
-    parser.add_argument(
-        "--fail-on",
-        action="append",
-        default=[],
-        metavar="KINDS",
-        help=f"which findings exit 1: any of {', '.join(KINDS)}, comma-separated or repeated "
-        f"(default: {','.join(DEFAULT_FAIL_ON)})",
-    )
+    parser.add_argument("results", nargs="+", metavar="RESULTS", help="results files or folders: ours, "
+                        "nccl-tests text or JSON, nvbandwidth text or JSON, dcgmi diag -j")
+    parser.add_argument("--fail-on", action="append", default=[], metavar="KINDS",
+                        help=f"which findings exit 1: any of {', '.join(KINDS)}, comma-separated or repeated "
+                        f"(default: {','.join(DEFAULT_FAIL_ON)})")
     parser.add_argument("--format", choices=FORMATS, default="text", dest="fmt")
-    parser.add_argument(
-        "--expect",
-        action="append",
-        default=[],
-        metavar="FILE",
-        help="YAML of expected figures added to the shipped table (repeatable)",
-    )
-    parser.add_argument(
-        "--label",
-        action="append",
-        default=[],
-        metavar="FILE=NAME",
-        help="name a results file's machine (repeatable)",
-    )
+    parser.add_argument("--expect", action="append", default=[], metavar="FILE",
+                        help="YAML of expected figures added to the shipped table (repeatable)")
+    parser.add_argument("--label", action="append", default=[], metavar="FILE=NAME",
+                        help="name a results file's machine (repeatable)")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from suite.health.findings import Finding, Health, NodeVerdict
-from suite.loading import DIAGNOSTICS, DIAGNOSTICS_NOTE, expand_paths
+from suite.loading import DIAGNOSTICS, DIAGNOSTICS_NOTE, expand_paths, is_diagnostics
 
 FAMILY = "dcgm"  # the findings' family column: what judged them
 # dcgmi's status words (any case) -> ours; anything else (Skip, Not Run, a word a later DCGM adds) ran nothing.
@@ -37,15 +37,12 @@ class Diagnostics:
 
 
 def _document(path: Path) -> dict | None:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
-    if not any(f'"{key}"' in text[:4096] for key in DIAGNOSTICS):
+    if not is_diagnostics(path):
         return None
     try:  # dcgmi prints `Successfully ran diagnostic for group.` above its JSON
+        text = path.read_text(encoding="utf-8", errors="replace")
         data = json.loads(text[text.find("{") : text.rfind("}") + 1])
-    except (ValueError, RecursionError):
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -99,7 +96,7 @@ def read_diagnostics(paths: list[str]) -> Diagnostics:
 
 def empty_health() -> Health:
     """The verdict DCGM documents join when no results were given beside them."""
-    return Health(nodes=[], pct_of_expected=pd.Series(dtype=float), judged_labels=[])
+    return Health(nodes=[], pct_of_expected=pd.Series(dtype=float))
 
 
 def join(health: Health, diagnostics: Diagnostics) -> None:

@@ -93,7 +93,6 @@ class Health:
 
     nodes: list[NodeVerdict]
     pct_of_expected: pd.Series
-    judged_labels: list[str]
     warnings: list[str] = field(default_factory=list)  # how the runs judged were chosen, where it mattered
     # GPUs flagged in several runs, on any node (suite.health.causes.repeat_offenders)
     repeat_offenders: list[dict] = field(default_factory=list)

@@ -74,26 +74,42 @@ def stragglers(rows: pd.DataFrame, findings: list[Finding]) -> set[str]:
         rest = [values[i] for i in by_group[lo_at:hi_at]]
         rest.remove(own) if own in rest else None
         lo, hi = min(rest), max(rest)
-        text = (
-            f"{r.name} {format_figure(own, r.unit)}, peers {format_figure(lo, r.unit)}–{format_figure(hi, r.unit)}"
-            if r.unit != "s"
-            else f"{r.name} {format_figure(own, 's')}, peers {format_figure(lo, 's')}–{format_figure(hi, 's')}"
-        ) + clocks_held(r) + r.numa_note_
-        findings.append(
-            Finding(
-                "straggler",
-                r.node,
-                r.subject,
-                r.case,
-                text,
-                own,
-                float(np.median(rest)),
-                100 * (1 - r.short_),
-                benchmark=r.name,
-                run=r.label,
-            )
-        )
+        text = (f"{r.name} {format_figure(own, r.unit)}, peers {format_figure(lo, r.unit)}–"
+                f"{format_figure(hi, r.unit)}{clocks_held(r)}{r.numa_note_}")
+        findings.append(Finding("straggler", r.node, r.subject, r.case, text, own, float(np.median(rest)),
+                                100 * (1 - r.short_), benchmark=r.name, run=r.label))
     return checked
+
+
+def _whole(d: dict, key: str, valid: frozenset | None = None) -> int | None:
+    """An NVML count as recorded; None where NVML had none to give (absent, or a value no link can have)."""
+    value = d.get(key)
+    ok = isinstance(value, int) and not isinstance(value, bool) and (valid is None or value in valid)
+    return value if ok else None
+
+
+def _by_model(machine, usable) -> list[list[dict]]:
+    """A run's GPUs that record what a check reads, grouped by model."""
+    groups: dict[str, list[dict]] = {}
+    for d in machine.devices:
+        if d.get("kind") != "cpu" and usable(d):
+            groups.setdefault(str(d.get("name") or ""), []).append(d)
+    return list(groups.values())
+
+
+def _short_of_peers(gpus: list[dict], d: dict, key: str, unit: str = "", valid: frozenset | None = None):
+    """(its value, its peers' median, their span) where GPU `d`'s `key` is below the median of the others'."""
+    mine = _whole(d, key, valid)
+    others = [v for g in gpus if g is not d and (v := _whole(g, key, valid)) is not None]
+    if mine is None or not others or mine >= statistics.median(others):
+        return None
+    span = f"{unit}{min(others)}" + (f"–{max(others)}" if min(others) != max(others) else "")
+    return mine, float(statistics.median(others)), span
+
+
+def _link_finding(label: str, node: str, d: dict, family: str, text: str, mine: int, expected: float) -> Finding:
+    return Finding("straggler", node, str(d.get("id")), family, text, float(mine), expected, 100 * mine / expected,
+                   run=label)
 
 
 def nvlinks_down(loaded: LoadedResults, labels: list[str], findings: list[Finding]) -> set[str]:
@@ -101,40 +117,28 @@ def nvlinks_down(loaded: LoadedResults, labels: list[str], findings: list[Findin
     NVSwitches (machine_info's `nvlinks_active` / `nvlinks_to_switch`, from NVML): a link is down, and every
     peer copy and collective through it is slower. Only on a switch fabric, where every GPU has the same
     links: on PCIe cards, which pairs carry an NVLink bridge is the builder's choice, not a fault."""
-
-    def whole(d: dict, key: str) -> int | None:
-        value = d.get(key)
-        return value if isinstance(value, int) and not isinstance(value, bool) else None
-
     checked: set[str] = set()
     for label in labels:
         machine = loaded.machines[label]
-        by_model: dict[str, list[tuple[str, int, int]]] = {}
-        for d in machine.devices:
-            active, to_switch = whole(d, "nvlinks_active"), whole(d, "nvlinks_to_switch")
-            if d.get("kind") != "cpu" and active is not None and to_switch is not None:
-                entry = (str(d.get("id")), active, to_switch)
-                by_model.setdefault(str(d.get("name") or ""), []).append(entry)
-        for gpus in by_model.values():
-            if len(gpus) > 1 and any(s for _, _, s in gpus):
+        counted = lambda d: None not in (_whole(d, "nvlinks_active"), _whole(d, "nvlinks_to_switch"))  # noqa: E731
+        for gpus in _by_model(machine, counted):
+            if len(gpus) > 1 and any(d["nvlinks_to_switch"] for d in gpus):
                 checked.add(machine.node)
-            for device, active, _ in gpus:
-                others = [a for d, a, _ in gpus if d != device]
-                switched = [s for d, _, s in gpus if d != device]
-                if not others or not statistics.median(switched) or active >= statistics.median(others):
-                    continue
-                expected = float(statistics.median(others))
-                peers = f"{min(others)}" if min(others) == max(others) else f"{min(others)}–{max(others)}"
-                findings.append(Finding(
-                    "straggler", machine.node, device, "nvlink",
-                    f"nvlinks_active {active}, peers {peers}: {expected - active:g} NVLink(s) down (NVML)",
-                    float(active), expected, 100 * active / expected, run=label))
+            for d in gpus:
+                short = _short_of_peers(gpus, d, "nvlinks_active")
+                if short and statistics.median(g["nvlinks_to_switch"] for g in gpus if g is not d):
+                    active, expected, peers = short
+                    findings.append(_link_finding(
+                        label, machine.node, d, "nvlink",
+                        f"nvlinks_active {active}, peers {peers}: {expected - active:g} NVLink(s) down (NVML)",
+                        active, expected))
     return checked
 
 
 # What a PCIe link can be: anything else (NVML's 0xFFFFFFFF for "not available") is no figure to judge.
 PCIE_WIDTHS = frozenset({1, 2, 4, 8, 12, 16, 32})
 PCIE_GENERATIONS = frozenset(range(1, 8))
+PCIE_KEYS = (("pcie_width_max", "x", PCIE_WIDTHS), ("pcie_gen_max", "gen ", PCIE_GENERATIONS))
 
 
 def pcie_narrow(loaded: LoadedResults, labels: list[str], findings: list[Finding]) -> set[str]:
@@ -143,37 +147,22 @@ def pcie_narrow(loaded: LoadedResults, labels: list[str], findings: list[Finding
     riser or slot at x4. Every host copy through it is capped (x4 is a quarter of x16). The idle
     `*_current` values are not judged: a GPU at rest lowers its link's generation to save power (so a link
     that trained down in an x16 slot is not caught here; its host copies are, as a straggler)."""
-
-    def whole(d: dict, key: str) -> int | None:  # a link's width or generation; else NVML had none to give
-        value = d.get(key)
-        valid = PCIE_WIDTHS if key == "pcie_width_max" else PCIE_GENERATIONS
-        return value if isinstance(value, int) and not isinstance(value, bool) and value in valid else None
-
     checked: set[str] = set()
     for label in labels:
         machine = loaded.machines[label]
-        by_model: dict[str, list[dict]] = {}
-        for d in machine.devices:
-            if d.get("kind") != "cpu" and (whole(d, "pcie_width_max") or whole(d, "pcie_gen_max")):
-                by_model.setdefault(str(d.get("name") or ""), []).append(d)
-        for gpus in by_model.values():
+        for gpus in _by_model(machine, lambda d: any(_whole(d, key, valid) for key, _, valid in PCIE_KEYS)):
             if len(gpus) < 2:
                 continue
             checked.add(machine.node)
             for d in gpus:
-                for key, unit in (("pcie_width_max", "x"), ("pcie_gen_max", "gen ")):
-                    mine = whole(d, key)
-                    others = [v for g in gpus if g is not d and (v := whole(g, key)) is not None]
-                    if mine is None or not others or mine >= statistics.median(others):
-                        continue
-                    expected = float(statistics.median(others))
-                    peers = (f"{unit}{min(others)}" if min(others) == max(others)
-                             else f"{unit}{min(others)}–{max(others)}")
-                    findings.append(Finding(
-                        "straggler", machine.node, str(d.get("id")), "pcie",
-                        f"{key} {unit}{mine}, peers {peers} (NVML): its host copies are capped below theirs "
-                        "(its slot or riser)",
-                        float(mine), expected, 100 * mine / expected, run=label))
+                for key, unit, valid in PCIE_KEYS:
+                    short = _short_of_peers(gpus, d, key, unit, valid)
+                    if short:
+                        mine, expected, peers = short
+                        findings.append(_link_finding(
+                            label, machine.node, d, "pcie",
+                            f"{key} {unit}{mine}, peers {peers} (NVML): its host copies are capped below theirs "
+                            "(its slot or riser)", mine, expected))
     return checked
 
 
