@@ -23,6 +23,7 @@ from suite.compare_verdict import (
     Pair,
     compare_tables,
     outcome,
+    unfinished_runs,
 )
 from suite.compare_verdict import classify  # noqa: F401 -- imported from here by its tests
 from suite.errors import UserError
@@ -30,6 +31,7 @@ from suite.results import (
     FOREIGN_CASE,
     NOTHING_MEASURED,
     PARTIAL_SUFFIX,
+    Machine,
     latest_runs,
     load_results,
     parse_label_args,
@@ -100,20 +102,21 @@ def parse_device_map(values: list[str] | None) -> dict[str, str]:
 
 @dataclass
 class Side:
-    """One side's latest runs: (identity, tool, launch) -> (label, table), (node, tool, launch) of each, and
-    the device ids its runs have (machine_info devices and the devices its benchmarks name)."""
+    """One side's latest runs: (identity, tool, launch) -> (label, table), (node, tool, launch) of each, the
+    device ids its runs have (machine_info devices and the devices its benchmarks name), its machines by label."""
 
     runs: dict[tuple[str, str, str], tuple[str, pd.DataFrame]]
     nodes: dict[tuple[str, str, str], tuple[str, str, str]]
     families: set[str]
+    machines: dict[str, Machine]
     devices: set[str] = field(default_factory=set)
-    hardware: dict[str, str] = field(default_factory=dict)  # label -> its accelerators ("2×NVIDIA H200")
-    partial: dict[str, str] = field(default_factory=dict)  # label -> its partial file, for a run that stopped
-    launches: dict[str, str] = field(default_factory=dict)  # label -> "torchrun 16 ranks on 2 nodes", or ""
-    configs: dict[str, str] = field(default_factory=dict)  # label -> the config file its run recorded
     # key -> rows of that machine's latest HISTORY_RUNS runs (its latest included), where a folder holds
     # HISTORY_MIN_RUNS or more of them
     history: dict[tuple[str, str, str], pd.DataFrame] = field(default_factory=dict)
+
+
+def _partial(m: Machine) -> str:
+    return m.file if m.partial else ""
 
 
 def _side(path: str, labels: dict[str, str], what: str) -> Side:
@@ -127,14 +130,8 @@ def _side(path: str, labels: dict[str, str], what: str) -> Side:
     latest = latest_runs(loaded.machines, warnings=warnings)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    runs, nodes, devices, hardware, partial, launches, configs = {}, {}, set(), {}, {}, {}, {}
-    for label in latest:
-        m = loaded.machines[label]
-        hardware[label] = m.gpus
-        launches[label] = m.launch
-        configs[label] = m.config_path
-        if m.partial:
-            partial[label] = m.file
+    side = Side({}, {}, set(loaded.table["case"].unique()), {label: loaded.machines[label] for label in latest})
+    for label, m in side.machines.items():
         if not m.n_benchmarks:
             raise UserError(
                 f"{what} {m.file} {NOTHING_MEASURED}: nothing to compare; rerun it, or pass the run to judge"
@@ -144,24 +141,20 @@ def _side(path: str, labels: dict[str, str], what: str) -> Side:
         # twin of garbage.
         table = loaded.table[loaded.table["label"] == label]
         table = table.sort_values("invalid", ascending=False, kind="stable").drop_duplicates("match_key")
-        table = table.sort_index()
-        runs[key] = (label, table)
-        nodes[key] = (m.node, m.tool, m.launch)
-        devices |= {str(d["id"]) for d in m.devices if d.get("id")}
-        for column in ("device", "src", "dst"):
-            devices |= {v for v in table[column] if isinstance(v, str)}
-    families = set(loaded.table["case"].unique())
-    history = {}
+        side.runs[key] = (label, table.sort_index())
+        side.nodes[key] = (m.node, m.tool, m.launch)
+        side.devices |= {str(d["id"]) for d in m.devices if d.get("id")}
+        side.devices |= {v for column in ("device", "src", "dst") for v in table[column] if isinstance(v, str)}
     by_machine: dict[tuple[str, str, str], list] = {}
     for m in loaded.machines.values():
         by_machine.setdefault((m.identity, m.tool, m.launch), []).append(m)
     for key, ms in by_machine.items():
-        if key in runs and len(ms) >= HISTORY_MIN_RUNS:
+        if key in side.runs and len(ms) >= HISTORY_MIN_RUNS:
             # Ordered as latest_runs orders them: the newest HISTORY_RUNS, the one compared among them.
-            labels = [m.label for m in sorted(ms, key=lambda m: (m.datetime, Path(m.file).name, m.file))]
-            kept = labels[-HISTORY_RUNS:]
-            history[key] = loaded.table[loaded.table["label"].isin(kept)].drop_duplicates(["label", "match_key"])
-    return Side(runs, nodes, families, devices, hardware, partial, launches, configs, history)
+            kept = [m.label for m in sorted(ms, key=lambda m: (m.datetime, Path(m.file).name, m.file))]
+            side.history[key] = loaded.table[loaded.table["label"].isin(kept[-HISTORY_RUNS:])].drop_duplicates(
+                ["label", "match_key"])
+    return side
 
 
 def resume_command(partial_file: str, config_path: str) -> str:
@@ -255,50 +248,29 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="results file of the reference run, or a folder (each machine's latest run)")
     parser.add_argument("candidate", metavar="CANDIDATE",
                         help="results file of the run to judge, or a folder (each machine's latest run)")
-    parser.add_argument(
-        "--threshold",
-        action="append",
-        default=[],
-        metavar="[FAMILY=]PCT",
-        help=f"slowdown that counts as a regression, in percent (5%% and 5 both mean 5 percent; default "
-        f"{DEFAULT_THRESHOLD.replace('%', '%%')}); FAMILY=PCT for one family, e.g. --threshold copy=10%% "
-        "(repeatable)",
-    )
+    parser.add_argument("--threshold", action="append", default=[], metavar="[FAMILY=]PCT",
+                        help=f"slowdown that counts as a regression, in percent (5%% and 5 both mean 5 percent; "
+                        f"default {DEFAULT_THRESHOLD.replace('%', '%%')}); FAMILY=PCT for one family, e.g. "
+                        "--threshold copy=10%% (repeatable)")
     parser.add_argument("--metric", choices=METRICS, default="median",
                         help="which time statistic to compare, or perf_per_w: the rate per watt (higher is "
                         "better; a result without it is not judged)")
     parser.add_argument("--format", choices=FORMATS, default="text", dest="fmt")
-    parser.add_argument(
-        "--map",
-        action="append",
-        default=[],
-        metavar="BASE_DEV=CAND_DEV",
-        help="match a baseline device to a candidate device, e.g. cuda:0=cuda:1 (repeatable)",
-    )
-    parser.add_argument(
-        "--label",
-        action="append",
-        default=[],
-        metavar="FILE=NAME",
-        help="name a side in the output (repeatable)",
-    )
-    parser.add_argument(
-        "--allow-missing",
-        action="store_true",
-        help="pass although benchmarks (or, with folders, machines) of the baseline are missing from the "
-        "candidate: for a candidate that measures a deliberate subset",
-    )
-    parser.add_argument(
-        "--changed-only",
-        action="store_true",
-        help="list every benchmark but the unchanged ones (regression, improvement, not judged, missing, "
-        "only in candidate); the counts still cover all of them",
-    )
+    parser.add_argument("--map", action="append", default=[], metavar="BASE_DEV=CAND_DEV",
+                        help="match a baseline device to a candidate device, e.g. cuda:0=cuda:1 (repeatable)")
+    parser.add_argument("--label", action="append", default=[], metavar="FILE=NAME",
+                        help="name a side in the output (repeatable)")
+    parser.add_argument("--allow-missing", action="store_true",
+                        help="pass although benchmarks (or, with folders, machines) of the baseline are missing "
+                        "from the candidate: for a candidate that measures a deliberate subset")
+    parser.add_argument("--changed-only", action="store_true",
+                        help="list every benchmark but the unchanged ones (regression, improvement, not judged, "
+                        "missing, only in candidate); the counts still cover all of them")
 
 
 def _warn_hardware(matched: list, base: Side, cand: Side) -> None:
     for (base_label, _), (cand_label, _) in matched:
-        before, after = base.hardware.get(base_label, ""), cand.hardware.get(cand_label, "")
+        before, after = base.machines[base_label].gpus, cand.machines[cand_label].gpus
         if before and after and before != after:
             print(f"warning: different hardware ({before} against {after}): differences are the hardware's, "
                   "not a regression of one machine", file=sys.stderr)
@@ -324,9 +296,8 @@ def _compare_pairs(matched: list, base: Side, cand: Side, args: argparse.Namespa
         rows = compare_tables(base_table, cand_table, metric=args.metric, threshold=threshold,
                               device_map=device_map, thresholds=thresholds,
                               history=base.history.get(base_keys[base_label]))
-        pairs.append(Pair(base_label, cand_label, rows, base.partial.get(base_label, ""),
-                          cand.partial.get(cand_label, ""), base.launches.get(base_label, ""),
-                          cand.launches.get(cand_label, "")))
+        b, c = base.machines[base_label], cand.machines[cand_label]
+        pairs.append(Pair(base_label, cand_label, rows, _partial(b), _partial(c), b.launch, c.launch))
         hints.update(dict.fromkeys(_hints(base_table, cand_table, rows)))
     return pairs, list(hints)
 
@@ -356,22 +327,21 @@ def _nothing_compared(pairs: list[Pair], metric: str) -> None:
               "of the same config (or map devices with --map BASELINE_DEV=CANDIDATE_DEV)", file=sys.stderr)
 
 
-def _unfinished_cause(unfinished: list[Pair], missing: int, missing_machines: list[str],
+def _unfinished_cause(pairs: list[Pair], missing: int, missing_machines: list[str],
                       stopped: dict[str, str], cause: str) -> str:
     """What of the missing came from candidate runs that did not finish, and which files."""
-    n = sum(p.count("missing") for p in unfinished)
+    unfinished, n, runs = unfinished_runs(pairs)
     files = "; ".join(Path(p.cand_partial).name + (f", stopped in {stopped[p.cand_partial]}"
                                                  if stopped[p.cand_partial] else "")
                       for p in unfinished[:3]) + ("; ..." if len(unfinished) > 3 else "")
     rest = "" if n == missing and not missing_machines else f"; the rest: {cause}"
-    runs = "a candidate run" if len(unfinished) == 1 else f"{len(unfinished)} candidate runs"
     return f"{'all' if n == missing else n} from {runs} that did not finish: {files}{rest}"
 
 
 def _resume_fix(unfinished: list[Pair], cand: Side, fix: str) -> str:
     if len(unfinished) == 1:
         only = unfinished[0]
-        how = resume_command(only.cand_partial, cand.configs.get(only.cand_label, ""))
+        how = resume_command(only.cand_partial, cand.machines[only.cand_label].config_path)
         return f"resume it on its machine ({how}) to measure the rest, or {fix}"
     return ("resume each on its machine (pytest benchmarks --benchmark-json FILE.json "
             "--suite-resume with the run's --suite-config) to measure the rest, or " + fix)
@@ -387,9 +357,9 @@ def _missing_failed(pairs: list[Pair], missing_machines: list[str], cand: Side, 
     )
     cause = "a crash, a skip or a narrower config"
     fix = "pass --allow-missing if the candidate measures a subset on purpose"
-    unfinished = [p for p in pairs if p.cand_partial and p.count("missing")]
+    unfinished = unfinished_runs(pairs)[0]
     if unfinished:
-        cause = _unfinished_cause(unfinished, missing, missing_machines, stopped, cause)
+        cause = _unfinished_cause(pairs, missing, missing_machines, stopped, cause)
         fix = _resume_fix(unfinished, cand, fix)
     print(f"compare: {what} of the baseline missing from the candidate ({cause}): failing; {fix}",
           file=sys.stderr)
@@ -407,8 +377,7 @@ def run(args: argparse.Namespace) -> int:
     matched, missing_machines, extra_machines = pair_sides(base, cand, args.baseline, args.candidate)
     _warn_hardware(matched, base, cand)
     pairs, hints = _compare_pairs(matched, base, cand, args, threshold, thresholds, device_map)
-    stopped = {p.cand_partial: stopped_in(p.cand_partial)
-               for p in pairs if p.cand_partial and p.count("missing")}
+    stopped = {p.cand_partial: stopped_in(p.cand_partial) for p in unfinished_runs(pairs)[0]}
     _warn_partial(pairs, stopped, args.allow_missing)
     emit(render_all(pairs, args.fmt, args.metric, threshold, thresholds, args.changed_only,
                     args.allow_missing, missing_machines, extra_machines))

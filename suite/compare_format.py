@@ -63,8 +63,7 @@ def _named(label: str, partial: str) -> str:
     return f"{label} ({PARTIAL_NOTE})" if partial else label
 
 
-def _as_json(pair: Pair, metric: str, threshold: float, thresholds: dict[str, float],
-             changed_only: bool = False) -> dict:
+def _as_json(pair: Pair, metric: str, threshold: float, thresholds: dict[str, float], changed_only: bool) -> dict:
     return {
         "baseline": pair.base_label,
         "candidate": pair.cand_label,
@@ -109,14 +108,10 @@ def _table(headers: list[str], cells: list[list[str]], fmt: str) -> list[str]:
     return lines + ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
 
 
-def render(pair: Pair, fmt: str, metric: str, threshold: float, thresholds: dict[str, float] | None = None,
-           changed_only: bool = False) -> str:
-    """One pair's comparison: a headline with every count, then its rows (--changed-only: not unchanged)."""
-    thresholds = thresholds or {}
-    if fmt == "json":
-        return json.dumps(_as_json(pair, metric, threshold, thresholds, changed_only), indent=1)
-    if fmt == "csv":
-        return _csv([pair], metric, changed_only)
+def render(pair: Pair, fmt: str, metric: str, threshold: float, thresholds: dict[str, float],
+           changed_only: bool) -> str:
+    """One pair's comparison in text or markdown: a headline with every count, then its rows (--changed-only:
+    not unchanged)."""
     rows = pair.shown(changed_only)
     per_family = "".join(f", {k} {v * 100:g}%" for k, v in sorted(thresholds.items()))
     summary = (

@@ -44,11 +44,11 @@ class Row:
     status: str
     case: str
     benchmark: str
-    baseline: float
-    candidate: float
-    ratio: float  # candidate time / baseline time: above 1 is slower
-    change_pct: float
-    noise: float  # half the summed IQRs, in seconds: the smallest difference taken as real
+    baseline: float = math.nan
+    candidate: float = math.nan
+    ratio: float = math.nan  # candidate time / baseline time: above 1 is slower
+    change_pct: float = math.nan
+    noise: float = math.nan  # half the summed IQRs, in seconds: the smallest difference taken as real
     # Beyond threshold and noise, but inside the range of the baseline machine's own latest runs: "unchanged",
     # and this says so ("within 5 baseline runs' range").
     note: str = ""
@@ -74,7 +74,6 @@ def _zero(value: float) -> float:
     return 0.0 if value is None or math.isnan(value) else value
 
 
-
 def history_ranges(history: pd.DataFrame, metric: str, device_map: dict[str, str] | None = None
                    ) -> dict[str, tuple[float, float, int]]:
     """benchmark key -> (lowest, highest `metric`, how many runs measured it) over the baseline's runs."""
@@ -97,18 +96,20 @@ def _row(b: dict, c: dict, metric: str, threshold: float, span: tuple[float, flo
     if b["invalid"] or c["invalid"]:
         why = "; ".join(f"{side}: {r['invalid']}" for side, r in (("baseline", b), ("candidate", c))
                         if r["invalid"])
-        return Row("not judged", b["case"], c["name"], b[metric], c[metric], math.nan, math.nan, math.nan,
-                   invalid=why)
+        return Row("not judged", b["case"], c["name"], b[metric], c[metric], invalid=why)
     if metric in HIGHER_IS_BETTER:
         return _per_watt_row(b, c, metric, threshold, span)
     noise = NOISE_IQR_SHARE * (_zero(b["iqr"]) + _zero(c["iqr"]))
-    few = min(_zero(b["rounds"]), _zero(c["rounds"])) < MIN_ROUNDS_TO_JUDGE
     ratio = c[metric] / b[metric] if b[metric] > 0 and c[metric] > 0 else math.nan
     # No positive time on one side, or too few rounds: nothing to judge.
-    status = "not judged" if math.isnan(ratio) or few else classify(b[metric], c[metric], b["iqr"], c["iqr"],
+    status = "not judged" if math.isnan(ratio) or _few(b, c) else classify(b[metric], c[metric], b["iqr"], c["iqr"],
                                                                       threshold)
     status, note = _steady(status, c[metric], span)
     return Row(status, b["case"], c["name"], b[metric], c[metric], ratio, (ratio - 1) * 100, noise, note)
+
+
+def _few(b: dict, c: dict) -> bool:
+    return min(_zero(b["rounds"]), _zero(c["rounds"])) < MIN_ROUNDS_TO_JUDGE
 
 
 def _steady(status: str, value: float, span: tuple[float, float, int]) -> tuple[str, str]:
@@ -128,18 +129,17 @@ def _per_watt_row(b: dict, c: dict, metric: str, threshold: float, span: tuple[f
     is not judged."""
     absent = [side for side, r in (("baseline", b), ("candidate", c)) if not _zero(r[metric]) > 0]
     if absent:
-        return Row("not judged", b["case"], c["name"], b[metric], c[metric], math.nan, math.nan, math.nan,
+        return Row("not judged", b["case"], c["name"], b[metric], c[metric],
                    note=f"{UNRECORDED}{metric} ({' and '.join(absent)})")
 
     def energy(r: dict) -> tuple[float, float]:  # per unit of work, its noise the time's IQR share
         return 1 / r[metric], (_zero(r["iqr"]) / r["median"] / r[metric] if r["median"] > 0 else 0.0)
 
     (b_cost, b_noise), (c_cost, c_noise) = energy(b), energy(c)
-    few = min(_zero(b["rounds"]), _zero(c["rounds"])) < MIN_ROUNDS_TO_JUDGE
-    status = "not judged" if few else classify(b_cost, c_cost, b_noise, c_noise, threshold)
+    status = "not judged" if _few(b, c) else classify(b_cost, c_cost, b_noise, c_noise, threshold)
     status, note = _steady(status, c[metric], span)
     ratio = b[metric] / c[metric]
-    return Row(status, b["case"], c["name"], b[metric], c[metric], ratio, (ratio - 1) * 100, math.nan, note)
+    return Row(status, b["case"], c["name"], b[metric], c[metric], ratio, (ratio - 1) * 100, note=note)
 
 
 def compare_tables(
@@ -171,14 +171,14 @@ def compare_tables(
     for key, b in base_rows.items():
         c = cand_rows.get(key)
         if c is None:
-            rows.append(Row("missing", b["case"], b["name"], b[metric], math.nan, math.nan, math.nan, math.nan))
+            rows.append(Row("missing", b["case"], b["name"], b[metric]))
             continue
         rows.append(_row(b, c, metric, thresholds.get(b["case"], threshold),
                          ranges.get(key, (math.nan, math.nan, 0))))
     for key, c in cand_rows.items():
         if key not in base_rows:
-            rows.append(Row("only in candidate", c["case"], c["name"], math.nan, c[metric], math.nan, math.nan,
-                            math.nan, invalid=f"candidate: {c['invalid']}" if c["invalid"] else ""))
+            rows.append(Row("only in candidate", c["case"], c["name"], candidate=c[metric],
+                            invalid=f"candidate: {c['invalid']}" if c["invalid"] else ""))
     order = {s: i for i, s in enumerate(STATUS_ORDER)}
     # Worst regressions and best improvements first within their section.
     rows.sort(key=lambda r: (order[r.status], -abs(r.change_pct) if not math.isnan(r.change_pct) else 0))
@@ -266,14 +266,19 @@ def _failed(pairs: list[Pair]) -> list[str]:
     return failed
 
 
+def unfinished_runs(pairs: list[Pair]) -> tuple[list[Pair], int, str]:
+    """The candidate runs that stopped before measuring all of the baseline, what they miss, and in words."""
+    found = [p for p in pairs if p.cand_partial and p.count("missing")]
+    runs = "a candidate run" if len(found) == 1 else f"{len(found)} candidate runs"
+    return found, sum(p.count("missing") for p in found), runs
+
+
 def _absent(pairs: list[Pair], missing_machines: list[str]) -> list[str]:
     """What of the baseline the candidate lacks: it fails, unless --allow-missing."""
     missing = sum(p.count("missing") for p in pairs)
     absent = []
     if missing:
-        unfinished = [p for p in pairs if p.cand_partial and p.count("missing")]
-        n = sum(p.count("missing") for p in unfinished)
-        runs = "a candidate run" if len(unfinished) == 1 else f"{len(unfinished)} candidate runs"
+        _, n, runs = unfinished_runs(pairs)
         why = f", {'' if n == missing else f'{n} of them '}from {runs} that did not finish" if n else ""
         absent.append(f"{missing} benchmark(s) of the baseline missing{_on(pairs, 'missing')}{why}")
     if missing_machines:
