@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import yaml
 
@@ -236,17 +237,19 @@ class CheckContext:
         config = load_config(cfg)
         return [c.id for c in family_module(family).enumerate_cases(config, resolve_spec(config.devices))]
 
-    def timing_truth(self, family: str, config: dict, tests: str, titles: dict[str, str] | None = None
+    def timing_truth(self, family: str, config: dict, tests: str, titles: dict[str, str] | None = None,
+                     reference: Callable[[str, Path, dict], float] = event_seconds
                      ) -> tuple[list[CheckRow], dict[str, list[dict]]]:
-        """Alternate `rounds` times (suite.tools.paired): the suite's run of `config`, then a CUDA-events
-        reference of each case in `titles` (param id -> row name; default: every case of the config). One row
-        per case: medians in ms, verdict on the median of the paired ratios. Also returns every round's results
-        by param id."""
+        """Alternate `rounds` times (suite.tools.paired): the suite's run of `config`, then a reference of each
+        case in `titles` (param id -> row name; default: every case of the config): `reference(family, config
+        file, the suite's result)`, seconds per call (default: CUDA events, paired.event_seconds). One row per
+        case: medians in ms, verdict on the median of the paired ratios. Also returns every round's results by
+        param id."""
         cfg = self.write_config(config)
         if titles is None:
             titles = {case_id: f"{family} {case_id}" for case_id in self.case_ids(family, cfg)}
         seen: dict[str, list[dict]] = {}
-        reference = "host clock (dry run)" if self.dry_run else "CUDA events"
+        label = "host clock (dry run)" if self.dry_run else "CUDA events"
         target = Target("within", RATIO_TOLERANCE)
 
         def one_round() -> list[Pair]:
@@ -254,8 +257,8 @@ class CheckContext:
             for bench in self.run_suite(cfg, tests):
                 seen.setdefault(bench["param"], []).append(bench)
                 if bench["param"] in titles:
-                    pairs.append(Pair(family, titles[bench["param"]], "s", reference, target,
-                                      bench["stats"]["median"], event_seconds(family, cfg, bench)))
+                    pairs.append(Pair(family, titles[bench["param"]], "s", label, target,
+                                      bench["stats"]["median"], reference(family, cfg, bench)))
             return pairs
 
         # Every pair counts, however few: the check's ROUNDS are all a GPU's budget has room for, and the dry

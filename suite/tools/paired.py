@@ -10,6 +10,7 @@ References are pluggable: anything that gives the op's seconds per call. Two are
 - `timer_seconds`: torch.utils.benchmark.Timer on a statement, with the suite's thread count (accuracy);
 - `event_seconds`: the same case built anew, warmed up as the suite warmed it, timed by CUDA events (the host
   clock off CUDA) for as long as the suite's timed rounds lasted (the GPU check).
+- `span_seconds`: CUDA events on several streams (of one or more GPUs) around spans of calls (peer copies).
 A family may pair against anything else it can time (collectives: a plain torch.distributed loop).
 """
 
@@ -19,6 +20,7 @@ import contextlib
 import io
 import json
 import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -158,6 +160,11 @@ def one(results: dict, **match) -> dict:
     return found[0]
 
 
+# A `span_seconds` reference: spans of this many calls, at least MIN_SPANS of them; a span of a few ms makes the
+# microseconds between recording the start events on each stream nothing.
+SPAN_CALLS = 8
+MIN_SPANS = 5
+
 # --- references -------------------------------------------------------------------------------------------
 
 
@@ -198,4 +205,31 @@ def event_seconds(family: str, cfg: Path, bench: dict) -> float:
         times = reference_times(work.fn, device, seconds=seconds)
     synchronize(*case.devices)
     del work
+    return statistics.median(times)
+
+
+def span_seconds(fn: Callable[[], object], streams: list, seconds: float, calls: int = SPAN_CALLS) -> float:
+    """Median seconds per call over spans of `calls` calls, each timed by CUDA events recorded on every stream of
+    `streams` (each on its own device's clock; events of different devices cannot be compared): a span is the
+    slowest stream's, from its start event to its end event. Runs for about `seconds`, at least MIN_SPANS spans,
+    after one untimed call."""
+    import torch
+
+    from suite.devices import synchronize
+
+    devices = list(dict.fromkeys(str(stream.device) for stream in streams))
+    fn()
+    times: list[float] = []
+    started = time.perf_counter()
+    while len(times) < MIN_SPANS or time.perf_counter() - started < seconds:
+        synchronize(*devices)  # every stream idle: its start event marks when its span begins
+        marks = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in streams]
+        for (start, _), stream in zip(marks, streams):
+            start.record(stream)
+        for _ in range(calls):
+            fn()
+        for (_, end), stream in zip(marks, streams):
+            end.record(stream)
+        synchronize(*devices)
+        times.append(max(start.elapsed_time(end) for start, end in marks) / 1e3 / calls)
     return statistics.median(times)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from suite.cases.copy.measure import NAME
-from suite.tools.checkrow import CheckRow, judged, median, truth_s
-from suite.tools.paired import Pair, Target, one, timer_seconds
+from suite.cases.copy.measure import NAME, copies_per_leg
+from suite.tools.checkrow import CheckRow, bench_s, judged, median, truth_s
+from suite.tools.paired import Pair, Target, event_seconds, one, span_seconds, timer_seconds
 from suite.units import format_size
 
 # --- GPU check ---------------------------------------------------------------------------------------------
@@ -13,6 +13,11 @@ from suite.units import format_size
 CHECK_BYTES = 256 * 2**20
 # Pinned and pageable both ways and the same-device copy; three of them against events.
 STEP_ESTIMATE_S = truth_s(NAME, 5, 3, False)
+# With two GPUs, the peer copies cuda:0->cuda:1 and cuda:0<->cuda:1 against events on both, and the pinned
+# host copy both ways that the config's `directions: [uni, bi]` brings with them.
+MULTI_GPU_S = 3 * bench_s(NAME, False) + 2 * bench_s(NAME, False, overhead=False)
+# The peer pair the check times (the quick step runs the other pairs of cuda:0 and cuda:1, unjudged).
+PEER = ("cuda:0", "cuda:1")
 # Its place in the check (suite.tools.gpu_check: lower first).
 CHECK_ORDER = 20
 # The dry run's stand-in for configs/quick.yaml's copy cases.
@@ -21,9 +26,11 @@ DRY_QUICK = {"sizes": ["4KiB"]}
 
 def gpu_checks(ctx) -> list:
     """256 MiB pinned H2D and D2H and the same-device copy against CUDA events (alternating, same process);
-    pinned faster than pageable both ways."""
+    pinned faster than pageable both ways; with two GPUs, the peer copies of PEER one way and both ways against
+    events on both GPUs (the dry run enumerates them on a fake node of two)."""
     gpu = ctx.device
     size = format_size(ctx.pick(CHECK_BYTES, 2**20))
+    peer = _peer_titles(format_size(CHECK_BYTES)) if ctx.gpus >= 2 or ctx.dry_run else {}
     if ctx.dry_run:  # the CPU has no pinned memory: the host copy stands in for the three
         titles = {f"cpu->cpu-pageable-{size}": f"copy host {size} (dry run)"}
     else:
@@ -34,7 +41,13 @@ def gpu_checks(ctx) -> list:
     config = {"devices": list(dict.fromkeys(["cpu", gpu])), "cases": {"copy": {
         "sizes": [size], "memory": ["pinned", "pageable"], "non_blocking": [False], "directions": ["uni"],
         "pairs": pairs}}}
-    rows, seen = ctx.timing_truth(NAME, config, "benchmarks/test_copy.py", titles)
+    peer_section = {**config["cases"]["copy"], "directions": ["uni", "bi"], "pairs": [*pairs, "->".join(PEER)]}
+    dry_rows = _dry_peer_rows(ctx, peer_section, peer) if ctx.dry_run else []
+    if peer and not ctx.dry_run:
+        config = {"devices": list(dict.fromkeys([*config["devices"], *PEER])), "cases": {"copy": peer_section}}
+        titles.update(peer)
+    rows, seen = ctx.timing_truth(NAME, config, "benchmarks/test_copy.py", titles, _reference)
+    rows += dry_rows
     for name, src, dst in (("H2D", "cpu", gpu), ("D2H", gpu, "cpu")):
         pinned, pageable = (seen.get(f"{src}->{dst}-{memory}-{size}") for memory in ("pinned", "pageable"))
         title = f"copy {name} {size}: pinned vs pageable"
@@ -47,6 +60,58 @@ def gpu_checks(ctx) -> list:
             rows.append(CheckRow(title, None, None, "GB/s", judged(ctx, False),
                                  "no pinned or no pageable result (the CPU has no pinned memory)"))
     return rows
+
+
+def _peer_titles(size: str) -> dict[str, str]:
+    a, b = PEER
+    return {f"{a}->{b}-device-{size}": f"copy peer {a}->{b} {size} (events on both GPUs)",
+            f"{a}<->{b}-device-non_blocking-{size}": f"copy peer {a}<->{b} {size} (events on both GPUs)"}
+
+
+def _dry_peer_rows(ctx, section: dict, titles: dict[str, str]) -> list:
+    """The dry run's peer rows: the GPU's peer config enumerated on a fake node of two GPUs (the CPU runs no
+    peer copy), so a title that names no case fails here and not on the GPU."""
+    from suite.devices import use_platform
+    from suite.plan import NodePlatform
+
+    section = {**section, "sizes": [format_size(CHECK_BYTES)], "pairs": ["->".join(PEER)]}
+    with use_platform(NodePlatform(len(PEER))):
+        ids = ctx.case_ids(NAME, ctx.write_config({"devices": list(PEER), "cases": {"copy": section}}))
+    return [CheckRow(title, None, None, "ms", None if case_id in ids else False,
+                     f"not judged: dry run ({case_id} enumerated on a fake node of two GPUs)" if case_id in ids
+                     else f"{case_id} is not a case of the peer config ({', '.join(ids)})")
+            for case_id, title in titles.items()]
+
+
+def _reference(family: str, cfg, bench: dict) -> float:
+    """Events on the case's GPU (paired.event_seconds); for a peer copy, events on both GPUs (peer_seconds)."""
+    return (peer_seconds if bench["extra_info"].get("path") == "peer" else event_seconds)(family, cfg, bench)
+
+
+def peer_seconds(family: str, cfg, bench: dict) -> float:
+    """Seconds per call of the peer copy of `bench`, issued anew on a stream per GPU per direction (torch runs a
+    peer copy on the source's current stream and joins the destination's: both hold the copy) and timed by
+    CUDA events on all of those streams (paired.span_seconds) for as long as the suite's timed rounds lasted;
+    both ways: as many copies per direction per call as the case issues."""
+    import torch
+
+    from suite.cases.buffers import buffer, on_streams
+
+    info = bench["extra_info"]
+    src, dst, n = info["src"], info["dst"], info["size"]
+    ends = [(src, dst), (dst, src)] if info["direction"] == "bi" else [(src, dst)]
+    legs = [(buffer(a, n, False, data=True), buffer(b, n, False)) for a, b in ends]
+    streams = [[torch.cuda.Stream(device=d) for d in (src, dst)] for _ in legs]
+    copies = copies_per_leg(n) if info["direction"] == "bi" else 1
+
+    def call() -> None:
+        for (a, b), leg_streams in zip(legs, streams):
+            with on_streams(leg_streams):
+                for _ in range(copies):
+                    b.copy_(a, non_blocking=True)
+
+    seconds = bench["stats"]["total"] * bench["stats"].get("iterations", 1)
+    return span_seconds(call, [stream for leg in streams for stream in leg], seconds)
 
 
 # --- accuracy (python -m suite accuracy) -------------------------------------------------------------------
