@@ -174,6 +174,9 @@ class FakeNvml:
     def nvmlDeviceGetTemperature(self, h, kind):
         return self._link("temp", h, 30)
 
+    def nvmlDeviceGetSerial(self, h):
+        return self._link("serial", h, b"1652123456789")
+
 
 @pytest.mark.parametrize("uuid", ["GPU-parent", "MIG-child"])
 def test_nvml_reads_the_link_of_the_gpu_and_labels_current_and_max(uuid, monkeypatch):
@@ -184,6 +187,7 @@ def test_nvml_reads_the_link_of_the_gpu_and_labels_current_and_max(uuid, monkeyp
     assert info["pcie_gen_current"] == 1 and info["pcie_gen_max"] == 5, info
     assert "pcie_gen" not in info, "an unlabelled generation reads as the link's capability"
     assert info["power_limit_w"] == 700.0 and info["driver_version"] == "580.159.03"
+    assert info["serial"] == "1652123456789"  # the board's, a MIG instance's too: findings name it
     if uuid.startswith("MIG-"):
         assert info["mig"] is True and info["mig_parent_uuid"] == "GPU-parent"
 

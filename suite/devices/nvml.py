@@ -197,7 +197,7 @@ def nvml_links(uuids: tuple[str | None, ...], nvml=None) -> dict[tuple[int, int]
 
 
 def nvml_info(index: int, uuid: str | None = None) -> dict:
-    """Driver, PCIe link, clocks and power limit from NVML, where nvidia-ml-py and a driver load.
+    """Driver, PCIe link, clocks, power limit and board serial from NVML, where nvidia-ml-py and a driver load.
 
     The GPU is found by its UUID: CUDA's device numbers differ from NVML's whenever CUDA_VISIBLE_DEVICES is
     set (as under Slurm) or CUDA orders devices fastest first. Without a UUID the index is trusted only when
@@ -245,6 +245,8 @@ def nvml_info(index: int, uuid: str | None = None) -> dict:
             "nvlinks_to_switch": lambda: sum(switch for _, switch in nvlinks),
             # The GPU's NUMA node: host copies from another node's memory cross the sockets' interconnect.
             "numa_node": lambda: numa_node_of_pci(_pci_address(pynvml.nvmlDeviceGetPciInfo(handle))),
+            # The board's serial (what a technician and the RMA form read): it follows the GPU between hosts.
+            "serial": lambda: pynvml.nvmlDeviceGetSerial(handle),
         }
         for key, query in queries.items():
             with contextlib.suppress(Exception):
