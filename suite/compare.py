@@ -145,16 +145,23 @@ def _side(path: str, labels: dict[str, str], what: str) -> Side:
         side.nodes[key] = (m.node, m.tool, m.launch)
         side.devices |= {str(d["id"]) for d in m.devices if d.get("id")}
         side.devices |= {v for column in ("device", "src", "dst") for v in table[column] if isinstance(v, str)}
+    side.history = _history(loaded, side.runs)
+    return side
+
+
+def _history(loaded, runs: dict) -> dict[tuple[str, str, str], pd.DataFrame]:
+    """Side.history: the rows of each compared machine's latest HISTORY_RUNS runs, where it has enough."""
     by_machine: dict[tuple[str, str, str], list] = {}
     for m in loaded.machines.values():
         by_machine.setdefault((m.identity, m.tool, m.launch), []).append(m)
+    history = {}
     for key, ms in by_machine.items():
-        if key in side.runs and len(ms) >= HISTORY_MIN_RUNS:
+        if key in runs and len(ms) >= HISTORY_MIN_RUNS:
             # Ordered as latest_runs orders them: the newest HISTORY_RUNS, the one compared among them.
             kept = [m.label for m in sorted(ms, key=lambda m: (m.datetime, Path(m.file).name, m.file))]
-            side.history[key] = loaded.table[loaded.table["label"].isin(kept[-HISTORY_RUNS:])].drop_duplicates(
+            history[key] = loaded.table[loaded.table["label"].isin(kept[-HISTORY_RUNS:])].drop_duplicates(
                 ["label", "match_key"])
-    return side
+    return history
 
 
 def resume_command(partial_file: str, config_path: str) -> str:
@@ -215,21 +222,7 @@ def pair_sides(
     pairs = [(base.runs[k], cand.runs[k]) for k in common]
     rest_base = [k for k in sorted(base.runs) if k not in cand.runs]
     rest_cand = [k for k in sorted(cand.runs) if k not in base.runs]
-    by_node = {}
-    for k in rest_cand:
-        by_node.setdefault(cand.nodes[k], []).append(k)
-    for k in list(rest_base):
-        found = by_node.get(base.nodes[k], [])
-        if len(found) == 1 and sum(base.nodes[b] == base.nodes[k] for b in rest_base) == 1:
-            other = found[0]
-            print(
-                f"warning: {base.runs[k][0]} paired with {cand.runs[other][0]}: same host and GPUs, "
-                f"another driver ({k[0]} -> {other[0]})",
-                file=sys.stderr,
-            )
-            pairs.append((base.runs[k], cand.runs[other]))
-            rest_base.remove(k)
-            rest_cand.remove(other)
+    pairs += _driver_changed(base, cand, rest_base, rest_cand)
     for what, rest, side in (("baseline", rest_base, base), ("candidate", rest_cand, cand)):
         if rest:
             names = ", ".join(side.runs[k][0] for k in rest)
@@ -241,6 +234,24 @@ def pair_sides(
         )
     return (sorted(pairs, key=lambda p: p[0][0]), [base.runs[k][0] for k in rest_base],
             [cand.runs[k][0] for k in rest_cand])
+
+
+def _driver_changed(base: Side, cand: Side, rest_base: list, rest_cand: list) -> list[tuple[tuple, tuple]]:
+    """Unpaired machines alone on one node (host and GPUs) on each side: one machine with another driver. The
+    pairs, taken out of `rest_base` and `rest_cand`."""
+    pairs, by_node = [], {}
+    for k in rest_cand:
+        by_node.setdefault(cand.nodes[k], []).append(k)
+    for k in list(rest_base):
+        found = by_node.get(base.nodes[k], [])
+        if len(found) == 1 and sum(base.nodes[b] == base.nodes[k] for b in rest_base) == 1:
+            other = found[0]
+            print(f"warning: {base.runs[k][0]} paired with {cand.runs[other][0]}: same host and GPUs, "
+                  f"another driver ({k[0]} -> {other[0]})", file=sys.stderr)
+            pairs.append((base.runs[k], cand.runs[other]))
+            rest_base.remove(k)
+            rest_cand.remove(other)
+    return pairs
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -50,14 +50,7 @@ def expand_paths(paths: Iterable[str | Path], warnings: list[str]) -> list[Path]
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            patterns = ("*.json", "*" + PARTIAL_SUFFIX, *("*" + suffix for suffix in TEXT_SUFFIXES))
-            found = sorted({p for pattern in patterns for p in path.rglob(pattern)})
-            found = [p for p in found if p.is_file()]
-            if not found:
-                warnings.append(
-                    f"{path}: folder holds no results files (*.json, *{PARTIAL_SUFFIX}) — skipped"
-                )
-            files.extend(found)
+            files.extend(_folder(path, warnings))
         elif path.is_file():
             files.append(path)
         else:
@@ -74,6 +67,15 @@ def expand_paths(paths: Iterable[str | Path], warnings: list[str]) -> list[Path]
             continue
         kept.setdefault(p)
     return list(kept)
+
+
+def _folder(path: Path, warnings: list[str]) -> list[Path]:
+    """Every results file in a folder, recursively, sorted."""
+    patterns = ("*.json", "*" + PARTIAL_SUFFIX, *("*" + suffix for suffix in TEXT_SUFFIXES))
+    found = [p for p in sorted({p for pattern in patterns for p in path.rglob(pattern)}) if p.is_file()]
+    if not found:
+        warnings.append(f"{path}: folder holds no results files (*.json, *{PARTIAL_SUFFIX}) — skipped")
+    return found
 
 
 def _not_a_file(path: Path) -> str:

@@ -59,25 +59,29 @@ def _said(result: dict) -> str:
     return "; ".join(s for s in said if s) or "no reason given"
 
 
+def _results(body: dict):
+    """(plugin name, one result) of every plugin in every category."""
+    for category in body.get("test_categories") or []:
+        for test in category.get("tests") or [] if isinstance(category, dict) else []:
+            for result in test.get("results") or []:
+                yield str(test.get("name") or "?"), result
+
+
 def _read(path: Path, data: dict, out: Diagnostics) -> None:
     body = next((data[k] for k in DIAGNOSTICS if isinstance(data.get(k), dict)), None)
     if body is None:
         out.warnings.append(f"{path}: DCGM diagnostics that do not parse (cut short?) — skipped")
         return
-    meta = {**body, **(data.get("metadata") or {})}
-    version = meta.get("version") or ""
+    version = {**body, **(data.get("metadata") or {})}.get("version") or ""
     findings = out.findings.setdefault(str(path), [])
-    for category in body.get("test_categories") or []:
-        for test in category.get("tests") or [] if isinstance(category, dict) else []:
-            name = str(test.get("name") or "?")
-            for result in test.get("results") or []:
-                status = STATUSES.get(str(result.get("status", "")).strip().lower())
-                for gpu in _gpus(result) if status in ("fail", "warn") else []:
-                    text = f"DCGM {version} diag plugin '{name}' {status}ed on GPU {gpu}: {_said(result)}"
-                    if status == "fail":
-                        findings.append(Finding("wrong", "", f"GPU {gpu}", FAMILY, text, source=str(path)))
-                    else:
-                        out.warnings.append(f"{path}: {text}")
+    for name, result in _results(body):
+        status = STATUSES.get(str(result.get("status", "")).strip().lower())
+        for gpu in _gpus(result) if status in ("fail", "warn") else []:
+            text = f"DCGM {version} diag plugin '{name}' {status}ed on GPU {gpu}: {_said(result)}"
+            if status == "fail":
+                findings.append(Finding("wrong", "", f"GPU {gpu}", FAMILY, text, source=str(path)))
+            else:
+                out.warnings.append(f"{path}: {text}")
 
 
 def read_diagnostics(paths: list[str]) -> Diagnostics:

@@ -91,16 +91,13 @@ def _routes(name: str, case: dict, gpus: int, problems: list[str]) -> list[tuple
             problems.append(f"{name} ({len(rows)} matrix rows, not {BIDIR_BLOCKS} x {gpus} GPUs)")
             return []
         rows = rows[-gpus:]  # the total block
-    out, outside = [], 0
-    for r, row in enumerate(rows):
-        for c, cell in enumerate(row):
-            value = _value(cell)
-            if value is None:
-                continue
-            if c >= gpus or (r >= gpus and "r" in (src, dst)) or (r > 0 and "r" not in (src, dst)):
-                outside += 1  # a device the output does not list: never invent one
-                continue
-            out.append((_end(src, r, c), _end(dst, r, c), direction, value))
+    cells = [(r, c, value) for r, row in enumerate(rows) for c, cell in enumerate(row)
+             if (value := _value(cell)) is not None]
+    # A cell of a device the output does not list: never invent one.
+    rows_of_gpus = gpus if "r" in (src, dst) else 1
+    out = [(_end(src, r, c), _end(dst, r, c), direction, value) for r, c, value in cells
+           if c < gpus and r < rows_of_gpus]
+    outside = len(cells) - len(out)
     if outside:
         problems.append(f"{name} ({outside} cell(s) outside the {gpus} GPU(s))")
     return out
