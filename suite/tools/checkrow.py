@@ -1,6 +1,6 @@
 """What a family's GPU-check step needs (CheckContext, CheckRow, the verdict rule, running a command, the check's
-timing and its step estimates): the families' checks.py build their rows from this module, not from suite.tools.gpu_check,
-so the families and the check do not import each other."""
+timing and its step estimates): the families' checks.py build their rows from this module, not from
+suite.tools.gpu_check, so the families and the check do not import each other."""
 
 from __future__ import annotations
 
@@ -111,6 +111,17 @@ def median(values: list[float]) -> float:
 def judged(ctx, ok: bool) -> bool | None:
     """A timing verdict on the GPU; the dry run checks only the plumbing and leaves the figures unjudged."""
     return None if ctx.dry_run else ok
+
+
+def bound_row(ctx, title: str, bench: dict | None, want: str) -> CheckRow:
+    """Whether a result says that `want` ('host' or 'device') set its time (extra_info.bound, from
+    suite.timing.bound_info; the CPU records none): the host share beside it."""
+    info = (bench or {}).get("extra_info", {})
+    if "bound" not in info:
+        why = "no result (skipped or failed: see the log)" if bench is None else "no bound recorded"
+        return CheckRow(title, None, None, "host share", judged(ctx, False), why)
+    return CheckRow(title, info.get("host_share"), None, "host share", judged(ctx, info["bound"] == want),
+                    f"bound: {info['bound']}, must be {want}")
 
 
 # torchrun's variables: a subprocess started inside a torchrun rank must not think it is one.

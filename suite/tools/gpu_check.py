@@ -65,6 +65,8 @@ PLUGINS_OFF = ["-p", "no:cacheprovider", "-p", "no:hypothesispytest"]
 # repeat the first's.
 QUICK_GPUS = 2
 QUICK_DEVICE = "cuda:0"
+# The node the dry run's multi-GPU rows are planned for (suite.plan.NodePlatform: GPUs that enumerate, not run).
+DRY_GPUS = 2
 
 
 def quick_estimate_s(gpus: int = 1) -> float:
@@ -124,11 +126,8 @@ def gpu_tests_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
 def dry_quick() -> dict:
     """The dry run's stand-in for configs/quick.yaml: one small case per family (its checks.py's DRY_QUICK
     section), on the CPU."""
-    from suite.cases import FAMILIES
-
-    cases = {name: checks.DRY_QUICK for name in FAMILIES
-             if (checks := _checks(name)) is not None and hasattr(checks, "DRY_QUICK")}
-    return {"devices": "cpu", "timing": DRY_TIMING, "cases": cases}
+    return {"devices": "cpu", "timing": DRY_TIMING,
+            "cases": {checks.NAME: checks.DRY_QUICK for checks in _all_checks("DRY_QUICK")}}
 
 
 def quick_gpus(gpus: int) -> list[str]:
@@ -157,7 +156,8 @@ def quick_rows(ctx: CheckContext, out: Path, timeout: float) -> list[CheckRow]:
     ok = code == 0 and count > 0
     title = f"quick config ({' '.join([config.name, *select])})"
     return [CheckRow(title, count or None, None, "results", ok, note),
-            *telemetry_rows([data for _, _, data in ctx.runs] + [quick], idle_w)]
+            *telemetry_rows([data for _, _, data in ctx.runs] + [quick], idle_w),
+            *[row for checks in _all_checks("quick_checks") for row in checks.quick_checks(ctx, quick["benchmarks"])]]
 
 
 # --- telemetry (suite.telemetry), from the results of the quick config and the earlier steps ---------------
@@ -334,6 +334,13 @@ def _checks(name: str):
     return family_part(name, "checks") if name in FAMILIES else None
 
 
+def _all_checks(hook: str) -> list:
+    """The families' checks.py that define `hook`, in registry order."""
+    from suite.cases import FAMILIES
+
+    return [checks for name in FAMILIES if (checks := _checks(name)) is not None and hasattr(checks, hook)]
+
+
 def plan(ctx: CheckContext, out: Path) -> list[tuple[str, Callable[[float], list[CheckRow]]]]:
     """The steps in order (OWN_ORDER and each family's CHECK_ORDER, lower first; ties in registry order):
     (name, run(timeout_s) -> rows)."""
@@ -360,7 +367,9 @@ def step_estimate(name: str, gpus: int = 1) -> float:
     if name in STEP_ESTIMATES_S:
         return STEP_ESTIMATES_S[name]
     checks = _checks(name)
-    return getattr(checks, "STEP_ESTIMATE_S", DEFAULT_STEP_ESTIMATE_S)
+    # A family's MULTI_GPU_S: what its step adds on a node of two GPUs or more.
+    return getattr(checks, "STEP_ESTIMATE_S", DEFAULT_STEP_ESTIMATE_S) + (getattr(checks, "MULTI_GPU_S", 0.0)
+                                                                           if gpus >= 2 else 0.0)
 
 
 def select_steps(names: list[str], only: str | None) -> list[str]:
@@ -401,9 +410,7 @@ def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S, only: st
             steps.append(step)
             rows += got
             write_files(out, info, steps, rows, None)
-    if not ctx.dry_run and ctx.gpus < 2:
-        rows.append(CheckRow("peer copies, all GPUs at once, NCCL with 2+ ranks", None, None, "", None,
-                             "not checked: needs two GPUs (covered by the fake multi-GPU tests)"))
+    rows += not_checked_rows(DRY_GPUS if ctx.dry_run else ctx.gpus)
     # Out of time is said in the table and the summary, and is no failure by itself.
     code = 1 if any(r.ok is False for r in rows) or any(s.ran and not s.ok for s in steps) else 0
     info["seconds"] = time.monotonic() - started
@@ -413,6 +420,19 @@ def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S, only: st
     if ctx.print_table:
         print(f"\n{table}", flush=True)
     return code
+
+
+def not_checked_rows(gpus: int) -> list[CheckRow]:
+    """What the check leaves out on a node of `gpus` GPUs: with one, everything between GPUs; with more, the
+    GPUs and pairs beyond the ones it runs."""
+    if gpus < 2:
+        return [CheckRow("peer copies, all GPUs at once, NCCL with 2+ ranks", None, None, "", None,
+                         "not checked: needs two GPUs (covered by the fake multi-GPU tests)")]
+    left = [f"peer copies of the {gpus * (gpus - 1) - 2} ordered pairs other than cuda:0<->cuda:1"] if gpus > 2 else []
+    left += [f"cuda:1-cuda:{gpus - 1}'s own cases, the all-GPUs case on all {gpus} at once"] if gpus > QUICK_GPUS else []
+    left += [f"NCCL with {gpus} ranks (the check starts 8)"] if gpus > 8 else []
+    left += ["peer copies below 256MiB, against a reference (the quick step runs them unjudged)"]
+    return [CheckRow(f"not checked on {gpus} GPUs", None, None, "", None, "; ".join(left))]
 
 
 def _run_step(ctx: CheckContext, name: str, run: Callable[[float], list[CheckRow]], budget_s: float

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from suite.cases.copy.measure import NAME, copies_per_leg
-from suite.tools.checkrow import CheckRow, bench_s, judged, median, truth_s
+from suite.tools.checkrow import ROUNDS, CheckRow, bench_s, judged, median, truth_s
 from suite.tools.paired import Pair, Target, event_seconds, one, span_seconds, timer_seconds
 from suite.units import format_size
 
@@ -15,7 +15,7 @@ CHECK_BYTES = 256 * 2**20
 STEP_ESTIMATE_S = truth_s(NAME, 5, 3, False)
 # With two GPUs, the peer copies cuda:0->cuda:1 and cuda:0<->cuda:1 against events on both, and the pinned
 # host copy both ways that the config's `directions: [uni, bi]` brings with them.
-MULTI_GPU_S = 3 * bench_s(NAME, False) + 2 * bench_s(NAME, False, overhead=False)
+MULTI_GPU_S = ROUNDS * (3 * bench_s(NAME, False) + 2 * bench_s(NAME, False, overhead=False))
 # The peer pair the check times (the quick step runs the other pairs of cuda:0 and cuda:1, unjudged).
 PEER = ("cuda:0", "cuda:1")
 # Its place in the check (suite.tools.gpu_check: lower first).

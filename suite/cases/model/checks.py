@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from suite.cases.model.measure import NAME
-from suite.tools.checkrow import truth_s
+from suite.tools.checkrow import bound_row, truth_s
 
 # The GPU check's LeNet step runs at a batch where the GPU, not the host, sets its time. At the configs'
 # batch 256 an H200 finishes each kernel before Python issues the next, so suite and events would both time
@@ -13,6 +13,10 @@ CHECK_BATCH = 16384
 STEP_ESTIMATE_S = truth_s(NAME, 1, 1, True)  # the LeNet step, ~10 ms
 # Its place in the check (suite.tools.gpu_check: lower first).
 CHECK_ORDER = 60
+# The quick config's models that are host-bound on a GPU at its batch (an H200 finished each kernel of LeNet and
+# the MLP at batch 256 before Python issued the next): their results must say so.
+HOST_BOUND = ("lenet", "mlp")
+QUICK_BATCH = 256
 # The dry run's stand-in for configs/quick.yaml's model cases.
 DRY_QUICK = {"models": ["linear"], "dtypes": ["float32"], "batch_sizes": [8]}
 
@@ -25,3 +29,11 @@ def gpu_checks(ctx) -> list:
         "models": ["lenet"], "dtypes": ["float32"], "batch_sizes": [ctx.pick(CHECK_BATCH, 8)]}}}
     rows, _ = ctx.timing_truth(NAME, config, "benchmarks/test_model.py")
     return rows
+
+
+def quick_checks(ctx, benchmarks: list[dict]) -> list:
+    """LeNet and the MLP at QUICK_BATCH in the quick config's run on the checked GPU: bound by the host."""
+    found = {b["extra_info"].get("model"): b for b in benchmarks
+             if b["extra_info"].get("device") == ctx.device and b["extra_info"].get("batch_size") == QUICK_BATCH}
+    return [bound_row(ctx, f"model {model} b{QUICK_BATCH} (quick config): bound", found.get(model), "host")
+            for model in HOST_BOUND]
