@@ -9,6 +9,7 @@ import statistics
 
 import pandas as pd
 
+from suite.health.expect import HOST_LINKS
 from suite.health.findings import Finding
 
 # Grades: CAUSE where the evidence alone accounts for a slow figure (a link at half width, a lower power
@@ -21,7 +22,6 @@ LIMIT_NAMED_FROM = 0.10
 POWER_LIMIT_BELOW = 0.02
 # An SM clock this far below its peers' median is named (MAMF's 5% spread between healthy GPUs of a node).
 CLOCK_BELOW = 0.05
-HOST_ROUTES = ("h2d", "d2h")  # where the PCIe link and the host buffer's NUMA node decide the rate
 JUDGED_KINDS = ("straggler", "low")  # findings about one device's result: the ones causes explain
 
 
@@ -137,7 +137,7 @@ def _clock(row: dict, peers: list[dict]) -> list[tuple[str, str]]:
 def causes(row: dict, peers: list[dict], device: dict, same_model: list[dict]) -> list[dict]:
     """The graded causes of one result's finding: `row` the result (a table row), `peers` its peers' rows,
     `device` its GPU's inventory, `same_model` the inventory of the run's other GPUs of its model."""
-    host = row.get("route_") in HOST_ROUTES
+    host = row.get("route_") in HOST_LINKS  # where the PCIe link and the host buffer's NUMA node decide the rate
     found = (_link(row, device) + _numa(row, device) if host else _power(row, device, peers, same_model))
     found += _thermal(row, peers) + _neighbours(row)
     if not any(grade == CAUSE for grade, _ in found):  # the clock is how the causes above act, not another

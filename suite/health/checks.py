@@ -74,12 +74,10 @@ def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
     link = rows["link"].where(rows["link"].map(type) == str, "").astype(str)
     link = link.where(~link.str.startswith("NV"), "NVLink")
     rows["peer_key"] = rows["peer_key"].where(rows["route_"] != "peer", rows["peer_key"] + "|" + link)
-    # The subject's first device (cuda:0 of cuda:0->cuda:1) names the model and PCIe generation; one lookup
-    # per distinct (label, device), mapped back onto the rows.
-    # A peer route's subject is `src->dst`: its first device is the source.
+    # The subject's first device (the source of a peer route's `src->dst`) names the model and PCIe
+    # generation; one lookup per distinct (label, device), mapped back onto the rows. KEY_SEP, not NUL:
+    # pandas < 3 (object dtype) silently drops a NUL in string concatenation.
     first = rows["subject"].where(rows["route_"] != "peer", rows["src"].astype(object)).astype(str)
-    # The unit separator, not NUL: pandas < 3 (object dtype) silently drops a NUL in string concatenation, so
-    # no key matched and no device had a model: health judged nothing.
     pair = rows["label"] + KEY_SEP + first
     names, gens, numa = {}, {}, {}
     for label in labels:
@@ -93,7 +91,7 @@ def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
     rows["pcie_gen"] = pair.map(gens).astype(object)
     # A host copy's GPU on another NUMA node than the run's CPUs: the likely cause of a slow host link. Not
     # for a copy whose host side the run bound to its GPU's node (host_numa_node): its memory was near.
-    host = rows["route_"].isin(["h2d", "d2h"])
+    host = rows["route_"].isin(HOST_LINKS)
     if "host_numa_node" in rows:
         host &= rows["host_numa_node"].isna()
     rows["numa_note_"] = pair.map(numa).where(host, "").fillna("").astype(object)

@@ -14,6 +14,7 @@ from suite.health.checks import judge
 from suite.health.dcgm import Diagnostics, empty_health, join, read_diagnostics
 from suite.health.findings import DEFAULT_FAIL_ON, FLEET_MIN_MACHINES, KINDS, MAX_EXAMPLES, NOT_JUDGED, Health
 from suite.health.expect import OK_AT_PCT, load_expectations
+from suite.loading import DIAGNOSTICS_NOTE
 from suite.results import (
     NOTHING_MEASURED,
     PARTIAL_SUFFIX,
@@ -143,8 +144,9 @@ def run(args: argparse.Namespace) -> int:
 def _judge(args: argparse.Namespace, diagnostics: Diagnostics, expectations) -> Health:
     """The verdict on the results files among RESULTS (the DCGM documents are read apart)."""
     loaded = load_results(diagnostics.others, labels=parse_label_args(args.label))
-    for warning in diagnostics.quiet(loaded.warnings):
-        print(f"warning: {warning}", file=sys.stderr)
+    for warning in loaded.warnings:
+        if DIAGNOSTICS_NOTE not in warning:  # the DCGM documents, which dcgm read
+            print(f"warning: {warning}", file=sys.stderr)
     unread = unread_named_files(diagnostics.others, loaded)
     if unread:
         raise UserError(

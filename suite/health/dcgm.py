@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from suite.health.findings import Finding, Health, NodeVerdict
-from suite.loading import DIAGNOSTICS, DIAGNOSTICS_NOTE, expand_paths, is_diagnostics
+from suite.loading import DIAGNOSTICS, expand_paths, is_diagnostics
 
 FAMILY = "dcgm"  # the findings' family column: what judged them
 # dcgmi's status words (any case) -> ours; anything else (Skip, Not Run, a word a later DCGM adds) ran nothing.
@@ -30,10 +30,6 @@ class Diagnostics:
     others: list[str] = field(default_factory=list)
     findings: dict[str, list[Finding]] = field(default_factory=dict)  # file -> its failed plugins
     warnings: list[str] = field(default_factory=list)
-
-    def quiet(self, warnings: list[str]) -> list[str]:
-        """The loader's warnings less its note on each DCGM document, which this module read."""
-        return [w for w in warnings if DIAGNOSTICS_NOTE not in w]
 
 
 def _document(path: Path) -> dict | None:

@@ -53,21 +53,10 @@ SHAPES = {
 # busbw and algbw are printed to 2 decimals: from 1.00 GB/s up their ratio is good to 1%, so 3% tells
 # 2(n-1)/n from (n-1)/n and from 1 at every rank count above 2.
 RATIO_TOLERANCE = 0.03
-# nccl-tests' type names -> torch's dtype names, which our results use.
-DTYPES = {
-    "float": "float32",
-    "half": "float16",
-    "double": "float64",
-    "bfloat16": "bfloat16",
-    "int8": "int8",
-    "uint8": "uint8",
-    "int32": "int32",
-    "uint32": "uint32",
-    "int64": "int64",
-    "uint64": "uint64",
-    "f8e4m3": "float8_e4m3fn",
-    "f8e5m2": "float8_e5m2",
-}
+# nccl-tests' type names -> torch's dtype names, which our results use, where they differ (bfloat16, int8...
+# are spelled alike).
+DTYPES = {"float": "float32", "half": "float16", "double": "float64", "f8e4m3": "float8_e4m3fn",
+          "f8e5m2": "float8_e5m2"}
 # Under -C the time is derived from algbw, printed to 2 decimals: from 1.00 GB/s up it has 3 digits or more.
 MIN_ALGBW_FOR_TIME = 1.0
 DEFAULT_ITERS = 20  # nccl-tests' default -n, used when the `iters:` header line is missing
