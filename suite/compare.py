@@ -15,27 +15,12 @@ import pandas as pd
 from suite.cases import FAMILIES, family_read
 from suite.compare_format import emit, invalid_lines, render_all
 from suite.compare_format import summary_table  # noqa: F401 -- imported from here by its tests
-from suite.compare_verdict import (
-    HIGHER_IS_BETTER,
-    HISTORY_MIN_RUNS,
-    HISTORY_RUNS,
-    UNRECORDED,
-    Pair,
-    compare_tables,
-    outcome,
-    unfinished_runs,
-)
+from suite.compare_verdict import HIGHER_IS_BETTER, HISTORY_MIN_RUNS, HISTORY_RUNS, UNRECORDED, Pair
+from suite.compare_verdict import compare_tables, outcome, unfinished_runs
 from suite.compare_verdict import classify  # noqa: F401 -- imported from here by its tests
 from suite.errors import UserError
-from suite.results import (
-    FOREIGN_CASE,
-    NOTHING_MEASURED,
-    PARTIAL_SUFFIX,
-    Machine,
-    latest_runs,
-    load_results,
-    parse_label_args,
-)
+from suite.results import FOREIGN_CASE, NOTHING_MEASURED, PARTIAL_SUFFIX, Machine, latest_runs, load_results
+from suite.results import parse_label_args
 
 DEFAULT_THRESHOLD = "5%"
 METRICS = ("median", "min", "mean", *HIGHER_IS_BETTER)
@@ -48,9 +33,7 @@ def parse_threshold(value: str) -> float:
     """`"5%"` or `"5"` -> 0.05: the number is always a percentage; anything else is a UserError."""
     match = _THRESHOLD_RE.match(str(value))
     if not match:
-        raise UserError(
-            f"--threshold {value!r} is not a percentage; write e.g. 5% or 5 (both mean 5 percent)"
-        )
+        raise UserError(f"--threshold {value!r} is not a percentage; write e.g. 5% or 5 (both mean 5 percent)")
     return float(match.group(1)) / 100.0
 
 
@@ -200,11 +183,9 @@ def check_device_map(device_map: dict[str, str], base: Side, cand: Side) -> None
     for src, dst in device_map.items():
         for what, device, side in (("baseline", src, base), ("candidate", dst, cand)):
             if device not in side.devices:
-                raise UserError(
-                    f"--map {src}={dst}: the {what} has no device {device} (it has: "
-                    f"{', '.join(sorted(side.devices)) or 'none named'}); write --map "
-                    "BASELINE_DEV=CANDIDATE_DEV with devices of the two runs"
-                )
+                raise UserError(f"--map {src}={dst}: the {what} has no device {device} (it has: "
+                                f"{', '.join(sorted(side.devices)) or 'none named'}); write --map "
+                                "BASELINE_DEV=CANDIDATE_DEV with devices of the two runs")
 
 
 def pair_sides(

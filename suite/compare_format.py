@@ -10,15 +10,8 @@ import os
 import sys
 from dataclasses import asdict
 
-from suite.compare_verdict import (
-    HIGHER_IS_BETTER,
-    MIN_ROUNDS_TO_JUDGE,
-    NOISE_IQR_SHARE,
-    UNRECORDED,
-    Pair,
-    Row,
-    outcome,
-)
+from suite.compare_verdict import HIGHER_IS_BETTER, MIN_ROUNDS_TO_JUDGE, NOISE_IQR_SHARE, UNRECORDED, Pair
+from suite.compare_verdict import Row, outcome
 from suite.report.tables import format_time
 
 MAX_INVALID_NAMED = 10  # invalid results named one per line on stderr; the rest counted

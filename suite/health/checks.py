@@ -11,26 +11,11 @@ from suite.cases import family_read
 from suite.health.causes import explain, repeat_offenders
 from suite.health.expect import HOST_LINKS, OK_AT_PCT, Expectations, Measure, measures
 from suite.health.findings import DEFAULT_FAIL_ON  # noqa: F401 -- suite.report.command imports it from here
-from suite.health.findings import (
-    KEY_SEP,
-    KINDS,
-    MAX_EXAMPLES,
-    Finding,
-    Health,
-    NodeVerdict,
-    clocks_held,
-    format_figure,
-)
+from suite.health.findings import KEY_SEP, KINDS, MAX_EXAMPLES, Finding, Health, NodeVerdict, clocks_held
+from suite.health.findings import format_figure
 from suite.health.peers import fleet, nvlinks_down, pcie_narrow, stragglers
-from suite.results import (
-    FOREIGN_CASE,
-    OUR_TOOL,
-    LoadedResults,
-    latest_runs,
-    like_ours,
-    peer_keys,
-    route_kinds,
-)
+from suite.results import FOREIGN_CASE, OUR_TOOL, LoadedResults, latest_runs, like_ours, peer_keys
+from suite.results import route_kinds
 
 
 def _numa_note(device: str, node: object, cpu: dict) -> str:

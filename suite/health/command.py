@@ -15,13 +15,7 @@ from suite.health.dcgm import Diagnostics, empty_health, join, read_diagnostics
 from suite.health.findings import DEFAULT_FAIL_ON, FLEET_MIN_MACHINES, KINDS, MAX_EXAMPLES, NOT_JUDGED, Health
 from suite.health.expect import OK_AT_PCT, load_expectations
 from suite.loading import DIAGNOSTICS_NOTE
-from suite.results import (
-    NOTHING_MEASURED,
-    PARTIAL_SUFFIX,
-    LoadedResults,
-    load_results,
-    parse_label_args,
-)
+from suite.results import NOTHING_MEASURED, PARTIAL_SUFFIX, LoadedResults, load_results, parse_label_args
 
 FORMATS = ("text", "markdown", "json")
 

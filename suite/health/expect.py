@@ -194,8 +194,6 @@ def load_expectations(extra: list[str] | None = None) -> Expectations:
     known = {m["name"] for m in expectations.models}
     for (key, measure, _), fig in expectations.figures.items():
         if fig.model and fig.model not in known:
-            raise UserError(
-                f"expectations: {measure} figure for model {fig.model!r}, which no `models` entry "
-                "names; add it under models with a `match`"
-            )
+            raise UserError(f"expectations: {measure} figure for model {fig.model!r}, which no `models` entry "
+                            "names; add it under models with a `match`")
     return expectations

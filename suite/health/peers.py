@@ -9,16 +9,8 @@ import numpy as np
 import pandas as pd
 
 from suite.compare_verdict import NOISE_IQR_SHARE
-from suite.health.findings import (
-    FLEET_MARGIN,
-    FLEET_MIN_MACHINES,
-    KEY_SEP,
-    STRAGGLER_MARGIN,
-    TUKEY_K,
-    Finding,
-    clocks_held,
-    format_figure,
-)
+from suite.health.findings import FLEET_MARGIN, FLEET_MIN_MACHINES, KEY_SEP, STRAGGLER_MARGIN, TUKEY_K
+from suite.health.findings import Finding, clocks_held, format_figure
 from suite.results import LoadedResults
 
 
