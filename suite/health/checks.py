@@ -163,16 +163,9 @@ def _judge_measure(sub: pd.DataFrame, loaded: LoadedResults, measure_name: str, 
                    tables: dict[str, list[dict]]) -> pd.DataFrame:
     """Judge one measure's qualifying rows against their figures; the rows that had a figure."""
     if measure.per_machine:
-        sub = sub.assign(
-            model=sub["label"].map({k: m.gpu_model for k, m in loaded.machines.items()}),
-            subject=sub["world_size"].map(lambda w: "" if pd.isna(w) else f"{w:.0f} GPUs"),
-        )
-    # One lookup per distinct (model, PCIe generation, world size), not per row.
-    gens = [g if isinstance(g, int) and not isinstance(g, bool) else None for g in sub["pcie_gen"]]
-    sizes = [None if pd.isna(w) else int(w) for w in sub["world_size"]] if measure.per_machine else [None] * len(sub)
-    lookup = list(zip(sub["model"], gens, sizes))
-    figures = {k: expectations.figure(k[0], measure_name, k[1], k[2]) for k in set(lookup)}
-    fig_of = pd.Series([figures[k] for k in lookup], index=sub.index, dtype=object)
+        sub = sub.assign(model=sub["label"].map({k: m.gpu_model for k, m in loaded.machines.items()}),
+                         subject=sub["world_size"].map(lambda w: "" if pd.isna(w) else f"{w:.0f} GPUs"))
+    fig_of = _figures(sub, measure_name, measure, expectations)
     expected = fig_of.map(lambda f: f.value if f else np.nan).astype(float)
     share = sub[measure.rate] / expected * 100
     pct.loc[sub.index] = share.to_numpy()
@@ -193,6 +186,15 @@ def _judge_measure(sub: pd.DataFrame, loaded: LoadedResults, measure_name: str, 
             findings.append(Finding("low", r.node, r.subject, r.case, text, rate, fig.value, r.pct_, fig.source,
                                     benchmark=r.name, run=r.label))
     return judged
+
+
+def _figures(sub: pd.DataFrame, measure_name: str, measure: Measure, expectations: Expectations) -> pd.Series:
+    """Each row's Expected figure (or None): one lookup per distinct (model, PCIe generation, world size)."""
+    gens = [g if isinstance(g, int) and not isinstance(g, bool) else None for g in sub["pcie_gen"]]
+    sizes = [None if pd.isna(w) else int(w) for w in sub["world_size"]] if measure.per_machine else [None] * len(sub)
+    lookup = list(zip(sub["model"], gens, sizes))
+    figures = {k: expectations.figure(k[0], measure_name, k[1], k[2]) for k in set(lookup)}
+    return pd.Series([figures[k] for k in lookup], index=sub.index, dtype=object)
 
 
 def _table_entry(tables: dict, r, measure_name: str, measure: Measure, measured: float, expected, pct,
@@ -371,8 +373,8 @@ def _identify(loaded: LoadedResults, labels: list[str], findings: list[Finding])
     devices = {(label, str(d.get("id"))): d for label in labels for d in loaded.machines[label].devices}
     by_node = {(loaded.machines[label].node, device): d for (label, device), d in devices.items()}
     for f in findings:
-        ends = [devices.get((f.run, end)) or by_node.get((f.node, end)) or {}
-                for end in f.device.split("->")] if f.device else []
+        ends = [devices.get((f.run, end)) or by_node.get((f.node, end)) or {} for end in f.device.split("->")
+                if f.device]
         texts = [_identity(d) for d in ends]
         f.identity = " -> ".join(texts) if any(texts) else ""
         if len(ends) == 1:

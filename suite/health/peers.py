@@ -176,21 +176,18 @@ def fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) ->
         .reset_index()
     )
     gm["speed"] = np.exp(gm["log"])
-    spread = gm.groupby(["fleet_", "case"])["speed"].describe()[["count", "min", "max"]]
-    gm = gm.join(spread, on=["fleet_", "case"])
+    gm = gm.join(gm.groupby(["fleet_", "case"])["speed"].agg(["count", "min", "max"]), on=["fleet_", "case"])
     # Each machine against the OTHER machines of its model: their median and their lower fence. With the
     # machine itself among them, three machines could never flag one (its own speed drags q1 and the IQR down
-    # so far that the fence stays below it, however slow).
-    others_median = []
-    for speeds in gm.groupby(["fleet_", "case"], sort=False)["speed"]:
-        values = speeds[1].to_numpy()
-        for i in range(len(values)):
+    # so far that the fence stays below it, however slow). Every case has FLEET_MIN_MACHINES or more.
+    others = []
+    for _, speeds in gm.groupby(["fleet_", "case"], sort=False)["speed"]:
+        values = speeds.to_numpy()
+        for i, index in enumerate(speeds.index):
             rest = np.delete(values, i)
-            q1, q3 = np.percentile(rest, [25, 75]) if len(rest) else (np.nan, np.nan)
-            others_median.append((speeds[1].index[i], np.median(rest) if len(rest) else np.nan,
-                                  q1 - TUKEY_K * (q3 - q1)))
-    order = pd.DataFrame(others_median, columns=["i", "median", "fence"]).set_index("i")
-    gm = gm.join(order)
+            q1, q3 = np.percentile(rest, [25, 75])
+            others.append((index, np.median(rest), q1 - TUKEY_K * (q3 - q1)))
+    gm = gm.join(pd.DataFrame(others, columns=["i", "median", "fence"]).set_index("i"))
     low = (
         (gm["count"] >= FLEET_MIN_MACHINES)
         & (gm["speed"] < gm["median"] * (1 - FLEET_MARGIN))
