@@ -102,8 +102,8 @@ def _row(b: dict, c: dict, metric: str, threshold: float, span: tuple[float, flo
     noise = NOISE_IQR_SHARE * (_zero(b["iqr"]) + _zero(c["iqr"]))
     ratio = c[metric] / b[metric] if b[metric] > 0 and c[metric] > 0 else math.nan
     # No positive time on one side, or too few rounds: nothing to judge.
-    status = "not judged" if math.isnan(ratio) or _few(b, c) else classify(b[metric], c[metric], b["iqr"], c["iqr"],
-                                                                      threshold)
+    judged = not math.isnan(ratio) and not _few(b, c)
+    status = classify(b[metric], c[metric], b["iqr"], c["iqr"], threshold) if judged else "not judged"
     status, note = _steady(status, c[metric], span)
     return Row(status, b["case"], c["name"], b[metric], c[metric], ratio, (ratio - 1) * 100, noise, note)
 
@@ -233,14 +233,7 @@ def outcome(pairs: list[Pair], missing_machines: list[str], allow_missing: bool)
     """The exit code and why: 2 nothing compared, 1 a regression or (without --allow-missing) something of
     the baseline missing, else 0."""
     if not sum(p.compared for p in pairs):
-        invalid = sum(bool(r.invalid) for p in pairs for r in p.rows)
-        if invalid:
-            return 2, f"nothing valid was compared: {invalid} benchmark(s) with an invalid result on a side"
-        unrecorded = sum(r.note.startswith(UNRECORDED) for p in pairs for r in p.rows)
-        if unrecorded:
-            return 2, (f"nothing was judged: {unrecorded} benchmark(s) in common lack the metric on a side "
-                       "(recorded only where the platform gives power: see docs/reports.md)")
-        return 2, "no benchmark of the baseline is in the candidate: nothing was compared"
+        return 2, _nothing_compared(pairs)
     absent = _absent(pairs, missing_machines)  # what of the baseline the candidate lacks
     allowed = ["; ".join(absent) + ", allowed by --allow-missing"] if absent and allow_missing else []
     failed = _failed(pairs) + ([] if allow_missing else absent)
@@ -250,6 +243,17 @@ def outcome(pairs: list[Pair], missing_machines: list[str], allow_missing: bool)
     reason = f"no regression in {compared} benchmark(s) compared"
     reason += f" on {len(pairs)} machine pairs" if len(pairs) > 1 else ""
     return 0, "; ".join([reason] + allowed)
+
+
+def _nothing_compared(pairs: list[Pair]) -> str:
+    invalid = sum(bool(r.invalid) for p in pairs for r in p.rows)
+    if invalid:
+        return f"nothing valid was compared: {invalid} benchmark(s) with an invalid result on a side"
+    unrecorded = sum(r.note.startswith(UNRECORDED) for p in pairs for r in p.rows)
+    if unrecorded:
+        return (f"nothing was judged: {unrecorded} benchmark(s) in common lack the metric on a side "
+                "(recorded only where the platform gives power: see docs/reports.md)")
+    return "no benchmark of the baseline is in the candidate: nothing was compared"
 
 
 def _on(pairs: list[Pair], status: str) -> str:

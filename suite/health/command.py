@@ -45,28 +45,31 @@ def unread_named_files(paths: list[str], loaded: LoadedResults) -> list[str]:
     return out
 
 
+def _finding_lines(findings: list) -> list[str]:
+    """Per device and kind, the worst few examples and a count; the missing, one line per measure."""
+    lines: list[str] = []
+    groups: dict[tuple[str, str, str], list] = {}
+    missing: dict[str, list[str]] = {}
+    for f in findings:  # sorted by device: each group's findings are together
+        if f.kind == "missing":  # one line per measure, devices listed: absence is a note, not a fault
+            missing.setdefault(f.text.split(":")[0], []).append(f.device)
+        else:
+            groups.setdefault((f.device, f.kind, f.family), []).append(f)
+    for (device, kind, family), items in groups.items():
+        where = f"{device} ({items[0].identity}) " if items[0].identity else f"{device} " if device else ""
+        shown = sorted(items, key=lambda f: f.pct) if kind == "straggler" else items
+        lines += [f"{where}{kind}: {f.text}" for f in shown[:MAX_EXAMPLES]]
+        if len(items) > MAX_EXAMPLES:
+            lines.append(f"{where}{kind}: … and {len(items) - MAX_EXAMPLES} more {family} result(s)")
+    return lines + [f"missing: {measure} on {', '.join(devices)} (no result at the size its expected figure "
+                    "needs)" for measure, devices in missing.items()]
+
+
 def node_lines(health: Health, fail_on: tuple[str, ...]) -> list[tuple[str, str, list[str]]]:
     """(status, node, problem lines) per node: per device and kind, the worst few examples and a count."""
     out = []
     for node in health.nodes:
-        lines: list[str] = []
-        groups: dict[tuple[str, str, str], list] = {}
-        missing: dict[str, list[str]] = {}
-        for f in node.findings:  # sorted by device: each group's findings are together
-            if f.kind == "missing":  # one line per measure, devices listed: absence is a note, not a fault
-                missing.setdefault(f.text.split(":")[0], []).append(f.device)
-            else:
-                groups.setdefault((f.device, f.kind, f.family), []).append(f)
-        for (device, kind, family), items in groups.items():
-            where = f"{device} ({items[0].identity}) " if items[0].identity else f"{device} " if device else ""
-            shown = items if kind != "straggler" else sorted(items, key=lambda f: f.pct)[:MAX_EXAMPLES]
-            for f in shown[:MAX_EXAMPLES]:
-                lines.append(f"{where}{kind}: {f.text}")
-            if len(items) > MAX_EXAMPLES:
-                lines.append(f"{where}{kind}: … and {len(items) - MAX_EXAMPLES} more {family} result(s)")
-        for measure, devices in missing.items():
-            lines.append(f"missing: {measure} on {', '.join(devices)} (no result at the size its expected "
-                         "figure needs)")
+        lines = _finding_lines(node.findings)
         lines += [offender_line(e) for e in health.repeat_offenders if e["now_on"] == node.node]
         lines += [f"no results: {path} {NOTHING_MEASURED}" for path in node.empty]
         lines += [f"partial: {path} (a killed run: judged on what it finished)" for path in node.partial]

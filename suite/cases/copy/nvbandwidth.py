@@ -233,12 +233,12 @@ def parse(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str 
     problem = tests.problem(path, warnings)
     if problem:
         return None, problem
-    driver = str(root.get("Driver Version") or "")
-    devices = [
-        {"id": f"cuda:{i}", "kind": "cuda", "name": UNKNOWN_GPU, **names.get(i, {}),
-         **({"driver_version": driver} if driver else {})}
-        for i in range(gpus)
-    ]
     version = str(root.get("version") or "")
-    info = {"node": host, "devices": devices, "software": {"nvbandwidth": version}}
+    info = {"node": host, "devices": _devices(root, names, gpus), "software": {"nvbandwidth": version}}
     return imported(TOOL, info, tests.benchmarks, version=version), None
+
+
+def _devices(root: dict, names: dict[int, dict], gpus: int) -> list[dict]:
+    driver = str(root.get("Driver Version") or "")
+    return [{"id": f"cuda:{i}", "kind": "cuda", "name": UNKNOWN_GPU, **names.get(i, {}),
+             **({"driver_version": driver} if driver else {})} for i in range(gpus)]
