@@ -188,9 +188,8 @@ def check_device_map(device_map: dict[str, str], base: Side, cand: Side) -> None
                                 "BASELINE_DEV=CANDIDATE_DEV with devices of the two runs")
 
 
-def pair_sides(
-    base: Side, cand: Side, base_path: str, cand_path: str
-) -> tuple[list[tuple[tuple, tuple]], list[str], list[str]]:
+def pair_sides(base: Side, cand: Side, base_path: str, cand_path: str
+               ) -> tuple[list[tuple[tuple, tuple]], list[str], list[str]]:
     """Pairs of (label, table), the labels of baseline machines the candidate lacks and those of candidate
     machines the baseline lacks: one file against one file as given; folders by machine identity.
 

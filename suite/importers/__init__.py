@@ -10,7 +10,6 @@ from pathlib import Path
 from suite import SCHEMA_VERSION
 from suite.cases import FAMILIES, family_read
 
-
 # `--as NAME` of report, health and compare: what another tool's output measured where the output itself does not
 # say (an nccl-tests log that names no collective). Set for one command by suite.cli; importers read it.
 READ_AS: contextvars.ContextVar[str | None] = contextvars.ContextVar("read_as", default=None)
@@ -29,24 +28,14 @@ def imported(tool: str, machine_info: dict, benchmarks: list[dict], version: str
     """A results object shaped like ours, so the loader, report, compare and health treat it alike."""
     # Neither tool's text or JSON output records when it ran, and a file's modification time changes with
     # every copy: no time is invented. Untimed runs of one machine are ordered by file name, with a warning.
-    return {
-        "machine_info": machine_info,
-        "benchmarks": benchmarks,
-        "datetime": "",
-        "suite": {"schema_version": SCHEMA_VERSION, "tool": tool, "tool_version": version},
-    }
+    return {"machine_info": machine_info, "benchmarks": benchmarks, "datetime": "",
+            "suite": {"schema_version": SCHEMA_VERSION, "tool": tool, "tool_version": version}}
 
 
 def stats_from_time(seconds: float, rounds: int, iterations: int) -> dict:
     """pytest-benchmark stats from one reported time: no spread is known, so none is invented."""
-    return {
-        "median": seconds,
-        "mean": seconds,
-        "min": seconds,
-        "max": seconds,
-        "rounds": rounds,
-        "iterations": iterations,
-    }
+    return {"median": seconds, "mean": seconds, "min": seconds, "max": seconds, "rounds": rounds,
+            "iterations": iterations}
 
 
 def read_other_tool(path: Path, text: str, warnings: list[str]) -> tuple[dict | None, str | None] | None:

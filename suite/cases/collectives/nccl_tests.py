@@ -319,10 +319,9 @@ def _topology(run: Run) -> dict:
 def _warn(path: Path, read: _Rows, warnings: list[str]) -> None:
     wrong = read.wrong
     if wrong:
-        warnings.append(
-            f"{path}: nccl-tests' data check failed ({'; '.join(wrong[:3])}"
-            f"{f'; … {len(wrong) - 3} more' if len(wrong) > 3 else ''}); those sizes are not imported"
-        )
+        more = f"; … {len(wrong) - 3} more" if len(wrong) > 3 else ""
+        warnings.append(f"{path}: nccl-tests' data check failed ({'; '.join(wrong[:3])}{more}); those sizes are "
+                        "not imported")
     if not read.benchmarks and not wrong:
         return
     if read.run.bad:
@@ -332,9 +331,8 @@ def _warn(path: Path, read: _Rows, warnings: list[str]) -> None:
                         f"algbw): {read.no_time} result(s) with algbw under {MIN_ALGBW_FOR_TIME:.2f} GB/s, "
                         "printed to too few digits to give a time, are not imported")
     if not read.run.finished:
-        warnings.append(
-            f"{path}: nccl-tests output ends before its summary (cut short?); kept the sizes it has"
-        )
+        warnings.append(f"{path}: nccl-tests output ends before its summary (cut short?); kept the sizes it "
+                        "has")
 
 
 def _devices(ranks: dict) -> list[dict]:
@@ -366,9 +364,7 @@ def _read_runs(path: Path, runs: list[Run], warnings: list[str]) -> tuple[list[_
     return reads, refusals
 
 
-def results(
-    path: Path, runs: list[Run], warnings: list[str], software: dict
-) -> tuple[dict | None, str | None]:
+def results(path: Path, runs: list[Run], warnings: list[str], software: dict) -> tuple[dict | None, str | None]:
     """(results data, problem): every run's rows, out-of-place and in-place, as collectives benchmarks."""
     reads, refusals = _read_runs(path, runs, warnings)
     if not any(r.benchmarks or r.wrong for r in reads):
