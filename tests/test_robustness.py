@@ -592,7 +592,9 @@ def test_an_older_complete_json_does_not_drop_the_partial_file(tmp_path):
     writer = PartialWriter(partial)
     writer.write({"started": "t"})
     state = PartialState(SimpleNamespace(getoption=lambda name: str(out)), writer, None)
-    state.finish()  # this run was interrupted: it wrote no JSON of its own
+    state.measuring.add("t::a")  # a benchmark was running when this run was interrupted ...
+    writer.write({"started": "t::a"})
+    state.finish()  # ... so it wrote no JSON of its own
     assert partial.exists()
 
 
