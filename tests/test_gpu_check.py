@@ -62,6 +62,13 @@ def test_dry_run_of_the_shell_script_runs_every_step(dry_run):
                  "collectives: gloo starts, all_reduce with 1 rank",
                  "collectives: gloo x2 all_reduce 1MiB busbw"):
         assert rows[name]["verdict"] == "PASS", rows[name]
+    # The multi-GPU rows (planned on a fake node of two GPUs) and the host-bound verdicts appear, shown.
+    for name in ("copy peer cuda:0->cuda:1 256MiB (events on both GPUs)",
+                 "copy peer cuda:0<->cuda:1 256MiB (events on both GPUs)",
+                 "collectives: gloo x2 all_reduce 1MiB busbw vs a plain loop", "matmul float32 128x128x128: bound",
+                 "model lenet b256 (quick config): bound", "model mlp b256 (quick config): bound",
+                 "matmul on all GPUs at once vs sum of per-device rates", "not checked on 2 GPUs"):
+        assert rows[name]["verdict"] == "n/a", rows[name]
     # Timing-truth rows ran with paired ratios from both alternations; shown, not judged, on the CPU.
     paired = [r for r in check["rows"] if r["pairs"]]
     assert paired and all(len(r["pairs"]) == gpu_check.DRY_ROUNDS and r["verdict"] == "n/a" for r in paired)

@@ -194,6 +194,7 @@ class CheckContext:
     deadline: float = float("inf")  # time.monotonic() by which the whole check should be done
     step_deadline: float = float("inf")  # ... and the step now running (run_check sets it)
     results_path: Path | None = None  # the merged results of every suite run (OUTDIR/results.json)
+    merge: Callable[[list], dict | None] | None = None  # ... and what merges them (run_check sets both)
     step: str = ""  # the step now running (named in the merged results)
     runs: list[tuple[str, dict, dict]] = field(default_factory=list)
     print_table: bool = True
@@ -219,12 +220,10 @@ class CheckContext:
 
     def keep_results(self, results: Path, config: dict | None = None) -> dict:
         """Read a results file and add it to the merged results (rewritten at once: a hard stop keeps it)."""
-        from suite.tools.check_files import merge_results  # it imports this module
-
         data = json.loads(results.read_text())
         self.runs.append((self.step, config or {}, data))
-        if self.results_path is not None:
-            merged = merge_results(self.runs)
+        if self.results_path is not None and self.merge is not None:
+            merged = self.merge(self.runs)
             if merged is not None:
                 self.results_path.write_text(json.dumps(merged, indent=1, default=str), encoding="utf-8")
         return data

@@ -27,7 +27,7 @@ import yaml
 from suite.errors import UserError
 from suite.plan import SESSION_OVERHEAD_S
 from suite.timing import process_age
-from suite.tools.check_files import RESULTS_NAME, Step, facts, write_files
+from suite.tools.check_files import RESULTS_NAME, Step, facts, merge_results, write_files
 from suite.tools.checkrow import (CHECK_TIMING, DRY_ROUNDS, PROCESS_START_S, ROOT, ROUNDS, CheckContext, CheckRow,
                                   bench_s, run_command, subprocess_env)
 from suite.tools.paired import read_results
@@ -394,6 +394,7 @@ def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S, only: st
     ctx.deadline = started + budget_s
     if ctx.results_path is None:
         ctx.results_path = out / RESULTS_NAME
+    ctx.merge = merge_results
     planned = plan(ctx, out)
     chosen = select_steps([name for name, _ in planned], only)
     # OUTDIR holds one run: results an earlier run left there (a rerun of some steps into the same folder)

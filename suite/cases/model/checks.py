@@ -32,8 +32,10 @@ def gpu_checks(ctx) -> list:
 
 
 def quick_checks(ctx, benchmarks: list[dict]) -> list:
-    """LeNet and the MLP at QUICK_BATCH in the quick config's run on the checked GPU: bound by the host."""
+    """LeNet and the MLP at QUICK_BATCH in the quick config's run on the GPU (it runs one GPU's own cases): bound
+    by the host."""
     found = {b["extra_info"].get("model"): b for b in benchmarks
-             if b["extra_info"].get("device") == ctx.device and b["extra_info"].get("batch_size") == QUICK_BATCH}
+             if str(b["extra_info"].get("device")).startswith("cuda")
+             and b["extra_info"].get("batch_size") == QUICK_BATCH}
     return [bound_row(ctx, f"model {model} b{QUICK_BATCH} (quick config): bound", found.get(model), "host")
             for model in HOST_BOUND]
