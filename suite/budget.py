@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from suite.cases import Case
 from suite.config import SuiteConfig
 from suite.plan import (DEFAULT_OVERHEAD_S, END_RESERVE_S, budget_error, fixed_seconds, make_plan, overheads,
-                        probe_seconds, runs_here, shareable)
+                        probe_seconds, runs_here, shareable, timing_of)
 from suite.summary import Progress
 from suite.timing import min_round_seconds, parse_duration
 
@@ -62,9 +62,7 @@ class BudgetSchedule:
         """`overrides`: timing keys the command line sets over every family's (user_timing in the plugin)."""
         items = {}
         for key, case in cases.items():
-            timing = config.timing_for(case.family)
-            if overrides:
-                timing = timing.model_copy(update=overrides)
+            timing = timing_of(config, case.family, overrides)
             items[key] = BudgetItem(case.family, fixed_seconds(case, config), shareable(case),
                                     timing.min_rounds * min_round_seconds(case, timing), timing.max_time,
                                     timing.min_rounds, probe_seconds(case, timing))
@@ -137,10 +135,13 @@ class BudgetSchedule:
                 self._round_median[item.family] = statistics.median(rounds)
 
 
-def planned_seconds(cases: dict[str, Case], config: SuiteConfig, budget_s: float | None) -> dict[str, float]:
-    """family -> the plan's seconds for the selected benchmarks of it: its estimate per benchmark, times them."""
+def planned_seconds(cases: dict[str, Case], config: SuiteConfig, budget_s: float | None,
+                    overrides: dict | None = None) -> dict[str, float]:
+    """family -> the plan's seconds for the selected benchmarks of it: its estimate per benchmark, times them;
+    `overrides`: the run's --benchmark-* timing (BudgetSchedule.for_cases)."""
     counts = Counter(case.family for case in cases.values())
-    plan = make_plan(config, list(dict.fromkeys(d for c in cases.values() for d in c.devices)), budget_s=budget_s)
+    devices = list(dict.fromkeys(d for c in cases.values() for d in c.devices))
+    plan = make_plan(config, devices, budget_s=budget_s, overrides=overrides)
     return {f: fp.estimated_s / fp.benchmarks * counts[f] for f, fp in plan.families.items()
             if fp.benchmarks and counts[f]}
 
@@ -171,7 +172,7 @@ class RunState:
         (BudgetSchedule.for_cases)."""
         self.families = {nodeid: case.family for nodeid, case in cases.items()}
         counts = dict(Counter(self.families.values()))
-        self.progress = Progress(counts, planned_seconds(cases, config, self.budget_s))
+        self.progress = Progress(counts, planned_seconds(cases, config, self.budget_s, overrides))
         if self.budget_s is None or not cases:
             return
         self.schedule = BudgetSchedule.for_cases(self.budget_s, cases, config, self.run_started,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import time
 from dataclasses import dataclass, field
@@ -14,7 +15,9 @@ from suite import devices as dev
 from suite.cases import FAMILIES, Case, family_module, family_read
 from suite.config import DEFAULT_CONFIG, SuiteConfig, load_config
 from suite.errors import UserError
-from suite.timing import BOUND_ROUNDS, format_duration, min_round_seconds, parse_duration, warmup_seconds
+from suite.timing import (BOUND_ROUNDS, MIN_WARMUP_CALLS, format_duration, min_round_seconds, parse_duration,
+                          warmup_seconds)
+from suite.units import format_size
 
 # Seconds one benchmark costs beyond its warm-up and its timed rounds (pytest's setup, call and teardown,
 # building inputs, the check, calibration, the partial-results line): each family's read module's OVERHEAD_S,
@@ -72,6 +75,12 @@ def __getattr__(name: str):
     if name == "OVERHEAD_S":
         return overheads()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def timing_of(config: SuiteConfig, family: str, overrides: dict | None = None):
+    """The family's timing, with `overrides` (the run's --benchmark-* options, plugin.user_timing) over it."""
+    timing = config.timing_for(family)
+    return timing.model_copy(update=overrides) if overrides else timing
 
 
 def select(config: SuiteConfig, devices: list[str]) -> dict[str, list[Case]]:
@@ -174,6 +183,7 @@ class Plan:
                 "session_overhead_s": SESSION_OVERHEAD_S,
                 "torchrun_overhead_s": TORCHRUN_OVERHEAD_S,
                 **{k: v for name in FAMILIES for k, v in family_read(name, "PLAN_ASSUMPTIONS", {}).items()},
+                "floor_gbps": FLOOR_GBPS, "fill_floor_gbps": FILL_FLOOR_GBPS, "outside_calls": OUTSIDE_CALLS,
                 "every_benchmark_runs_to_max_time": True,
             },
             "families": {name: f.as_dict() for name, f in self.families.items()},
@@ -181,19 +191,24 @@ class Plan:
 
 
 def make_plan(config: SuiteConfig, devices: list[str], gpus: int | None = None, budget_s: float | None = None,
-              measure_collectives: bool | None = None) -> Plan:
-    """The plan of `config` on `devices`: an upper bound, every benchmark running its timed rounds to max_time.
+              measure_collectives: bool | None = None, overrides: dict | None = None,
+              rates: "Rates | None" = None) -> Plan:
+    """The plan of `config` on `devices`: an upper bound, every benchmark running its timed rounds to max_time,
+    and whole calls where one call is long (call_costs).
 
     `measure_collectives`: count the families that run under torchrun (TORCHRUN) as measured; default: on a
-    plan of a node of 2 GPUs or more.
+    plan of a node of 2 GPUs or more. `overrides`: timing keys the run's command line sets (timing_of).
+    `rates`: what a call's FLOPs and bytes take (default: this machine's CPU probed, unless a node is planned).
     """
     plan = Plan(devices=devices, gpus=gpus, budget_s=budget_s)
+    if rates is None:
+        rates = Rates(probe_cpu=not isinstance(dev.current_platform(), NodePlatform))
     # A torchrun job needs two ranks at least (a world of one skips every case).
     with_torchrun = (gpus or 0) >= 2 if measure_collectives is None else measure_collectives
-    timed = []  # (its FamilyPlan, max_time, round, least timed) of each benchmark whose rounds follow max_time
+    timed = []  # (its FamilyPlan, timing, round, call_costs) of each benchmark that follows max_time
     fixed_total = 0.0
     for family, cases in select(config, devices).items():
-        timing = config.timing_for(family)
+        timing = timing_of(config, family, overrides)
         separate = bool(family_read(family, "TORCHRUN"))
         fp = plan.families[family] = FamilyPlan(benchmarks=len(cases), separate=separate)
         for case in cases:
@@ -203,47 +218,76 @@ def make_plan(config: SuiteConfig, devices: list[str], gpus: int | None = None, 
             if here and not family_read(family, "fixed_seconds"):
                 fixed += probe_seconds(case, timing)
                 fixed_total += fixed
-                round_s = min_round_seconds(case, timing)
-                timed.append((fp, timing.max_time, round_s, timing.min_rounds * round_s))
+                more_s, call_s = call_costs(case, timing, one_call(case, rates))
+                fixed_total += more_s
+                timed.append((fp, timing, min_round_seconds(case, timing), more_s, call_s))
             fp.estimated_s += fixed
             fp.minimum_s += fixed
         if fp.separate and fp.runs:
             fp.estimated_s += TORCHRUN_OVERHEAD_S
             fp.minimum_s += TORCHRUN_OVERHEAD_S
     if budget_s is not None:
-        # The time left after the fixed costs is shared out equally over the benchmarks that follow max_time.
+        # The time left after the fixed costs (long calls' whole calls too) is shared out equally over the
+        # benchmarks that follow max_time.
         # The budget is for one `pytest benchmarks` run; a separate torchrun run is not in it.
         pool = budget_s - END_RESERVE_S - plan.session_s - fixed_total
         plan.share_s = pool / len(timed) if timed else None
-    for fp, max_time, round_s, least in timed:
+    for fp, timing, round_s, more_s, call_s in timed:
+        max_time = timing.max_time
         if plan.share_s is not None and plan.share_s > 0 and not fp.separate:
             max_time = min(max_time, plan.share_s)  # a budget only shortens
-        # pytest-benchmark runs ceil(max_time / round) rounds, and min_rounds however long they take.
-        fp.estimated_s += max(least, max_time + round_s)
-        fp.minimum_s += least
+        # pytest-benchmark runs ceil(max_time / round) rounds, and min_rounds however long they take; a round
+        # is one call at least. The least is from min_time alone: a call's estimate is no lower bound.
+        long_round = max(round_s, call_s)
+        fp.estimated_s += more_s + max(timing.min_rounds * long_round, max_time + long_round)
+        fp.minimum_s += timing.min_rounds * round_s
     return plan
 
 
-# --- cases whose one call is long: the "at most" above cannot hold them -----------------------------------
+# --- one call's time: whole calls where one is long ---------------------------------------------------------
 
 # How long the rate probe of the CPU runs per dtype (a matmul of PROBE_N^3, repeated).
 PROBE_N, PROBE_S = 512, 0.05
+# The CPU's probes: a copy into a fresh buffer of PROBE_BYTES (its pages fault in, as placement's allocating ops
+# and a first copy do: the slowest host copy the families make; above glibc's largest mmap threshold, 32 MiB,
+# so every call maps fresh pages) and the pattern fill of PROBE_FILL_BYTES; each PROBE_CALLS times, the slowest
+# kept: the plan's figure must hold on a machine others load. ~0.6 s on this loaded 2-core VM. The fill is into
+# fresh memory too: its hash's temporaries fault in as a case's build does (a reused buffer fills 30x faster here).
+PROBE_BYTES, PROBE_FILL_BYTES, PROBE_CALLS = 64 * 2**20, 4 * 2**20, 3
+# Copy rates (GB/s, each byte once) a case's call_bytes are planned at where nothing measures them: below what
+# any data-centre GPU node of the last generations reaches, so that "at most" holds there too. A planned node's
+# (--gpus N) CPU is not this one; no accelerator is probed.
+FLOOR_GBPS = {
+    # Host memory, into fresh pages that fault in on first touch (this sandboxed VM, loaded: 0.6-1.1 GB/s).
+    "host": 1.0,
+    # Host <-> accelerator: PCIe 3.0 x16 carries 15.75 GB/s at most, pinned copies ~12; pageable ones are staged
+    # through a driver buffer at half to a third of that.
+    "link": 5.0,
+    # Within one accelerator (a copy reads and writes each byte): a V100's 900 GB/s HBM2 copies ~400 GB/s.
+    "device": 200.0,
+    # Between two accelerators with peer access: NVLink, or PCIe peer-to-peer (~10 GB/s on PCIe 3.0 x16).
+    "peer": 10.0,
+    # ... and without: torch stages the copy through the host, two PCIe hops.
+    "staged": 5.0,
+}
+# The pattern the sources are filled with (suite.cases.buffers.fill_pattern: a hash of each 32-bit word, 8
+# elementwise ops) is made on the host: a planned node's CPU at this rate at least. This sandboxed VM hashes
+# 1.3 GB/s into a reused buffer and 0.03-0.1 GB/s into fresh memory (its page faults are slow); a server's
+# unloaded core is assumed no slower than half its reused-buffer figure.
+FILL_FLOOR_GBPS = 0.5
+# Calls a benchmark makes beyond its warm-up and its rounds: the check's call and its verification (which
+# reads the bytes again), pytest-benchmark's calibration call and the call it makes after the rounds.
+OUTSIDE_CALLS = 4
 MAX_LONG_SHOWN = 8
 # A case is named when its calls run at least this far past its max_time (less is within the overheads).
 LONG_OVER_S = 1.0
 
 
-def case_flops(case: Case) -> int | None:
-    """Floating-point operations of one call of the case, from its parameters alone (nothing is built): its
-    family's read module's `call_flops`; None for a family without one."""
-    call_flops = family_read(case.family, "call_flops")
-    return call_flops(case.info) if call_flops else None
-
-
 class Rates:
-    """The fastest a device can compute (TFLOP/s) per precision: a datasheet peak for a GPU the table knows (a
+    """How fast a case's calls go. Compute (TFLOP/s per precision): a datasheet peak for a GPU the table knows (a
     call can take no less than its FLOPs at that rate), a short matmul probe on this machine's CPU (a fair
-    figure for a large matmul there, which runs near it). None where neither is known (a planned node)."""
+    figure for a large matmul there, which runs near it); None where neither is known (a planned node). Bytes
+    (GB/s): this CPU's copy and pattern fill probed, FLOOR_GBPS and FILL_FLOOR_GBPS elsewhere."""
 
     def __init__(self, probe_cpu: bool = True) -> None:
         self.probe_cpu = probe_cpu
@@ -258,6 +302,21 @@ class Rates:
 
         found = lookup(dev.current_platform().properties(torch.device(device)).get("name"), precision)
         return found.tflops if found else None
+
+    def gbps(self, devices: tuple[str, ...]) -> tuple[float, str]:
+        """(GB/s, where the figure is from) of a copy among `devices`."""
+        accelerators = set(devices) - {"cpu"}
+        if not accelerators:
+            return (_cpu_gbps()[0], "measured on this CPU") if self.probe_cpu else (FLOOR_GBPS["host"], "host floor")
+        if "cpu" in devices or len(accelerators) == 1:
+            path = "link" if "cpu" in devices else "device"
+        else:
+            a, b = (torch.device(d) for d in devices[:2])
+            path = "peer" if dev.current_platform().can_access_peer(a, b) else "staged"
+        return FLOOR_GBPS[path], f"{path} floor"
+
+    def fill_gbps(self) -> float:
+        return _cpu_gbps()[1] if self.probe_cpu else FILL_FLOOR_GBPS
 
     def _cpu_rate(self, precision: str) -> float | None:
         if precision not in self._cpu:
@@ -284,38 +343,102 @@ def _probe(dtype: torch.dtype) -> float | None:
         return None
 
 
+@functools.cache
+def _cpu_gbps() -> tuple[float, float]:
+    """(GB/s of a copy into fresh host memory, GB/s of the pattern fill) on this CPU, the slowest of
+    PROBE_CALLS each; once a process."""
+    from suite.cases.buffers import fill_pattern
+
+    def slowest(fn) -> float:
+        took = []
+        for _ in range(PROBE_CALLS):
+            start = time.perf_counter()
+            fn()
+            took.append(time.perf_counter() - start)
+        return max(took)
+
+    source = torch.ones(PROBE_BYTES, dtype=torch.uint8)
+    fill_pattern(torch.empty(2**16, dtype=torch.uint8))  # its first call's one-off start (0.2 s here), paid once
+    return (PROBE_BYTES / slowest(lambda: torch.empty_like(source).copy_(source)) / 1e9,
+            PROBE_FILL_BYTES / slowest(lambda: fill_pattern(torch.empty(PROBE_FILL_BYTES, dtype=torch.uint8))) / 1e9)
+
+
+@dataclass
+class Call:
+    """One call of a case, from its parameters alone (nothing is built): its FLOPs at the device's rate or its
+    bytes at the path's, whichever takes longer."""
+
+    seconds: float
+    fill_s: float  # filling its sources with the pattern when the case is built
+    work: str  # what one call does: "2.75 TFLOP", "64.0 MiB"
+    rate: float
+    unit: str  # of rate: TFLOP/s or GB/s
+    rate_from: str
+
+
+def one_call(case: Case, rates: Rates) -> Call | None:
+    """The case's call, from its family's read module's `call_flops` and `call_bytes` (and `fill_bytes`, default
+    its call_bytes); None where neither is known or no rate is."""
+    found = []
+    call_flops = family_read(case.family, "call_flops")
+    flops = call_flops(case.info) if call_flops else None
+    rate = flops and rates.tflops(case.devices[0], str(case.info.get("precision", case.info.get("dtype", ""))))
+    if rate:
+        found.append(Call(flops / (rate * 1e12), 0.0, f"{flops / 1e12:.3g} TFLOP", rate, "TFLOP/s",
+                          "measured on this CPU" if case.devices[0] == "cpu" else "datasheet peak"))
+    call_bytes = family_read(case.family, "call_bytes")
+    nbytes = call_bytes(case.info) if call_bytes else None
+    if nbytes is not None:  # 0: a call that moves nothing still has its sources filled
+        gbps, source = rates.gbps(case.devices)
+        filled = family_read(case.family, "fill_bytes", call_bytes)(case.info)
+        found.append(Call(nbytes / (gbps * 1e9), filled / (rates.fill_gbps() * 1e9), format_size(nbytes), gbps,
+                          "GB/s", source))
+    return max(found, key=lambda c: c.seconds + c.fill_s, default=None)
+
+
+def call_costs(case: Case, timing, call: Call | None) -> tuple[float, float]:
+    """(seconds the case's whole calls add to fixed_seconds, probe_seconds and its timed rounds, the least round
+    they make). Filling its sources and OUTSIDE_CALLS calls where they outlast the family's OVERHEAD_S (which
+    holds them for the sizes it was measured at), a warm-up of MIN_WARMUP_CALLS calls, probe rounds of a call
+    each. (0, 0) without a call."""
+    if call is None:
+        return 0.0, 0.0
+    c = call.seconds
+    outside = max(0.0, call.fill_s + OUTSIDE_CALLS * c - overhead_s(case.family))
+    warm = max(0.0, MIN_WARMUP_CALLS * c - warmup_seconds(case, timing))
+    probe = BOUND_ROUNDS * max(0.0, c - min_round_seconds(case, timing)) if probe_seconds(case, timing) else 0.0
+    return outside + warm + probe, c
+
+
 @dataclass
 class LongCall:
     case_id: str
     family: str
-    call_s: float  # one call, at least (FLOPs at the device's rate)
-    need_s: float  # what its rounds alone take: warm-up call, calibration call and min_rounds calls
-    over_s: float  # beyond its max_time, which "at most" counts
-    tflop: float
+    call_s: float  # one call (Call)
+    need_s: float  # what its whole calls take: filling, warm-up, outside calls, min_rounds and probe rounds
+    over_s: float  # beyond its max_time
+    work: str
     rate: float
+    unit: str
     rate_from: str
 
 
-def long_calls(config: SuiteConfig, selected: dict[str, list[Case]], rates: Rates) -> list[LongCall]:
-    """Cases whose min_rounds of single calls alone run past their family's max_time: pytest-benchmark
-    times whole calls, so such a case takes min_rounds x its call however small max_time is, and the plan's
-    "at most" does not hold it."""
+def long_calls(config: SuiteConfig, selected: dict[str, list[Case]], rates: Rates,
+               overrides: dict | None = None) -> list[LongCall]:
+    """Cases whose whole calls alone run past their family's max_time by LONG_OVER_S: pytest-benchmark times
+    whole calls, so such a case takes min_rounds x its call however small max_time is ('at most' counts it)."""
     found = []
     for family, cases in selected.items():
-        timing = config.timing_for(family)
+        timing = timing_of(config, family, overrides)
         for case in cases:
-            work = case_flops(case)
-            if work is None or not runs_here(case):
+            call = one_call(case, rates) if runs_here(case) else None
+            if call is None or family_read(family, "fixed_seconds"):
                 continue
-            device = case.devices[0]
-            rate = rates.tflops(device, str(case.info.get("precision", case.info.get("dtype", ""))))
-            if not rate:
-                continue
-            call = work / (rate * 1e12)
-            need = (timing.min_rounds + 2 + (BOUND_ROUNDS if device != "cpu" else 0)) * call
+            more, round_s = call_costs(case, timing, call)
+            need = more + timing.min_rounds * round_s
             if need - timing.max_time >= LONG_OVER_S:
-                found.append(LongCall(case.id, family, call, need, need - timing.max_time, work / 1e12, rate,
-                                      "measured on this CPU" if device == "cpu" else "datasheet peak"))
+                found.append(LongCall(case.id, family, call.seconds, need, need - timing.max_time, call.work,
+                                      call.rate, call.unit, call.rate_from))
     return sorted(found, key=lambda c: -c.need_s)
 
 
@@ -385,9 +508,10 @@ def run(args) -> int:
                     f"{', '.join(dev.present_devices())}); raise --gpus or pick from those"
                 )
         devices = dev.check_spec(spec, option="--devices")  # `gpus` on a node of none
-        plan = make_plan(config, devices, gpus=args.gpus, budget_s=budget)
         # A planned node's GPUs are unnamed (no datasheet rate) and its CPU is not this one.
-        long = long_calls(config, select(config, devices), Rates(probe_cpu=not node))
+        rates = Rates(probe_cpu=not node)
+        plan = make_plan(config, devices, gpus=args.gpus, budget_s=budget, rates=rates)
+        long = long_calls(config, select(config, devices), rates)
     if args.json:
         print(json.dumps({**plan.as_dict(), "long_calls": [vars(c) for c in long]}, indent=2))
         return 0
@@ -431,18 +555,18 @@ def _budget_lines(plan: Plan) -> list[str]:
 
 
 def _long_lines(long: list[LongCall]) -> list[str]:
-    """The cases whose min_rounds alone run past 'at most', the first MAX_LONG_SHOWN of them named."""
+    """The cases whose whole calls alone run past their max_time, the first MAX_LONG_SHOWN of them named."""
     if not long:
         return []
     lines = [
-        f"NOT in 'at most': {len(long)} case(s) whose one call is long, so their min_rounds alone take "
-        f"~{format_duration(sum(c.over_s for c in long))} more "
+        f"In 'at most': {len(long)} case(s) whose one call is long, so their whole calls take "
+        f"~{format_duration(sum(c.over_s for c in long))} beyond max_time "
         "(pytest-benchmark times whole calls; smaller sizes shorten them):"
     ]
     lines += [
         f"  {c.family} {c.case_id}: one call {'>= ' if c.rate_from == 'datasheet peak' else '~'}"
-        f"{format_duration(c.call_s)} ({c.tflop:.3g} TFLOP at "
-        f"{c.rate:.3g} TFLOP/s, {c.rate_from}); its rounds ~{format_duration(c.need_s)}"
+        f"{format_duration(c.call_s)} ({c.work} at {c.rate:.3g} {c.unit}, {c.rate_from}); "
+        f"its calls ~{format_duration(c.need_s)}"
         for c in long[:MAX_LONG_SHOWN]
     ]
     if len(long) > MAX_LONG_SHOWN:
@@ -463,8 +587,9 @@ def render(plan: Plan, long: list[LongCall] | None = None) -> str:
         f"{format_duration(plan.estimated_s):>9}",
         "",
         *_budget_lines(plan),
-        "'at most' assumes every benchmark runs its timed rounds to max_time; precision stopping ends stable "
-        "ones sooner.",
+        "'at most' assumes every benchmark runs its timed rounds to max_time, in whole calls (FLOPs at the "
+        "device's rate, bytes at the path's: this CPU probed, accelerators at floor rates); precision stopping "
+        "ends stable ones sooner.",
         *_long_lines(long),
         f"Per-benchmark overhead assumed (pytest, build, check, calibration; measured on a 2-core CPU by "
         f"scripts/bench_timing.py as test duration - timed rounds - warm-up): {assumed}; session "

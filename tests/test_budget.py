@@ -107,3 +107,21 @@ def test_plan_and_budget_count_an_accelerators_rounds_at_accelerator_min_time():
                      for a in (0.0001, 0.005))
     # min_rounds timed rounds and the host-bound probe's rounds after them (suite.timing.bound_info)
     assert high - low == pytest.approx((5 + BOUND_ROUNDS) * (0.005 - 0.0001)), "only the GPU case's rounds lengthen"
+
+
+def test_the_progress_eta_plans_with_the_command_lines_timing():
+    """--benchmark-max-time / --benchmark-min-rounds (plugin.user_timing) reach the ETA's plan as the budget's."""
+    from suite import devices as dev
+    from suite.budget import planned_seconds
+    from suite.config import parse_config
+    from suite.plan import NodePlatform, select
+
+    config = parse_config({"devices": "cpu", "timing": {"max_time": 0.1},
+                           "cases": {"copy": {"sizes": ["4KiB"], "matrix_sizes": None}}})
+    with dev.use_platform(NodePlatform(0)):
+        cases = {c.id: c for c in select(config, ["cpu"])["copy"]}
+        plain = planned_seconds(cases, config, None)["copy"]
+        longer = planned_seconds(cases, config, None, {"max_time": 2.0})["copy"]
+        rounds = planned_seconds(cases, config, None, {"min_rounds": 100, "min_time": 0.05})["copy"]
+    assert longer - plain == pytest.approx(len(cases) * 1.9, rel=0.01)
+    assert rounds >= len(cases) * 100 * 0.05

@@ -153,6 +153,8 @@ def family_read(name: str, attr: str, default: Any = None) -> Any:
       PLAN_ASSUMPTIONS  {key: value} added to `suite plan --json`'s assumptions
       call_flops(params) -> int | None       FLOP of one call from a case's parameters (the plan's long calls;
                     called where torch is loaded, so it may import the family's measure module)
+      call_bytes(params) -> int | None       bytes one call copies, likewise (the plan prices them per path);
+                    fill_bytes(params): bytes its build fills with the pattern, where not call_bytes
       MEASURES      {name: suite.health.expect.Measure} health judges against expected figures; a measure
                     several families declare takes the results of each
       like_ours(rows) -> rows   of its rows of a results table, those measured the suite's way (an imported

@@ -24,6 +24,19 @@ NOTE = (
 MEMORY_RANK = {"pinned": 0, "device": 0, "pageable": 1}
 
 
+def call_bytes(params: dict) -> int:
+    """Bytes one call moves (suite.plan's call time; imports the measure module): 'bi' moves the size each way,
+    copies_per_leg times."""
+    from suite.cases.copy.measure import copies_per_leg
+
+    return params["size"] * (2 * copies_per_leg(params["size"]) if params["direction"] == "bi" else 1)
+
+
+def fill_bytes(params: dict) -> int:
+    """Bytes its build fills with the pattern (suite.plan): a source per direction."""
+    return params["size"] * (2 if params["direction"] == "bi" else 1)
+
+
 def matrix_cells(infos: list[dict]) -> tuple[int | None, dict[tuple[str, str], dict]]:
     """(largest size, {(src, dst): the extra_info shown}) of a src x dst matrix: one-direction copies at the
     largest size, pinned host memory where there is a choice (the link's speed), else whatever ran;

@@ -16,6 +16,14 @@ NOTE = (
 )
 
 
+def call_bytes(params: dict) -> int | None:
+    """Bytes one call copies (suite.plan's call time): small_vs_batched's chunks, overlap's batch; sync_per_step
+    copies none."""
+    if params.get("habit") == "small_vs_batched":
+        return params["chunk"] * params["chunks"]
+    return params.get("size")
+
+
 def verdict(ratio: float, times=lambda r: f"{r:.1f}x") -> str:
     """The slow way's time over the fast way's, in words: `2.5x slower`. The slow habit winning is no finding
     to report as "0.2x slower": said, and that it is unexpected (the terminal and the report alike)."""

@@ -14,6 +14,16 @@ NOTE = ("`.to(device)` on a tensor already on that device returns the same tenso
         "time is the call's overhead, and it has no bandwidth. clone, copy_ and .to(copy=True) always copy.")
 
 
+def call_bytes(params: dict) -> int:
+    """Bytes one call copies (suite.plan's call time): to_same copies none."""
+    return 0 if params["op"] == "to_same" else params["size"]
+
+
+def fill_bytes(params: dict) -> int:
+    """Bytes its build fills with the pattern (suite.plan): the source, to_same's too."""
+    return params["size"]
+
+
 def summary(benches: list[dict]) -> list[str]:
     rows: dict = defaultdict(dict)
     columns: list = []
