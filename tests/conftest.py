@@ -32,9 +32,6 @@ GPU_TEST_WARNINGS = "default::Warning"
 # A test that runs pytest on the benchmarks (in a child, or in process) pays torch's start-up and a real
 # timing run each time: it belongs to the slow tier (`pytest -m slow`, which .ci/run runs after the fast one).
 END_TO_END_FIXTURES = frozenset({"run_benchmarks", "pytester"})
-# Fixtures that run something once for several tests: under pytest-xdist (`--dist loadgroup`, as .ci/run) their
-# tests go to one worker, or each worker would run it again.
-SHARED_FIXTURES = ("shared_run", "dry_run", "built")
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the markers set here
@@ -42,9 +39,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if END_TO_END_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        for name in SHARED_FIXTURES:
-            if name in getattr(item, "fixturenames", ()):
-                item.add_marker(pytest.mark.xdist_group(name))
         if item.get_closest_marker("gpu"):
             item.add_marker(pytest.mark.filterwarnings(GPU_TEST_WARNINGS))
     if any(item.get_closest_marker("gpu") for item in items) and not has_accelerator():
