@@ -128,21 +128,27 @@ def _read_partial(path: Path, warnings: list[str]) -> tuple[dict | None, str | N
         return None, "first line is not a JSON header (truncated?)"
     if not isinstance(header, dict):
         return None, "first line is not a JSON object"
+    return {**header, "benchmarks": _journal_benchmarks(path, lines[1:], warnings), "partial": True}, None
+
+
+def _journal_benchmarks(path: Path, lines: list[str], warnings: list[str]) -> list[dict]:
+    """The benchmark lines of a journal after its header."""
     benchmarks, bad = [], 0
-    for i, line in enumerate(lines[1:], start=2):
+    for i, line in enumerate(lines, start=1):
         try:
             entry = json.loads(line)
-            # The writer (suite.partial) also logs {"started": ...} / {"finished": ...} progress lines.
-            if isinstance(entry, dict) and "stats" in entry:
-                benchmarks.append(entry)
         except (ValueError, RecursionError):
             # The writer may have been killed mid-line: only the last line can legitimately be cut.
-            bad += 1 if i < len(lines) else 0
             if i == len(lines):
                 warnings.append(f"{path}: run was cut short; ignored its truncated last line")
+            bad += i < len(lines)
+            continue
+        # The writer (suite.partial) also logs {"started": ...} / {"finished": ...} progress lines.
+        if isinstance(entry, dict) and "stats" in entry:
+            benchmarks.append(entry)
     if bad:
         warnings.append(f"{path}: ignored {bad} unparsable benchmark line(s)")
-    return {**header, "benchmarks": benchmarks, "partial": True}, None
+    return benchmarks
 
 
 def _schema_of(data: dict) -> tuple[int | None, str | None]:

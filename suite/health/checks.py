@@ -23,10 +23,8 @@ def _numa_note(device: str, node: object, cpu: dict) -> str:
     the nodes the run's CPUs and memory could use); '' where the machine has one node with CPUs or the
     inventory does not say. Likely, not certain: the memory policy and PyTorch's reuse of pinned blocks
     decide where each buffer lands."""
-    nodes, used = cpu.get("numa_nodes"), cpu.get("numa_nodes_used")
-    mems = cpu.get("numa_mems_allowed")
-    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (node, nodes))
-    if not whole or nodes < 2 or not isinstance(used, list) or not used:  # type: ignore[operator]
+    used, mems = cpu.get("numa_nodes_used"), cpu.get("numa_mems_allowed")
+    if not _several_nodes(node, cpu.get("numa_nodes"), used):
         return ""
     fix = f"numactl --cpunodebind={node} --membind={node} measures the near path"
     if isinstance(mems, list) and mems and node not in mems:
@@ -41,6 +39,12 @@ def _numa_note(device: str, node: object, cpu: dict) -> str:
         return (f"; this run was not bound to {device}'s NUMA node ({node}): its host memory may have been "
                 f"on another ({fix})")
     return ""
+
+
+def _several_nodes(node: object, nodes: object, used: object) -> bool:
+    """Whether the inventory names the GPU's NUMA node, a machine of 2 nodes or more and the nodes the run used."""
+    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (node, nodes))
+    return whole and nodes >= 2 and isinstance(used, list) and bool(used)  # type: ignore[operator]
 
 
 def _prepare(loaded: LoadedResults, labels: list[str]) -> pd.DataFrame:
@@ -234,21 +238,26 @@ def _could_measure(machine, measure: Measure) -> bool:
     return nnodes is None or not machine.distributed or machine.distributed.get("nnodes") in (None, nnodes)
 
 
+def _should_have(machine, measured_families: set, measure: Measure) -> bool:
+    """Whether a run chose to measure what `measure` judges, so that its absence is a gap."""
+    if not _could_measure(machine, measure):
+        return False
+    chosen = selected(machine.config, measure)
+    if chosen is False:
+        return False  # the config did not ask for it: absence is a choice, not a gap
+    if chosen is None and not measured_families & set(measure.families):
+        return False
+    return measure.route != "peer" or sum(machine.accelerators.values()) >= 2  # one GPU has no peer to copy to
+
+
 def _missing(loaded: LoadedResults, labels: list[str], measured_families: dict[str, set], judged: pd.DataFrame,
              measure_name: str, measure: Measure, expectations: Expectations, findings: list[Finding]) -> None:
     """A device with a figure, in a run that chose to measure this setting, but without a result to judge."""
     seen = set(zip(judged["label"], judged["subject"].str.split("->", n=1).str[0])) if len(judged) else set()
     for label in labels:
         machine = loaded.machines[label]
-        if not _could_measure(machine, measure):
+        if not _should_have(machine, measured_families.get(label, set()), measure):
             continue
-        chosen = selected(machine.config, measure)
-        if chosen is False:
-            continue  # the config did not ask for it: absence is a choice, not a gap
-        if chosen is None and not measured_families.get(label, set()) & set(measure.families):
-            continue
-        if measure.route == "peer" and sum(machine.accelerators.values()) < 2:
-            continue  # one GPU has no peer to copy to
         for d in machine.devices:
             if d.get("kind") == "cpu" or (label, str(d.get("id"))) in seen:
                 continue
@@ -301,8 +310,8 @@ def judge(loaded: LoadedResults, expectations: Expectations) -> Health:
 
 def _boards(loaded: LoadedResults, labels: list[str]) -> dict[str, str]:
     """UUID (and serial) -> the node whose latest run has that GPU now."""
-    return {str(key): loaded.machines[label].node for label in labels for d in loaded.machines[label].devices
-            for key in (d.get("mig_parent_uuid") or d.get("uuid"), d.get("serial")) if key}
+    return {key: loaded.machines[label].node for label in labels for d in loaded.machines[label].devices
+            for key in _board(d) if key}
 
 
 def _past_findings(loaded: LoadedResults, latest: list[str], expectations: Expectations) -> list[Finding]:
@@ -378,5 +387,9 @@ def _identify(loaded: LoadedResults, labels: list[str], findings: list[Finding])
         texts = [_identity(d) for d in ends]
         f.identity = " -> ".join(texts) if any(texts) else ""
         if len(ends) == 1:
-            f.uuid = str(ends[0].get("mig_parent_uuid") or ends[0].get("uuid") or "")
-            f.serial = str(ends[0].get("serial") or "")
+            f.uuid, f.serial = _board(ends[0])
+
+
+def _board(device: dict) -> tuple[str, str]:
+    """(UUID, serial) of a device's board: a MIG instance's parent GPU's UUID."""
+    return str(device.get("mig_parent_uuid") or device.get("uuid") or ""), str(device.get("serial") or "")

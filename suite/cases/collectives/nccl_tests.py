@@ -223,13 +223,15 @@ def resolve(run: Run, path: Path) -> tuple[str | None, str | None]:
     if chosen:
         return next(k for k, v in OPS.items() if chosen in (k, v)), None
     found = candidates(run)
-    if len(found) == 1:
-        return found[0], None
+    return (found[0], None) if len(found) == 1 else (None, _unresolved(run, found))
+
+
+def _unresolved(run: Run, found: list[str]) -> str:
     why = f"{len(found)} fit its redop/root columns and busbw/algbw" if found else "none fits its columns"
     over = f" over {run.n} ranks" if run.n else ""
     flags = " or ".join(f"--as {op}" for op in found) if found else "--as NAME"
-    return None, (f"cannot tell which collective this nccl-tests output measured ({why}{over}: "
-                  f"{' or '.join(found or SHAPES)}); add {flags} to read it")
+    return (f"cannot tell which collective this nccl-tests output measured ({why}{over}: "
+            f"{' or '.join(found or SHAPES)}); add {flags} to read it")
 
 
 def _refusal(run: Run, op: str | None) -> str | None:
