@@ -268,7 +268,9 @@ def test_gpus_without_an_accelerator_is_an_error(run_benchmarks):
 
 def test_progress_lines_show_without_dash_s(run_benchmarks):
     sizes = [f"{n}KiB" for n in range(1, 11)]
-    config = dict(SMALL, cases={"placement": {"sizes": sizes, "ops": ["clone", "to_same"]}})
+    # Progress lines are for a family the plan gives 5 s or more: 20 benchmarks of at most 0.3 s each.
+    config = dict(SMALL, timing={**SMALL["timing"], "max_time": 0.3},
+                  cases={"placement": {"sizes": sizes, "ops": ["clone", "to_same"]}})
     result, _ = run_benchmarks(config, "-k", "placement")
     result.assert_outcomes(passed=20)
     result.stdout.fnmatch_lines(["[[]suite[]] placement: 20/20 done in *"])
