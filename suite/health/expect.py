@@ -16,6 +16,8 @@ SHIPPED = Path(__file__).resolve().parent.parent / "expectations.yaml"
 # 55.4 GB/s; MAMF varies 5%+ between GPUs of one node); PyTorch's copy and matmul paths may cost up to ~10%
 # more than a dedicated tool. Below 80% is beyond both: a link at lower width, a throttled clock.
 OK_AT_PCT = 80.0
+
+
 @dataclass(frozen=True)
 class Measure:
     """Which results a named measurement is taken from: rate, filters, smallest size; its families."""
@@ -28,8 +30,6 @@ class Measure:
     min_bytes: float = 0.0
     per_machine: bool = False  # judged per machine and world size (a run across ranks), not per device
     families: tuple[str, ...] = ()  # the families that declare it (measures() fills this in)
-
-
 
 
 def measures() -> dict[str, Measure]:
@@ -154,13 +154,19 @@ def _figure(where: str, i: int, entry: object, known: dict[str, Measure]) -> Exp
         raise _fail(where, f"expect[{i}].value {value!r} is not a positive number")
     if not isinstance(entry.get("source"), str) or not entry["source"].strip():
         raise _fail(where, f"expect[{i}] has no `source`: every expected figure says where it comes from")
+    model, link = _model_or_link(where, i, entry, measure)
+    gpus = _gpus(where, i, entry.get("gpus"), measure, known)
+    return Expected(measure, float(value), entry["source"].strip(), model, link, gpus)
+
+
+def _model_or_link(where: str, i: int, entry: dict, measure: str) -> tuple[str, str]:
+    """What an `expect` entry's figure is for: a GPU model, or (host copies only) a link."""
     model, link = entry.get("model"), entry.get("link")
     if bool(model) == bool(link) or not isinstance(model or link, str):
         raise _fail(where, f"expect[{i}] needs exactly one of `model` or `link`, a name")
     if link and measure not in HOST_LINKS:
         raise _fail(where, f"expect[{i}]: `link` figures are for {' and '.join(HOST_LINKS)} only")
-    gpus = _gpus(where, i, entry.get("gpus"), measure, known)
-    return Expected(measure, float(value), entry["source"].strip(), model or "", link or "", gpus)
+    return model or "", link or ""
 
 
 def _gpus(where: str, i: int, gpus: object, measure: str, known: dict[str, Measure]) -> int | None:

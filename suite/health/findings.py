@@ -86,6 +86,12 @@ class NodeVerdict:
             return "flagged"
         return "healthy" if self.checks or self.findings else NOT_JUDGED
 
+    def as_dict(self, fail_on: tuple[str, ...]) -> dict:
+        return {"node": self.node, "gpu_model": self.gpu_model, "status": self.status(fail_on), "runs": self.labels,
+                "partial_runs": self.partial, "tools": self.tools, "checks": sorted(self.checks),
+                "findings": [_clean(vars(f)) for f in self.findings],
+                "expectations": [_clean(e) for e in self.expectations]}
+
 
 @dataclass
 class Health:
@@ -118,20 +124,7 @@ class Health:
                 "fleet_min_machines": FLEET_MIN_MACHINES,
                 "noise_iqr_share": NOISE_IQR_SHARE,
             },
-            "nodes": [
-                {
-                    "node": n.node,
-                    "gpu_model": n.gpu_model,
-                    "status": n.status(fail_on),
-                    "runs": n.labels,
-                    "partial_runs": n.partial,
-                    "tools": n.tools,
-                    "checks": sorted(n.checks),
-                    "findings": [_clean(vars(f)) for f in n.findings],
-                    "expectations": [_clean(e) for e in n.expectations],
-                }
-                for n in self.nodes
-            ],
+            "nodes": [n.as_dict(fail_on) for n in self.nodes],
             "repeat_offenders": self.repeat_offenders,
         }
 
