@@ -553,8 +553,8 @@ def test_the_ceiling_judges_like_with_like(tmp_path, monkeypatch, burst, mamf, s
     """A burst from idle against the 790 read the same way; the MAMF-style figure beside the burst, shown and
     not judged (a 700 W H200 cannot hold its boost); the suite's sustained ceiling against the MAMF-style
     figure of the same shape, GPU and process."""
-    import suite.timing
     from suite.cases.ceiling import checks as ceiling
+    from suite.tools import paired
 
     bench = {"extra_info": {"tflops": sustained, "m": 64, "n": 64, "k": 64}}
     ctx = CheckContext(device="cpu", dry_run=False, workdir=tmp_path)
@@ -569,7 +569,7 @@ def test_the_ceiling_judges_like_with_like(tmp_path, monkeypatch, burst, mamf, s
         # Only mamf-finder's statistic flushes the L2 before each call.
         return [seconds / (burst if before is None else mamf)] * calls
 
-    monkeypatch.setattr(suite.timing, "reference_times", reference_times)
+    monkeypatch.setattr(paired, "reference_times", reference_times)
     rows = ceiling.gpu_checks(ctx)
     assert rows[0].name.endswith("64x64x64: burst from idle vs H200 figure") and rows[0].reference == 790.0
     assert rows[0].suite == pytest.approx(burst)
@@ -582,14 +582,14 @@ def test_the_ceiling_judges_like_with_like(tmp_path, monkeypatch, burst, mamf, s
 def test_the_ceiling_burst_starts_from_an_idle_gpu(tmp_path, monkeypatch):
     """The burst waits IDLE_BEFORE_BURST_S with the GPU synchronised, and runs before the suite's sweep heats
     the GPU; the dry run does not wait."""
-    import suite.timing
     from suite.cases.ceiling import checks as ceiling
+    from suite.tools import paired
 
     events = []
     monkeypatch.setattr(ceiling, "BURST_SHAPE", 64)
     monkeypatch.setattr(ceiling, "MAMF_FLUSH_BYTES", 1024)
     monkeypatch.setattr("time.sleep", lambda s: events.append(("sleep", s)))
-    monkeypatch.setattr(suite.timing, "reference_times",
+    monkeypatch.setattr(paired, "reference_times",
                         lambda op, device, calls, before=None: events.append(("times", calls)) or [1e-3] * calls)
     for dry, pause in ((False, ceiling.IDLE_BEFORE_BURST_S), (True, 0.0)):
         events.clear()
@@ -639,8 +639,8 @@ def test_the_reference_copy_is_built_and_timed_inside_the_familys_host_side(tmp_
     # node compares a near copy with a far one.
     import contextlib
 
-    import suite.timing
     from suite.cases.copy import measure as copy_measure
+    from suite.tools import paired
     from suite.tools.paired import event_seconds
 
     order = []
@@ -654,7 +654,7 @@ def test_the_reference_copy_is_built_and_timed_inside_the_familys_host_side(tmp_
     build = copy_measure.build
     monkeypatch.setattr(copy_measure, "host_side", host_side)
     monkeypatch.setattr(copy_measure, "build", lambda case, config: order.append("build") or build(case, config))
-    monkeypatch.setattr(suite.timing, "reference_times", lambda fn, device, seconds: order.append("time") or [1e-3])
+    monkeypatch.setattr(paired, "reference_times", lambda fn, device, seconds: order.append("time") or [1e-3])
     cfg = tmp_path / "c.yaml"
     cfg.write_text("devices: cpu\ntiming: {warmup_s: 0.0}\ncases:\n  copy:\n    sizes: [4KiB]\n"
                    "    memory: [pageable]\n", encoding="utf-8")

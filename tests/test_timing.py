@@ -130,7 +130,7 @@ def test_a_sustained_warm_up_still_makes_two_calls_when_one_outlasts_it():
     assert calls == MIN_WARMUP_CALLS and gpu.clock.now == pytest.approx(2 * (3.0 + 1e-6))
 
 def test_the_dry_run_reference_times_each_call_after_synchronising():
-    from suite.timing import MIN_REFERENCE_CALLS, host_times
+    from suite.tools.paired import MIN_REFERENCE_CALLS, host_times
 
     clock = FakeClock()
     gpu = FakeAsyncDevice(clock, launch_s=1e-6, work_s=1e-3)

@@ -29,7 +29,7 @@ from suite.cases.ceiling.checks import held_note
 from suite.cases.precision import mode_for
 from suite.config import load_config
 from suite.devices import ClockWatch, resolve_spec
-from suite.timing import reference_times
+from suite.tools.paired import reference_times
 
 # `cpu` runs the same steps on the CPU: a check that the probe itself works before it spends GPU time.
 DEV = sys.argv[1] if len(sys.argv) > 1 else "cuda:0"

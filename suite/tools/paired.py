@@ -168,6 +168,81 @@ MIN_SPANS = 5
 # --- references -------------------------------------------------------------------------------------------
 
 
+# A reference measurement (reference_times) takes at least this many calls, however long each call is.
+MIN_REFERENCE_CALLS = 5
+# ... and synchronises after at most this many queued calls, so it notices when its time is up without
+# waiting behind a long queue (events time each call on the device; the gaps between batches cost nothing).
+MAX_REFERENCE_BATCH = 64
+
+
+def cuda_event_times(fn: Callable[[], object], device, seconds: float | None = None, calls: int | None = None,
+                     before: Callable[[], object] | None = None) -> list[float]:
+    """Seconds per call from CUDA events recorded around each call on the device's current stream: the GPU
+    check's independent reference for the suite's host clock with synchronisation (never used by the suite).
+
+    Runs for about `seconds` (at least MIN_REFERENCE_CALLS calls) or exactly `calls` calls; `before` runs
+    before each call, outside the events (mamf-finder's L2 flush). The caller warms up first.
+    """
+    import torch
+
+    with torch.cuda.device(device):
+        torch.cuda.synchronize(device)
+        pairs: list[tuple] = []
+        start_clock = time.perf_counter()
+        batch = 1
+        while True:
+            for _ in range(batch):
+                if before is not None:
+                    before()
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                fn()
+                end.record()
+                pairs.append((start, end))
+            torch.cuda.synchronize(device)
+            if _reference_done(len(pairs), time.perf_counter() - start_clock, seconds, calls):
+                break
+            batch = min(2 * batch, MAX_REFERENCE_BATCH)
+            batch = batch if calls is None else max(1, min(batch, calls - len(pairs)))
+        return [s.elapsed_time(e) / 1e3 for s, e in pairs]
+
+
+def host_times(fn: Callable[[], object], device, seconds: float | None = None, calls: int | None = None,
+               before: Callable[[], object] | None = None, clock: Callable[[], float] = time.perf_counter,
+               synchronize: Callable[..., None] | None = None) -> list[float]:
+    """Seconds per call from the host clock, the device synchronised after each call: the reference of the
+    GPU check's CPU dry run (on the CPU it is a plain clock read around each call)."""
+    if synchronize is None:
+        from suite.devices import synchronize
+    times: list[float] = []
+    started = clock()
+    while True:
+        if before is not None:
+            before()
+        synchronize(device)
+        t0 = clock()
+        fn()
+        synchronize(device)
+        t1 = clock()
+        times.append(t1 - t0)
+        if _reference_done(len(times), t1 - started, seconds, calls):
+            return times
+
+
+def reference_times(fn: Callable[[], object], device, seconds: float | None = None, calls: int | None = None,
+                    before: Callable[[], object] | None = None) -> list[float]:
+    """CUDA events on a CUDA device, the host clock elsewhere (see cuda_event_times and host_times)."""
+    if str(device).startswith("cuda"):
+        return cuda_event_times(fn, device, seconds, calls, before)
+    return host_times(fn, device, seconds, calls, before)
+
+
+def _reference_done(done: int, elapsed: float, seconds: float | None, calls: int | None) -> bool:
+    if calls is not None:
+        return done >= calls
+    return done >= MIN_REFERENCE_CALLS and elapsed >= (seconds or 0.0)
+
+
 def timer_seconds(stmt: str, env: dict, min_run_s: float) -> float:
     """Timer's median seconds per call, with the suite's thread count (Timer's default is one thread)."""
     import torch
@@ -187,7 +262,7 @@ def event_seconds(family: str, cfg: Path, bench: dict) -> float:
     from suite.cases.precision import mode_for
     from suite.config import load_config
     from suite.devices import resolve_spec, synchronize
-    from suite.timing import SyncTimer, reference_times, warm_up, warmup_seconds
+    from suite.timing import SyncTimer, warm_up, warmup_seconds
 
     config = load_config(cfg)
     module = family_module(family)

@@ -70,7 +70,7 @@ def gpu_checks(ctx) -> list:
     from suite.cases.common import randn
     from suite.cases.matmul.measure import flops
     from suite.devices import ClockWatch, inventory, synchronize
-    from suite.timing import reference_times
+    from suite.tools.paired import reference_times
 
     dtype = ctx.pick(BURST["dtype"], "float32")
     tdtype = getattr(torch, dtype)
