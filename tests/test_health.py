@@ -823,3 +823,14 @@ def test_invalid_results_are_a_finding_that_fails_by_default(tmp_path, capsys, m
     assert main(["health", str(tmp_path / "bad.json")]) == 1
     assert f"cuda:0 (GPU-3291c09b-08f8-9b12-f76b-1fc8deec764d) invalid: {name}: {reason} median" in \
         capsys.readouterr().out
+
+
+def test_a_finding_names_the_boards_serial_where_the_run_recorded_it(tmp_path, capsys):
+    data = ours("box", 4, [matmul("cuda:0", 780), matmul("cuda:1", 390), matmul("cuda:2", 781),
+                           matmul("cuda:3", 779)])
+    for i, d in enumerate(d for d in data["machine_info"]["devices"] if d["id"] != "cpu"):
+        d.update(pci_bus_id=f"0000:{0x18 + 0x23 * i:02x}:00.0", uuid=f"GPU-{i}aa1c", serial=f"16521{i}")
+    fleet.write(tmp_path, "box", data)
+    code, result = health_json(capsys, str(tmp_path))
+    (f,) = [f for f in node(result, "box")["findings"] if f["kind"] == "straggler"]
+    assert f["identity"] == "PCI 0000:3b:00.0, GPU-1aa1c, serial 165211" and f["serial"] == "165211"

@@ -271,8 +271,10 @@ def _missing(loaded: LoadedResults, labels: list[str], measured_families: dict[s
 
 
 def _identity(device: dict) -> str:
-    """`PCI 0000:3b:00.0, GPU-5a1c…`: what identifies a device whatever CUDA_VISIBLE_DEVICES numbered it."""
-    parts = [f"PCI {device['pci_bus_id']}" if device.get("pci_bus_id") else "", str(device.get("uuid") or "")]
+    """`PCI 0000:3b:00.0, GPU-5a1c…, serial 1652…`: what identifies a device whatever CUDA_VISIBLE_DEVICES
+    numbered it (the serial is what is printed on the board)."""
+    parts = [f"PCI {device['pci_bus_id']}" if device.get("pci_bus_id") else "", str(device.get("uuid") or ""),
+             f"serial {device['serial']}" if device.get("serial") else ""]
     return ", ".join(p for p in parts if p)
 
 
