@@ -3,15 +3,18 @@
     python scripts/plan_vs_actual.py                         # configs/quick.yaml and configs/default.yaml
     python scripts/plan_vs_actual.py configs/default.yaml -k "matmul or copy"   # a short selection
 
-A family's actual time is the sum of its tests' durations (pytest's junit XML: setup, call and teardown); the
-session row is the rest of the wall time (interpreter, collection, the JSON). "over" marks a figure the plan
-put below what the run took. A selection (-k) is planned as the whole config, so its plan is high. On a machine
-others share, the overheads (the plan's measured medians) grow with the load.
+The plan is `python -m suite plan --json`'s, in a process of its own. A family's actual time is the sum of its
+tests' durations (pytest's junit XML: setup, call and teardown); the session row is the rest of the wall time
+(interpreter, collection, the JSON). "over" marks a figure the plan put below what the run took. A selection
+(-k) is planned as the whole config, so its plan is high. On a machine others share, the overheads (the plan's
+measured medians) grow with the load: at a load average about the CPU count every family holds on the
+project's 2-core VM; at 2.5x that, those whose time is overhead (conv, model, the session) run 1.5-4x over.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -24,9 +27,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from suite import devices as dev  # noqa: E402
-from suite.config import load_config  # noqa: E402
-from suite.plan import Rates, make_plan  # noqa: E402
 from suite.timing import format_duration  # noqa: E402
 
 
@@ -49,17 +49,19 @@ def actual(config: Path, extra: list[str]) -> tuple[dict[str, float], float]:
 
 def compare(path: Path, extra: list[str]) -> bool:
     """Print one config's table; False when the plan put a family, the session or the run below what it took."""
-    config = load_config(path)
-    devices = dev.check_spec(config.devices, option="devices")
-    rates = Rates()
-    plan = make_plan(config, devices, rates=rates)
+    # The plan as `python -m suite plan` makes it, in a process of its own: its CPU probes see a fresh process,
+    # as a user's plan does (in a process that has run cases, the pattern fill reads far faster).
+    plan = json.loads(subprocess.run([sys.executable, "-m", "suite", "plan", "--suite-config", str(path), "--json"],
+                                     cwd=ROOT, capture_output=True, text=True, check=True).stdout)
     took, wall = actual(path, extra)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"\n{path} on {', '.join(devices)}{' (' + ' '.join(extra) + ')' if extra else ''}; "
+    print(f"\n{path} on {', '.join(plan['devices'])}{' (' + ' '.join(extra) + ')' if extra else ''}; "
           f"load average after the run {load} on {os.cpu_count()} CPUs (other work slows the overheads)")
     print(f"{'family':<12} {'at most':>9} {'actual':>9}")
-    rows = [(name, fp.estimated_s, took.get(name, 0.0)) for name, fp in plan.families.items()]
-    rows += [("session", plan.session_s, wall - sum(took.values())), ("total", plan.estimated_s, wall)]
+    families = plan["families"]
+    rows = [(name, f["estimated_s"], took.get(name, 0.0)) for name, f in families.items()]
+    rows += [("session", plan["estimated_s"] - sum(f["estimated_s"] for f in families.values()),
+              wall - sum(took.values())), ("total", plan["estimated_s"], wall)]
     for name, most, real in rows:
         print(f"{name:<12} {format_duration(most):>9} {format_duration(real):>9}{'  over' if real > most else ''}")
     return all(real <= most for _, most, real in rows)

@@ -423,13 +423,12 @@ class LongCall:
     rate_from: str
 
 
-def long_calls(config: SuiteConfig, selected: dict[str, list[Case]], rates: Rates,
-               overrides: dict | None = None) -> list[LongCall]:
+def long_calls(config: SuiteConfig, selected: dict[str, list[Case]], rates: Rates) -> list[LongCall]:
     """Cases whose whole calls alone run past their family's max_time by LONG_OVER_S: pytest-benchmark times
     whole calls, so such a case takes min_rounds x its call however small max_time is ('at most' counts it)."""
     found = []
     for family, cases in selected.items():
-        timing = timing_of(config, family, overrides)
+        timing = config.timing_for(family)
         for case in cases:
             call = one_call(case, rates) if runs_here(case) else None
             if call is None or family_read(family, "fixed_seconds"):
