@@ -3,7 +3,8 @@
 A family is a package `suite/cases/<name>/` (or any importable package registered with `register_family`):
     __init__.py   torch-free: `Config`, its YAML section (a `suite.sections.CaseSection`), from its config.py
     measure.py    NAME, enumerate_cases(config, devices) -> list[Case], build(case, config) -> Work
-    checks.py     optionally, its part of the tooling (suite/tools): gpu_checks(ctx), accuracy_round(...)
+    checks.py     optionally, its part of the tooling (suite/tools): gpu_checks(ctx), accuracy_round(...),
+                  headline(results) (the evidence page's figures)
 `benchmarks/test_<name>.py` holds `def test_<name>(case, measure): measure(case)`; the plugin parametrises
 `case` from the family's enumerate_cases and `measure` does the rest (skips, check, warm-up, timing, extra_info).
 The config (`suite.config`) gets a `cases.<name>` key for every registered family that has a `Config`.

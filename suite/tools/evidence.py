@@ -15,7 +15,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from suite.cases import FAMILIES, family_read
+from suite.cases import FAMILIES, family_part
 from suite.errors import UserError
 from suite.tools import ROOT
 
@@ -140,7 +140,7 @@ def best_per_precision(results: list[tuple[dict, dict]], metric: str) -> dict[st
 
 
 def _figures(benchmarks: list[dict]) -> list[tuple[str, str, str]]:
-    """(what, figure, against) rows: each family's headline figures (its read module's `headline`), in the
+    """(what, figure, against) rows: each family's headline figures (its checks module's `headline`), in the
     registry's order."""
     keep = _device_filter(benchmarks)
     by_family: dict[str, list[tuple[dict, dict]]] = {}
@@ -149,7 +149,7 @@ def _figures(benchmarks: list[dict]) -> list[tuple[str, str, str]]:
             by_family.setdefault(b["extra_info"].get("case"), []).append((b["extra_info"], b["stats"]))
     rows: list[tuple[str, str, str]] = []
     for name in FAMILIES:
-        headline = family_read(name, "headline")
+        headline = getattr(family_part(name, "checks"), "headline", None)
         if headline is not None and by_family.get(name):
             rows += headline(by_family[name])
     return rows

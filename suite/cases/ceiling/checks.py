@@ -1,11 +1,13 @@
 """The ceiling family's part of the tooling: its GPU-check step (a burst against a GPU model's figure, the
-MAMF-style mean, the suite's sustained ceiling) and its accuracy round (suite/tools)."""
+MAMF-style mean, the suite's sustained ceiling), its accuracy round and its evidence rows
+(suite/tools)."""
 
 from __future__ import annotations
 
 from suite.cases.ceiling.measure import NAME
 from suite.cases.datasheet import find_gpu
 from suite.tools.checkrow import IN_PROCESS_RUN_S, CheckRow, bench_s, expected, judged
+from suite.tools.evidence import against, best_per_precision, fmt
 from suite.tools.paired import Pair, Target, timer_seconds
 
 # --- GPU check ---------------------------------------------------------------------------------------------
@@ -166,3 +168,12 @@ def accuracy_round(runner, scale) -> list[Pair]:
     label = ", ".join(f"{n}^3" for n in sweep)
     return [Pair(NAME, f"fp32 ceiling, best of {label}", "TFLOP/s", "Timer sweep", Target("within", 0.10), suite,
                  ref)]
+
+
+# --- evidence (python -m suite.tools.evidence) -------------------------------------------------------------
+
+def headline(results: list[tuple[dict, dict]]) -> list[tuple[str, str, str]]:
+    """The GPU check's evidence rows (suite.tools.evidence): the best sustained shape per precision."""
+    return [(f"ceiling (sustained median, best shape) {precision} {i['m']}×{i['n']}×{i['k']}",
+             f"{fmt(i['tflops'])} {i.get('unit', 'TFLOP/s')}", against(i, ceiling=False))
+            for precision, i in best_per_precision(results, "tflops").items()]

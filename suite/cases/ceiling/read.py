@@ -21,12 +21,3 @@ MEASURES = matmul.MEASURES
 
 def summary(benches: list[dict]) -> list[str]:
     return compute_grid("ceiling", benches, lambda i: f"{i.get('device')}", lambda i: f"{matmul.label(i)} {matmul.shape(i)}")
-
-
-def headline(results: list[tuple[dict, dict]]) -> list[tuple[str, str, str]]:
-    """The GPU check's evidence rows (suite.tools.evidence): the best sustained shape per precision."""
-    from suite.tools.evidence import against, best_per_precision, fmt
-
-    return [(f"ceiling (sustained median, best shape) {precision} {i['m']}×{i['n']}×{i['k']}",
-             f"{fmt(i['tflops'])} {i.get('unit', 'TFLOP/s')}", against(i, ceiling=False))
-            for precision, i in best_per_precision(results, "tflops").items()]

@@ -1,9 +1,11 @@
-"""The conv family's part of the tooling: its GPU-check step and its accuracy round (suite/tools)."""
+"""The conv family's part of the tooling: its GPU-check step, its accuracy round and its evidence rows
+(suite/tools)."""
 
 from __future__ import annotations
 
 from suite.cases.conv.measure import NAME
 from suite.tools.checkrow import truth_s
+from suite.tools.evidence import against, fmt
 from suite.tools.paired import Pair, Target, one, timer_seconds
 
 # --- GPU check ---------------------------------------------------------------------------------------------
@@ -57,3 +59,11 @@ def accuracy_round(runner, scale) -> list[Pair]:
     ref = timer_seconds("F.conv2d(x, w, None, s, p, 1, g)", env, scale.timer_min_run_s)
     return [Pair(NAME, f"conv2d fwd {layer['name']} b{batch}", "s", "Timer", Target("within", 0.10),
                  bench["stats"]["median"], ref)]
+
+
+# --- evidence (python -m suite.tools.evidence) -------------------------------------------------------------
+
+def headline(results: list[tuple[dict, dict]]) -> list[tuple[str, str, str]]:
+    """The GPU check's evidence rows (suite.tools.evidence): every convolution."""
+    return [(f"conv {i['layer']} {i['precision']} {i['layout']} {i['step']} b{i['batch']}",
+             f"{fmt(i['tflops'])} TFLOP/s", against(i)) for i, _ in results if i.get("tflops") is not None]

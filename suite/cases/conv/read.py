@@ -25,11 +25,3 @@ def call_flops(params: dict) -> int | None:
         return flops(params)
     except (KeyError, TypeError):
         return None
-
-
-def headline(results: list[tuple[dict, dict]]) -> list[tuple[str, str, str]]:
-    """The GPU check's evidence rows (suite.tools.evidence): every convolution."""
-    from suite.tools.evidence import against, fmt
-
-    return [(f"conv {i['layer']} {i['precision']} {i['layout']} {i['step']} b{i['batch']}",
-             f"{fmt(i['tflops'])} TFLOP/s", against(i)) for i, _ in results if i.get("tflops") is not None]

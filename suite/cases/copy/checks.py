@@ -1,9 +1,11 @@
-"""The copy family's part of the tooling: its GPU-check step and its accuracy round (suite/tools)."""
+"""The copy family's part of the tooling: its GPU-check step, its accuracy round and its evidence rows
+(suite/tools)."""
 
 from __future__ import annotations
 
 from suite.cases.copy.measure import NAME, copies_per_leg
 from suite.tools.checkrow import ROUNDS, CheckRow, bench_s, judged, median, truth_s
+from suite.tools.evidence import fmt
 from suite.tools.paired import Pair, Target, event_seconds, one, span_seconds, timer_seconds
 from suite.units import format_size
 
@@ -130,3 +132,27 @@ def accuracy_round(runner, scale) -> list[Pair]:
     ref = timer_seconds("dst.copy_(src)", {"src": src, "dst": dst}, scale.timer_min_run_s)
     return [Pair(NAME, f"{format_size(n)} CPU->CPU copy_", "s", "Timer", Target("within", 0.10),
                  bench["stats"]["median"], ref)]
+
+
+# --- evidence (python -m suite.tools.evidence) -------------------------------------------------------------
+
+# How the evidence rows name a copy's path.
+HEADLINE_PATHS = {"h2d": "host → device", "d2h": "device → host", "local": "same device", "peer": "peer"}
+
+
+def headline(results: list[tuple[dict, dict]]) -> list[tuple[str, str, str]]:
+    """The GPU check's evidence rows (suite.tools.evidence): each path and memory kind at its largest size."""
+    largest: dict[tuple, dict] = {}
+    for i, _ in results:
+        if i.get("gbps") is not None:
+            key = (i["path"], i["memory"], i.get("direction", "uni"), bool(i.get("non_blocking")))
+            if key not in largest or i["size"] > largest[key]["size"]:
+                largest[key] = i
+    rows = []
+    for (path, memory, direction, non_blocking), i in sorted(largest.items()):
+        what = f"copy {HEADLINE_PATHS.get(path, path)}{'' if memory == 'device' else ' ' + memory} "
+        what += format_size(i["size"]) + ("" if direction == "uni" else f" ({direction})")
+        what += ", non_blocking" if non_blocking else ""
+        note = f"{fmt(i['traffic_gbps'])} GB/s read + written" if path == "local" and i.get("traffic_gbps") else ""
+        rows.append((what, f"{fmt(i['gbps'])} GB/s", note))
+    return rows

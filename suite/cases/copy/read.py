@@ -173,27 +173,3 @@ MEASURES = {
     "same_device": Measure("gbps", "GB/s", (("direction", "uni"),), "local", min_bytes=MIN_COPY_BYTES),
     "peer": Measure("gbps", "GB/s", (("direction", "uni"),), "peer", min_bytes=MIN_COPY_BYTES),
 }
-
-
-# How the evidence rows name a copy's path.
-HEADLINE_PATHS = {"h2d": "host → device", "d2h": "device → host", "local": "same device", "peer": "peer"}
-
-
-def headline(results: list[tuple[dict, dict]]) -> list[tuple[str, str, str]]:
-    """The GPU check's evidence rows (suite.tools.evidence): each path and memory kind at its largest size."""
-    from suite.tools.evidence import fmt
-
-    largest: dict[tuple, dict] = {}
-    for i, _ in results:
-        if i.get("gbps") is not None:
-            key = (i["path"], i["memory"], i.get("direction", "uni"), bool(i.get("non_blocking")))
-            if key not in largest or i["size"] > largest[key]["size"]:
-                largest[key] = i
-    rows = []
-    for (path, memory, direction, non_blocking), i in sorted(largest.items()):
-        what = f"copy {HEADLINE_PATHS.get(path, path)}{'' if memory == 'device' else ' ' + memory} "
-        what += format_size(i["size"]) + ("" if direction == "uni" else f" ({direction})")
-        what += ", non_blocking" if non_blocking else ""
-        note = f"{fmt(i['traffic_gbps'])} GB/s read + written" if path == "local" and i.get("traffic_gbps") else ""
-        rows.append((what, f"{fmt(i['gbps'])} GB/s", note))
-    return rows

@@ -1,8 +1,9 @@
-"""The habits family's part of the tooling: its GPU-check step (suite/tools)."""
+"""The habits family's part of the tooling: its GPU-check step and its evidence rows (suite/tools)."""
 
 from __future__ import annotations
 
 from suite.cases.habits.measure import NAME, VARIANTS
+from suite.summary import format_time
 from suite.tools.checkrow import IN_PROCESS_RUN_S, CheckRow, bench_s, judged
 
 # The overlapped variant should take at most this share of the serialised time (ideal: max(copy, matmul) over
@@ -40,4 +41,22 @@ def gpu_checks(ctx) -> list:
         else:
             ok, rule = slow > fast, f"{slow_name} must be slower"
         rows.append(CheckRow(title, slow * 1e3, fast * 1e3, "ms", judged(ctx, ok), rule))
+    return rows
+
+
+# --- evidence (python -m suite.tools.evidence) -------------------------------------------------------------
+
+def headline(results: list[tuple[dict, dict]]) -> list[tuple[str, str, str]]:
+    """The GPU check's evidence rows (suite.tools.evidence): each habit's slow way over its fast way."""
+    pairs: dict[str, dict[str, tuple[dict, dict]]] = {}
+    for i, stats in results:
+        if i.get("pair") and i.get("role") in ("slow", "fast"):
+            pairs.setdefault(i["pair"], {})[i["role"]] = (i, stats)
+    rows = []
+    for _, sides in sorted(pairs.items()):
+        if set(sides) == {"slow", "fast"}:
+            (slow, slow_stats), (fast, fast_stats) = sides["slow"], sides["fast"]
+            rows.append((f"habit {slow['habit']}: {slow['variant']} / {fast['variant']}",
+                         f"{slow_stats['median'] / fast_stats['median']:.3g}×",
+                         f"{format_time(slow_stats['median'])} against {format_time(fast_stats['median'])}"))
     return rows

@@ -43,19 +43,3 @@ def summary(benches: list[dict]) -> list[str]:
         lines.append(f"  {pair}: {slow[0]} {format_time(slow[1])} vs {fast[0]} {format_time(fast[1])}: "
                      f"{verdict(slow[1] / fast[1])}")
     return ["habits: the slow way against the fast way, equal work", *lines] if lines else []
-
-
-def headline(results: list[tuple[dict, dict]]) -> list[tuple[str, str, str]]:
-    """The GPU check's evidence rows (suite.tools.evidence): each habit's slow way over its fast way."""
-    pairs: dict[str, dict[str, tuple[dict, dict]]] = {}
-    for i, stats in results:
-        if i.get("pair") and i.get("role") in ("slow", "fast"):
-            pairs.setdefault(i["pair"], {})[i["role"]] = (i, stats)
-    rows = []
-    for _, sides in sorted(pairs.items()):
-        if set(sides) == {"slow", "fast"}:
-            (slow, slow_stats), (fast, fast_stats) = sides["slow"], sides["fast"]
-            rows.append((f"habit {slow['habit']}: {slow['variant']} / {fast['variant']}",
-                         f"{slow_stats['median'] / fast_stats['median']:.3g}×",
-                         f"{format_time(slow_stats['median'])} against {format_time(fast_stats['median'])}"))
-    return rows

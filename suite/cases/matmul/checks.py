@@ -1,4 +1,5 @@
-"""The matmul family's part of the tooling: its GPU-check step and its accuracy round (suite/tools)."""
+"""The matmul family's part of the tooling: its GPU-check step, its accuracy round and its evidence rows
+(suite/tools)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from suite.cases.matmul.measure import ALL_GPUS, NAME, shape_id
 from suite.cases.precision import unsupported_reason
 from suite.tools.checkrow import (IN_PROCESS_RUN_S, RATIO_TOLERANCE, ROOT, CheckRow, bench_s, bound_row, judged,
                                   truth_s)
+from suite.tools.evidence import against, best_per_precision, fmt
 from suite.tools.paired import Pair, Target, event_seconds, one, timer_seconds
 
 # --- GPU check ---------------------------------------------------------------------------------------------
@@ -132,3 +134,12 @@ def accuracy_round(runner, scale) -> list[Pair]:
     bench = one(runner.run(NAME, {"matmul": {"dtypes": ["float32"], "shapes": [shape]}}), case="matmul")
     ref = timer_seconds("torch.matmul(a, b, out=out)", timer_env(n), scale.timer_min_run_s)
     return [Pair(NAME, f"fp32 matmul {shape}", "s", "Timer", Target("within", 0.10), bench["stats"]["median"], ref)]
+
+
+# --- evidence (python -m suite.tools.evidence) -------------------------------------------------------------
+
+def headline(results: list[tuple[dict, dict]]) -> list[tuple[str, str, str]]:
+    """The GPU check's evidence rows (suite.tools.evidence): the largest matmul per precision."""
+    return [(f"matmul {precision} {i['m']}×{i['n']}×{i['k']}", f"{fmt(i['tflops'])} {i.get('unit', 'TFLOP/s')}",
+             against(i))
+            for precision, i in best_per_precision(results, "flops").items()]

@@ -49,12 +49,3 @@ MEASURES = {
     f"matmul_{short}": Measure("tflops", "TFLOP/s", (("precision", precision),), min_flops=MIN_MATMUL_FLOPS)
     for short, precision in (("bf16", "bfloat16"), ("fp16", "float16"), ("tf32", "tf32"), ("fp8", "float8_e4m3fn"))
 }
-
-
-def headline(results: list[tuple[dict, dict]]) -> list[tuple[str, str, str]]:
-    """The GPU check's evidence rows (suite.tools.evidence): the largest matmul per precision."""
-    from suite.tools.evidence import against, best_per_precision, fmt
-
-    return [(f"matmul {precision} {i['m']}×{i['n']}×{i['k']}", f"{fmt(i['tflops'])} {i.get('unit', 'TFLOP/s')}",
-             against(i))
-            for precision, i in best_per_precision(results, "flops").items()]

@@ -1,9 +1,10 @@
-"""The model family's part of the tooling: its GPU-check step (suite/tools)."""
+"""The model family's part of the tooling: its GPU-check step and its evidence rows (suite/tools)."""
 
 from __future__ import annotations
 
 from suite.cases.model.measure import NAME
 from suite.tools.checkrow import bound_row, truth_s
+from suite.tools.evidence import against, fmt
 
 # The GPU check's LeNet step runs at a batch where the GPU, not the host, sets its time. At the configs'
 # batch 256 an H200 finishes each kernel before Python issues the next, so suite and events would both time
@@ -39,3 +40,12 @@ def quick_checks(ctx, benchmarks: list[dict]) -> list:
              and b["extra_info"].get("batch_size") == QUICK_BATCH}
     return [bound_row(ctx, f"model {model} b{QUICK_BATCH} (quick config): bound", found.get(model), "host")
             for model in HOST_BOUND]
+
+
+# --- evidence (python -m suite.tools.evidence) -------------------------------------------------------------
+
+def headline(results: list[tuple[dict, dict]]) -> list[tuple[str, str, str]]:
+    """The GPU check's evidence rows (suite.tools.evidence): every model step."""
+    return [(f"model {i['model']} {i.get('step', '')} {i['precision']} b{i['batch_size']}",
+             f"{fmt(i['samples_per_s'])} samples/s", against(i))
+            for i, _ in results if i.get("samples_per_s") is not None]

@@ -22,12 +22,3 @@ def summary(benches: list[dict]) -> list[str]:
         columns += [col] if col not in columns else []
         rows[f"{i.get('device')} {precision(i)}"][col] = cell(rate, 4)
     return grid("model: samples/s", dict(rows), columns, "device dtype")
-
-
-def headline(results: list[tuple[dict, dict]]) -> list[tuple[str, str, str]]:
-    """The GPU check's evidence rows (suite.tools.evidence): every model step."""
-    from suite.tools.evidence import against, fmt
-
-    return [(f"model {i['model']} {i.get('step', '')} {i['precision']} b{i['batch_size']}",
-             f"{fmt(i['samples_per_s'])} samples/s", against(i))
-            for i, _ in results if i.get("samples_per_s") is not None]
