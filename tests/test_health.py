@@ -834,3 +834,26 @@ def test_a_finding_names_the_boards_serial_where_the_run_recorded_it(tmp_path, c
     code, result = health_json(capsys, str(tmp_path))
     (f,) = [f for f in node(result, "box")["findings"] if f["kind"] == "straggler"]
     assert f["identity"] == "PCI 0000:3b:00.0, GPU-1aa1c, serial 165211" and f["serial"] == "165211"
+
+
+def test_a_gpu_slower_than_the_others_while_all_ran_at_once_is_a_straggler(tmp_path, capsys):
+    # Each GPU alone reads fine; under the whole node's load cuda:2 falls 15% behind (heat, power, NUMA).
+    def all_gpus(rates: dict) -> dict:
+        b = matmul("all-gpus", sum(rates.values()))
+        b["name"] = "test_matmul[all-gpus-bfloat16-8192x8192x8192]"
+        b["extra_info"].update(gpus=list(rates), gpu_count=len(rates), per_device_tflops=rates)
+        return b
+
+    alone = [matmul(f"cuda:{i}", 780) for i in range(4)]
+    rates = {"cuda:0": 700.0, "cuda:1": 705.0, "cuda:2": 600.0, "cuda:3": 698.0}
+    fleet.write(tmp_path, "box", ours("box", 4, [*alone, all_gpus(rates)]))
+    code, result = health_json(capsys, str(tmp_path))
+    (f,) = [f for f in node(result, "box")["findings"] if f["kind"] == "straggler"]
+    assert code == 1 and f["device"] == "cuda:2" and "while all 4 GPUs ran at once" in f["text"]
+    assert f["measured"] == 600.0 and f["reference"] == 700.0
+    # Within the margin of each other: nothing.
+    even = tmp_path / "even"
+    even.mkdir()
+    fleet.write(even, "box", ours("box", 4, [*alone, all_gpus({**rates, "cuda:2": 660.0})]))
+    code, result = health_json(capsys, str(even))
+    assert not [f for f in node(result, "box")["findings"] if f["kind"] == "straggler"]

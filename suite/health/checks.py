@@ -13,7 +13,7 @@ from suite.health.expect import HOST_LINKS, OK_AT_PCT, Expectations, Measure, me
 from suite.health.findings import DEFAULT_FAIL_ON  # noqa: F401 -- suite.report.command imports it from here
 from suite.health.findings import KEY_SEP, KINDS, MAX_EXAMPLES, Finding, Health, NodeVerdict, clocks_held
 from suite.health.findings import format_figure
-from suite.health.peers import fleet, nvlinks_down, pcie_narrow, stragglers
+from suite.health.peers import concurrent_stragglers, fleet, nvlinks_down, pcie_narrow, stragglers
 from suite.results import FOREIGN_CASE, OUR_TOOL, LoadedResults, latest_runs, like_ours, peer_keys
 from suite.results import route_kinds
 
@@ -334,6 +334,7 @@ def _past_findings(loaded: LoadedResults, latest: list[str], expectations: Expec
 def _peer_checks(rows: pd.DataFrame, loaded: LoadedResults, labels: list[str], findings: list[Finding]) -> set:
     """Every check of a device against its peers; the nodes they applied to."""
     found = stragglers(rows, findings) | nvlinks_down(loaded, labels, findings)
+    concurrent_stragglers(rows, findings)
     return found | pcie_narrow(loaded, labels, findings)
 
 

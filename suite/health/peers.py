@@ -3,6 +3,8 @@ machine slower than its fleet."""
 
 from __future__ import annotations
 
+import json
+import math
 import statistics
 
 import numpy as np
@@ -71,6 +73,23 @@ def stragglers(rows: pd.DataFrame, findings: list[Finding]) -> set[str]:
         findings.append(Finding("straggler", r.node, r.subject, r.case, text, own, float(np.median(rest)),
                                 100 * (1 - r.short_), benchmark=r.name, run=r.label))
     return checked
+
+
+def concurrent_stragglers(rows: pd.DataFrame, findings: list[Finding]) -> None:
+    """Flag a GPU slower than the others while every GPU ran one case at once (its `per_device_tflops`): heat,
+    power and NUMA placement show under a whole node's load even where each GPU alone reads fine."""
+    if "per_device_tflops" not in rows:
+        return
+    for r in rows[rows["per_device_tflops"].notna()].itertuples(index=False):
+        rates = r.per_device_tflops if isinstance(r.per_device_tflops, dict) else json.loads(r.per_device_tflops)
+        for device, rate in rates.items():
+            rest = [v for d, v in rates.items() if d != device]
+            others = statistics.median(rest) if rest else math.nan
+            if rate < others * (1 - STRAGGLER_MARGIN):
+                text = (f"{r.name}: {device} {format_figure(rate, 'TFLOP/s')} while all {len(rates)} GPUs ran at "
+                        f"once, the others {format_figure(min(rest), 'TFLOP/s')}–{format_figure(max(rest), 'TFLOP/s')}")
+                findings.append(Finding("straggler", r.node, device, r.case, text, rate, others,
+                                        100 * rate / others, benchmark=r.name, run=r.label))
 
 
 def _whole(d: dict, key: str, valid: frozenset | None = None) -> int | None:
