@@ -1,24 +1,26 @@
 """Telemetry over a benchmark's timed rounds: energy, power, clocks, what held them, the PCIe link under load.
 
-One seam: a `Source` per device reading (NVML for an NVIDIA GPU; Linux powercap/RAPL for a case on the CPU
-alone; AMD's, Intel's and Apple's GPUs have none: amdsmi is not read), and a `Sampler` that reads their
-counters when the benchmark's timed rounds start and end, and their gauges every SAMPLE_INTERVAL_S on a thread
-in between. Its window is pytest-benchmark's call: its calibration and timed rounds, the same work (not the
-warm-up or the check). Torch-free to import: the analysis side reads KEYS.
+One seam: a `Source` per device reading (NVML for an NVIDIA GPU; amdsmi for an AMD GPU on ROCm; Linux
+powercap/RAPL for a case on the CPU alone; Intel's and Apple's GPUs have none), and a `Sampler` that reads
+their counters when the benchmark's timed rounds start and end, and their gauges every SAMPLE_INTERVAL_S on a
+thread in between. Its window is pytest-benchmark's call: its calibration and timed rounds, the same work
+(not the warm-up or the check). Torch-free to import: the analysis side reads KEYS.
 
 The keys it adds to a benchmark's extra_info, each optional: a figure the platform does not give is absent,
 never invented (docs/running.md#telemetry-power-energy-clocks-and-the-link-while-it-ran).
-  energy_j         joules over the window from the energy counters (NVML's total energy, RAPL's packages),
+  energy_j         joules over the window from the energy counters (NVML's total energy, amdsmi's energy
+                   accumulator, RAPL's packages),
                    summed over the case's devices; left out, with the reason in telemetry_note, when the
                    window is shorter than ENERGY_MIN_UPDATES of a counter's update interval
-  power_w          mean watts: energy_j / window; without energy_j, the mean of NVML's power readings
+  power_w          mean watts: energy_j / window; without energy_j, the mean of the GPUs' power readings
   perf_per_w       the family's rate (its read.py RATE) per watt: TFLOP/s/W, GB/s/W, samples/s/W (suite.run)
   sm_clock_mhz, mem_clock_mhz   {"min": MHz, "median": MHz} over the readings
   temp_c_max       the hottest reading, °C
   clocks_limited   {"power", "thermal", "hw_slowdown", "sync_boost"}: the share of the window (0 to 1) each
                    limit held the clocks, from NVML's violation counters (thermal: the driver's slowdown;
                    hw_slowdown: the larger of the hardware thermal slowdown and power brake); the largest over
-                   the case's GPUs; a limit NVML does not count is left out
+                   the case's GPUs; a limit NVML does not count is left out. On AMD, from the firmware's
+                   residency counters: power (PPT), thermal (socket and HBM), hw_slowdown (PROCHOT, VR)
   pcie_under_load  {"gen", "width"}: the highest the link reached while a case between host and GPU ran (a
                    link trained down never reaches its max; an idle one drops to save power, so it is read
                    under load); the lowest of them over the case's GPUs
@@ -52,10 +54,19 @@ RAPL_ENERGY_UPDATE_S = 0.001
 ENERGY_MIN_UPDATES = 10
 POWERCAP = Path("/sys/class/powercap")
 # clocks_limited's names -> the NVML counters (suite.limits' names, and sync boost) each takes the largest of.
-CLOCKS_LIMITED = {"power": ("power",), "thermal": ("thermal",),
-                  "hw_slowdown": ("hw_thermal", "hw_power_brake"), "sync_boost": ("sync_boost",)}
+# The AMD names are amdsmi's residency counters (AMD_RESIDENCY).
+CLOCKS_LIMITED = {"power": ("power",), "thermal": ("thermal", "hbm_thermal"),
+                  "hw_slowdown": ("hw_thermal", "hw_power_brake", "prochot", "vr_thermal"),
+                  "sync_boost": ("sync_boost",)}
 # Sync boost's violation counter (NVML_PERF_POLICY_SYNC_BOOST), and the same as a field value (nanoseconds).
 SYNC_BOOST_POLICY, SYNC_BOOST_FIELD = 2, 76
+# amdsmi_get_gpu_metrics_info's residency counters (ticks of its accumulation_counter a limit held) -> the
+# names CLOCKS_LIMITED reads.
+AMD_RESIDENCY = {"ppt_residency_acc": "power", "socket_thm_residency_acc": "thermal",
+                 "hbm_thm_residency_acc": "hbm_thermal", "prochot_residency_acc": "prochot",
+                 "vr_thm_residency_acc": "vr_thermal"}
+# PCIe transfer rate (MT/s, as amdsmi gives it) -> generation.
+PCIE_GEN_OF_MTS = {2500: 1, 5000: 2, 8000: 3, 16000: 4, 32000: 5, 64000: 6}
 
 
 def _read(queries: dict[str, Callable]) -> dict:
@@ -135,17 +146,130 @@ class NvmlSource(Source):
         procs = _read({"all": lambda: pynvml.nvmlDeviceGetComputeRunningProcesses(self.handle)}).get("all")
         if procs is None:
             return None
-        others = [p for p in procs if p.pid != os.getpid()]
-        if procs and len(others) == len(procs):
-            # This process has a context on the GPU, yet NVML lists none under its PID: another PID namespace
-            # (a container). One of them is this process; which one, and so the others' memory, is unknown.
-            return {"count": len(procs) - 1,
-                    "note": "other_processes: NVML lists this process under another PID (a container?): "
-                            "memory left out"}
-        memory = [getattr(p, "usedGpuMemory", None) for p in others]
-        if all(isinstance(m, int) for m in memory):
-            return {"count": len(others), "memory_bytes": sum(memory)}
-        return {"count": len(others)}
+        return _other_processes([(p.pid, getattr(p, "usedGpuMemory", None)) for p in procs], "NVML")
+
+
+def _other_processes(procs: list[tuple[int, int | None]], library: str) -> dict:
+    """Source.processes() from (pid, memory bytes or None) of every process with a context on the GPU."""
+    others = [(pid, memory) for pid, memory in procs if pid != os.getpid()]
+    if procs and len(others) == len(procs):
+        # This process has a context on the GPU, yet none is listed under its PID: another PID namespace
+        # (a container). One of them is this process; which one, and so the others' memory, is unknown.
+        return {"count": len(procs) - 1,
+                "note": f"other_processes: {library} lists this process under another PID (a container?): "
+                        "memory left out"}
+    if all(isinstance(memory, int) for _, memory in others):
+        return {"count": len(others), "memory_bytes": sum(memory for _, memory in others)}
+    return {"count": len(others)}
+
+
+def _number(value):
+    """A figure amdsmi gave, or None for its "N/A" and the all-ones values that mean unsupported."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 and value not in (
+            0xFFFF, 0xFFFF_FFFF, 0xFFFF_FFFF_FFFF_FFFF):
+        return value
+    return None
+
+
+def _wrapped(now: int, was: int, span: int) -> int:
+    """How far a counter of range `span` moved from `was` to `now`, once past its end where it is lower (it
+    is read every SAMPLE_INTERVAL_S, far more often than it wraps)."""
+    return now - was + (span if now < was else 0)
+
+
+class AmdSmiSource(Source):
+    """One AMD GPU through amdsmi (initialised); the PCIe link only for a case between host and GPU.
+
+    Its energy accumulator is updated from the firmware's metrics table, so NVML's update rule is kept."""
+
+    def __init__(self, handle, host_copy: bool, clock: Callable[[], float] = time.monotonic) -> None:
+        self.handle, self.host_copy, self.clock = handle, host_copy, clock
+        self.energy: tuple[int, int] | None = None  # (last raw count, counts since the first read)
+        self.residency: tuple[float, dict] | None = None  # (time, counters) at the first read
+
+    def _energy_j(self) -> float:
+        import amdsmi
+
+        read = amdsmi.amdsmi_get_energy_count(self.handle)
+        raw = read.get("energy_accumulator", read.get("power"))  # "power": its older name
+        if self.energy is None:
+            self.energy = raw, 0
+        was, total = self.energy
+        # A 32-bit accumulator (older firmware) wraps after ~66 kJ at 15.3 µJ a count, ~90 s at 750 W.
+        self.energy = raw, total + _wrapped(raw, was, 2**32 if was < 2**32 else 2**64)
+        return self.energy[1] * read["counter_resolution"] / 1e6  # µJ a count
+
+    def _held(self) -> dict[str, float]:
+        """held:<limit> seconds since the first read: the share of the accumulation counter's ticks each limit
+        held, times the time passed. (amdsmi_get_violation_status gives shares too, but sleeps 100 ms a call:
+        not inside a timed window.)"""
+        import amdsmi
+
+        metrics = amdsmi.amdsmi_get_gpu_metrics_info(self.handle)
+        now = self.clock(), {k: metrics[k] for k in ("accumulation_counter", *AMD_RESIDENCY)
+                                 if _number(metrics.get(k)) is not None}
+        if self.residency is None:
+            self.residency = now
+            return {f"held:{AMD_RESIDENCY[k]}": 0.0 for k in now[1] if k in AMD_RESIDENCY}
+        (then, first), (at, counts) = self.residency, now
+        ticks = counts.get("accumulation_counter", 0) - first.get("accumulation_counter", 0)
+        if ticks <= 0:  # no update of the table since the first read: nothing known
+            return {}
+        return {f"held:{AMD_RESIDENCY[k]}": (counts[k] - first[k]) / ticks * (at - then)
+                for k in AMD_RESIDENCY if k in counts and k in first}
+
+    def counters(self) -> dict[str, float]:
+        import amdsmi
+
+        h = self.handle
+        found = _safe(self._held) or {}
+        queries = {"energy_j": self._energy_j,
+                   "pcie_replays": lambda: _number(amdsmi.amdsmi_get_pcie_info(h)["pcie_metric"]
+                                                   ["pcie_replay_count"])}
+        for kind, field in (("corrected", "correctable_count"), ("uncorrected", "uncorrectable_count")):
+            queries[f"ecc:{kind}"] = lambda f=field: _number(amdsmi.amdsmi_get_gpu_total_ecc_count(h)[f])
+        return {**found, **_read(queries)}
+
+    def gauges(self) -> dict[str, float]:
+        import amdsmi
+
+        h = self.handle
+
+        def power():  # MI300 and later give the current socket power; older GPUs an average
+            info = amdsmi.amdsmi_get_power_info(h)
+            watts = [_number(info.get(k)) for k in ("current_socket_power", "average_socket_power")]
+            return next((w for w in watts if w), None)
+
+        def clock(kind):
+            info = amdsmi.amdsmi_get_clock_info(h, kind)
+            return _number(info.get("clk", info.get("cur_clk")))  # "cur_clk" before ROCm 6.2
+
+        def temp():  # the hotter of the edge and the hotspot (MI300 has no edge sensor)
+            sensors = [_safe(lambda s=s: _number(amdsmi.amdsmi_get_temp_metric(
+                h, s, amdsmi.AmdSmiTemperatureMetric.CURRENT)))
+                for s in (amdsmi.AmdSmiTemperatureType.EDGE, amdsmi.AmdSmiTemperatureType.HOTSPOT)]
+            return max((t for t in sensors if t is not None), default=None)
+
+        queries = {"power_w": power, "sm_clock_mhz": lambda: clock(amdsmi.AmdSmiClkType.GFX),
+                   "mem_clock_mhz": lambda: clock(amdsmi.AmdSmiClkType.MEM), "temp_c": temp,
+                   "energy": self._energy_j}  # at every reading, so that no two wraps fall between two reads
+        if self.host_copy:
+            link = _safe(lambda: amdsmi.amdsmi_get_pcie_info(h)["pcie_metric"]) or {}
+            queries["pcie_gen"] = lambda: PCIE_GEN_OF_MTS.get(_number(link["pcie_speed"]))
+            queries["pcie_width"] = lambda: _number(link["pcie_width"]) or None
+        found = _read(queries)
+        found.pop("energy", None)
+        return found
+
+    def processes(self) -> dict | None:
+        import amdsmi
+
+        def info(p):  # a dict from ROCm 6.2; before, a handle to ask about
+            p = p if isinstance(p, dict) else amdsmi.amdsmi_get_gpu_process_info(self.handle, p)
+            return p["pid"], _number(p.get("memory_usage", {}).get("vram_mem", p.get("mem")))
+
+        procs = _safe(lambda: [info(p) for p in amdsmi.amdsmi_get_gpu_process_list(self.handle)])
+        return None if procs is None else _other_processes(procs, "amdsmi")
 
 
 class RaplSource(Source):
@@ -164,11 +288,8 @@ class RaplSource(Source):
         return [int((zone / "energy_uj").read_text()) for zone in self.zones]
 
     def counters(self) -> dict[str, float]:
-        raw = self._raw()
-        # A counter lower than at the last read wrapped past max_energy_range_uj (once: it is read every
-        # SAMPLE_INTERVAL_S, and a package's counter wraps after minutes).
-        self.total_uj += sum(now - was + (span if now < was else 0)
-                             for now, was, span in zip(raw, self.last, self.ranges))
+        raw = self._raw()  # a package's counter wraps past max_energy_range_uj after minutes
+        self.total_uj += sum(_wrapped(now, was, span) for now, was, span in zip(raw, self.last, self.ranges))
         self.last = raw
         return {"energy_j": self.total_uj / 1e6}
 
@@ -203,25 +324,54 @@ def _nvml_handle(device: str):
 
     from suite.devices import current_platform, nvml
 
-    if not device.startswith("cuda"):
-        return None
     uuid = current_platform().properties(torch.device(device)).get("uuid")
     if not uuid or uuid.startswith("MIG-") or not _nvml_up():
         return None
     return nvml.handle(uuid)
 
 
+@functools.cache
+def _amdsmi_down() -> str:
+    """Why amdsmi cannot be read; "" where it is initialised (once per process, kept up)."""
+    try:
+        import amdsmi
+
+        amdsmi.amdsmi_init()
+    except Exception as error:  # not installed, or its library or driver did not load
+        return f"telemetry: amdsmi is not usable ({type(error).__name__}): nothing of the AMD GPUs is read"
+    return ""
+
+
+def _amdsmi_handle(device: str):
+    """The amdsmi handle of a ROCm GPU, by its PCI address; None where amdsmi cannot tell."""
+    import torch
+
+    from suite.devices import current_platform
+
+    address = current_platform().properties(torch.device(device)).get("pci_bus_id")
+    if not address or _amdsmi_down():
+        return None
+    import amdsmi
+
+    return _safe(lambda: amdsmi.amdsmi_get_processor_handle_from_bdf(address))
+
+
 def sources_for(devices: list[str]) -> tuple[list[Source], list[str]]:
-    """(sources, notes) of a case's devices: NVML for every GPU (none unless NVML knows all of them: a part
-    would undercount), RAPL for a case on the CPU alone."""
+    """(sources, notes) of a case's devices: NVML for every NVIDIA GPU, amdsmi for every AMD one (none unless
+    the library knows all of them: a part would undercount), RAPL for a case on the CPU alone."""
+    import torch
+
     gpus = [d for d in devices if d != "cpu"]
     if not gpus:
         zones, note = rapl_zones()
         return ([RaplSource(zones)] if zones else []), ([note] if note else [])
-    handles = [_nvml_handle(d) for d in gpus]
-    if any(h is None for h in handles):
+    if not all(d.startswith("cuda") for d in gpus):
         return [], []
-    return [NvmlSource(h, host_copy="cpu" in devices) for h in handles], []
+    rocm = bool(getattr(torch.version, "hip", None))  # torch calls AMD's GPUs "cuda" too
+    handles = [(_amdsmi_handle if rocm else _nvml_handle)(d) for d in gpus]
+    if any(h is None for h in handles):
+        return [], [_amdsmi_down()] if rocm and _amdsmi_down() else []
+    return [(AmdSmiSource if rocm else NvmlSource)(h, host_copy="cpu" in devices) for h in handles], []
 
 
 class Sampler:

@@ -306,3 +306,183 @@ def test_without_telemetry_the_gpu_checks_rows_are_not_judged():
 
     rows = telemetry_rows([{"benchmarks": [{"extra_info": {"case": "x", "device": "cpu"}}]}], idle_w=None)
     assert len(rows) == 3 and all(r.ok is None and r.note.startswith("not judged") for r in rows)
+
+
+class AmdSmiLibraryException(Exception):
+    """amdsmi's error for a call the GPU or driver does not support."""
+
+
+class FakeAmdSmi(types.ModuleType):
+    """amdsmi (ROCm 6.2+ shapes; `old` gives the earlier ones) for one busy MI300X; the calls in `failing`
+    raise. Tests move `energy`, `replays`, `ecc` and `metrics` (the residency counters) between reads."""
+
+    AmdSmiClkType = SimpleNamespace(GFX=0, MEM=5)
+    AmdSmiTemperatureType = SimpleNamespace(EDGE=0, HOTSPOT=1)
+    AmdSmiTemperatureMetric = SimpleNamespace(CURRENT=0)
+
+    def __init__(self, failing=(), old: bool = False, processes=()) -> None:
+        super().__init__("amdsmi")
+        self.failing, self.old, self.procs = set(failing), old, list(processes)
+        self.energy, self.replays, self.ecc, self.bdfs = 1000, 4, 1, []
+        self.metrics = {"accumulation_counter": 1000, "ppt_residency_acc": 0, "socket_thm_residency_acc": 0,
+                        "prochot_residency_acc": 0, "vr_thm_residency_acc": "N/A",
+                        "hbm_thm_residency_acc": 2**64 - 1}
+
+    def __getattribute__(self, name):
+        if name.startswith("amdsmi_") and name in object.__getattribute__(self, "failing"):
+            def fail(*args):
+                raise AmdSmiLibraryException(f"{name}: AMDSMI_STATUS_NOT_SUPPORTED")
+            return fail
+        return object.__getattribute__(self, name)
+
+    def amdsmi_init(self):
+        pass
+
+    def amdsmi_get_processor_handle_from_bdf(self, bdf):
+        self.bdfs.append(bdf)
+        return f"amd:{bdf}"
+
+    def amdsmi_get_energy_count(self, h):
+        return {"power" if self.old else "energy_accumulator": self.energy, "counter_resolution": 1000.0,
+                "timestamp": 0}  # 1 mJ a count
+
+    def amdsmi_get_gpu_metrics_info(self, h):
+        return dict(self.metrics)
+
+    def amdsmi_get_power_info(self, h):
+        return {"current_socket_power": "N/A" if self.old else 650, "average_socket_power": 650,
+                "power_limit": 750}
+
+    def amdsmi_get_clock_info(self, h, kind):
+        return {"cur_clk" if self.old else "clk": 2100 if kind == self.AmdSmiClkType.GFX else 1300}
+
+    def amdsmi_get_temp_metric(self, h, sensor, metric):
+        if sensor == self.AmdSmiTemperatureType.EDGE:
+            raise AmdSmiLibraryException("MI300X has no edge sensor")
+        return 71
+
+    def amdsmi_get_pcie_info(self, h):
+        return {"pcie_static": {"max_pcie_width": 16},
+                "pcie_metric": {"pcie_speed": 32000, "pcie_width": 16, "pcie_replay_count": self.replays}}
+
+    def amdsmi_get_gpu_total_ecc_count(self, h):
+        return {"correctable_count": self.ecc, "uncorrectable_count": 0, "deferred_count": 0}
+
+    def amdsmi_get_gpu_process_list(self, h):
+        return list(range(len(self.procs))) if self.old else self.procs
+
+    def amdsmi_get_gpu_process_info(self, h, p):
+        return self.procs[p]
+
+
+def _amd_run(fake: FakeAmdSmi, window: float, host_copy: bool = True, wrap: bool = False) -> dict:
+    """What an AmdSmiSource over `fake` gives for a window of `window` seconds (fake clock), the counters
+    moved between its start and its end."""
+    clock = FakeClock()
+    fake.energy = 2**32 - 300_000 if wrap else 1000
+    sampler = Sampler([telemetry.AmdSmiSource("amd:0", host_copy, clock=clock)], clock=clock,
+                      interval=0.001).start()
+    clock.now += window
+    fake.energy = (fake.energy + 650_000 * window) % 2**32  # 650 W: 650,000 counts of 1 mJ a second
+    fake.replays, fake.ecc = fake.replays + 2, fake.ecc + 12
+    fake.metrics.update(accumulation_counter=3000, ppt_residency_acc=1500, prochot_residency_acc=400)
+    return sampler.stop()
+
+
+def _own_and_other():
+    return [{"name": "python", "pid": os.getpid(), "mem": 2**30, "memory_usage": {"vram_mem": 2**30}},
+            {"name": "train", "pid": 1, "mem": 2**34, "memory_usage": {"vram_mem": 2**34}}]
+
+
+def test_amdsmi_source_records_every_key(monkeypatch):
+    monkeypatch.setitem(sys.modules, "amdsmi", FakeAmdSmi(processes=_own_and_other()))
+    info = _amd_run(sys.modules["amdsmi"], window=2.0)
+    assert info["energy_j"] == pytest.approx(1300.0) and info["power_w"] == pytest.approx(650.0)
+    assert info["sm_clock_mhz"] == {"min": 2100, "median": 2100} and info["mem_clock_mhz"]["min"] == 1300
+    assert info["temp_c_max"] == 71, "the hotspot, where the edge sensor is missing"
+    assert info["pcie_under_load"] == {"gen": 5, "width": 16}
+    # PPT 1500 of 2000 ticks, PROCHOT 400; VR "N/A" and HBM all-ones are not counted.
+    assert info["clocks_limited"] == pytest.approx({"power": 0.75, "thermal": 0.0, "hw_slowdown": 0.2})
+    assert info["pcie_replays"] == 2 and info["ecc_errors"] == {"corrected": 12, "uncorrected": 0}
+    assert info["other_processes"] == {"count": 1, "memory_bytes": 2**34}
+    assert "telemetry_note" not in info and set(info) <= set(telemetry.KEYS)
+    assert "pcie_under_load" not in _amd_run(sys.modules["amdsmi"], 2.0, host_copy=False)
+
+
+def test_amdsmi_before_rocm_6_2_gives_the_same_keys(monkeypatch):
+    monkeypatch.setitem(sys.modules, "amdsmi", FakeAmdSmi(old=True, processes=_own_and_other()))
+    info = _amd_run(sys.modules["amdsmi"], window=2.0)
+    assert info["energy_j"] == pytest.approx(1300.0) and info["sm_clock_mhz"]["min"] == 2100
+    assert info["other_processes"] == {"count": 1, "memory_bytes": 2**34}
+
+
+def test_amdsmi_energy_counts_across_a_wraparound_and_not_over_a_short_window(monkeypatch):
+    monkeypatch.setitem(sys.modules, "amdsmi", FakeAmdSmi())
+    assert _amd_run(sys.modules["amdsmi"], window=2.0, wrap=True)["energy_j"] == pytest.approx(1300.0)
+    short = _amd_run(sys.modules["amdsmi"], window=0.25)
+    assert "energy_j" not in short and "10 updates" in short["telemetry_note"]
+    assert short["power_w"] == 650.0, "the mean of the power readings, where the energy is left out"
+
+
+def test_an_amdsmi_call_that_fails_leaves_only_its_key_out(monkeypatch):
+    monkeypatch.setitem(sys.modules, "amdsmi", FakeAmdSmi(failing={
+        "amdsmi_get_energy_count", "amdsmi_get_clock_info", "amdsmi_get_gpu_metrics_info",
+        "amdsmi_get_gpu_total_ecc_count", "amdsmi_get_gpu_process_list"}))
+    info = _amd_run(sys.modules["amdsmi"], window=2.0)
+    assert {"energy_j", "sm_clock_mhz", "mem_clock_mhz", "clocks_limited", "ecc_errors",
+            "other_processes"}.isdisjoint(info)
+    assert info["power_w"] == 650.0 and info["pcie_replays"] == 2 and info["temp_c_max"] == 71
+    monkeypatch.setitem(sys.modules, "amdsmi", FakeAmdSmi(failing={"amdsmi_get_power_info"}))
+    assert "power_w" not in _amd_run(sys.modules["amdsmi"], window=0.25)
+
+
+class PciPlatform(FakePlatform):
+    """FakePlatform whose GPUs have a UUID and a PCI address, as torch gives them."""
+
+    def properties(self, device):
+        return {**super().properties(device), "uuid": f"GPU-{device.index}",
+                "pci_bus_id": f"0000:c{device.index}:00.0"}
+
+
+@pytest.fixture
+def rocm(monkeypatch):
+    """A ROCm build of torch (torch.version.hip set); amdsmi's init is tried afresh."""
+    import torch
+
+    monkeypatch.setattr(torch.version, "hip", "6.2.41133", raising=False)
+    telemetry._amdsmi_down.cache_clear()
+    yield
+    telemetry._amdsmi_down.cache_clear()
+
+
+def test_without_amdsmi_an_amd_gpu_records_only_why(rocm, monkeypatch):
+    monkeypatch.setitem(sys.modules, "amdsmi", None)  # `import amdsmi` raises ImportError
+    with use_platform(PciPlatform(gpus=1, kind="rocm")):
+        sources, notes = sources_for(["cuda:0"])
+        with over(["cpu", "cuda:0"]) as found:
+            pass
+    assert sources == [] and "amdsmi is not usable (ModuleNotFoundError)" in notes[0]
+    assert found == {"telemetry_note": notes[0]}
+
+
+def test_an_amd_gpu_is_read_through_amdsmi_by_its_pci_address_never_nvml(rocm, monkeypatch):
+    fake = FakeAmdSmi()
+    monkeypatch.setitem(sys.modules, "amdsmi", fake)
+    monkeypatch.setattr(telemetry, "_nvml_handle", lambda device: pytest.fail("NVML asked of an AMD GPU"))
+    with use_platform(PciPlatform(gpus=2, kind="rocm")):
+        sources, notes = sources_for(["cpu", "cuda:1"])
+    assert [type(s) for s in sources] == [telemetry.AmdSmiSource] and notes == []
+    assert fake.bdfs == ["0000:c1:00.0"] and sources[0].handle == "amd:0000:c1:00.0" and sources[0].host_copy
+
+
+def test_an_nvidia_gpu_is_never_read_through_amdsmi(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.version, "hip", None, raising=False)
+    fake = FakeAmdSmi()
+    monkeypatch.setitem(sys.modules, "amdsmi", fake)
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    monkeypatch.setattr(telemetry, "_nvml_handle", lambda device: f"nvml:{device}")
+    with use_platform(PciPlatform(gpus=1)):
+        sources, _ = sources_for(["cuda:0"])
+    assert [type(s) for s in sources] == [NvmlSource] and fake.bdfs == []
