@@ -48,7 +48,8 @@ def family_names() -> list[str]:
 
 
 def is_tooling(path: Path) -> bool:
-    return TOOLS in path.parents or path.name == FAMILY_TOOLING
+    # A family's checks.py only: suite/health/checks.py is runtime.
+    return TOOLS in path.parents or (path.name == FAMILY_TOOLING and path.parent.parent == SUITE / "cases")
 
 
 def runtime_modules() -> list[Path]:

@@ -195,11 +195,12 @@ def test_default_config_on_8_gpus_sweeps_the_chosen_pairs_and_runs_the_matrix_at
     with use_platform(FakePlatform(gpus=8)):
         everything = copy_case.enumerate_cases(parse_config({"cases": {"copy": every_size}}), ["cpu", *gpus])
     assert ids < {c.id for c in everything}
-    for expected in ("cpu->cuda:7-pageable-4KiB", "cuda:7->cpu-pinned-256MiB", "cuda:0->cuda:1-device-16KiB",
-                     "cuda:3->cuda:5-device-64MiB", "cuda:2<->cuda:6-device-non_blocking-256MiB",
-                     "cuda:0->cuda:0-device-4KiB", "cuda:4->cuda:4-device-256MiB"):
+    for expected in ("cpu->cuda:7-pageable-4KiB", "cuda:7->cpu-pinned-64MiB", "cuda:0->cuda:1-device-16KiB",
+                     "cuda:3->cuda:5-device-64MiB", "cuda:2<->cuda:6-device-non_blocking-64MiB",
+                     "cuda:0->cuda:0-device-4KiB", "cuda:4->cuda:4-device-64MiB"):
         assert expected in ids
     assert "cuda:3->cuda:5-device-4KiB" not in ids and "cuda:4->cuda:4-device-4KiB" not in ids
+    assert not any(i.endswith("256MiB") for i in ids)  # the default sweeps to 64 MiB; full.yaml adds 256 MiB
 
 
 def _peer_pairs_swept(uni: dict) -> set:
