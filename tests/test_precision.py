@@ -483,3 +483,166 @@ def test_row_wise_fp8_needs_hopper_and_per_tensor_does_not():
     with use_platform(FakePlatform(gpus=1)):  # capability 9.0
         assert formats.scaling_reason("row", "cuda:0") is None
     assert formats.scaling_reason("row", "cpu") is None
+
+
+# --- block-scaled MXFP8 and NVFP4 (torch.nn.functional.scaled_mm): quantization, layout, check, skips ---------
+# The GPU call cannot run here (torch's CPU scaled_mm refuses block-wise scales): a reference scaled_mm, written
+# from the formats' definitions and cuBLAS's scale layout independently of formats.py, stands in for it.
+
+F = torch.nn.functional
+BLOCK = ["mxfp8", "nvfp4"]
+# e2m1 (OCP MX spec): 1 sign bit (8), 2 exponent bits (bias 1), 1 mantissa bit; codes 0-7 are these magnitudes.
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def _e2m1(codes: torch.Tensor) -> torch.Tensor:
+    return E2M1[(codes & 7).long()] * (1 - 2 * (codes >> 3).float())
+
+
+def _unswizzle(flat: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """cuBLAS's block-scale layout back to rows x cols: row r, block c of a 128 x 4 tile at (r%32)*16+(r//32)*4+c."""
+    tiles_c = -(-cols // 4)
+    r, c = torch.arange(rows)[:, None], torch.arange(cols)[None, :]
+    at = ((r // 128) * tiles_c + c // 4) * 512 + (r % 32) * 16 + (r % 128 // 32) * 4 + c % 4
+    return flat[at]
+
+
+def _fp4_values(x: torch.Tensor, swap: bool = False) -> torch.Tensor:
+    """float4_e2m1fn_x2 rows (k/2 bytes) -> rows x k float32, the even element in the low nibble (as torch's
+    own tests pack it: torch.testing._internal.common_quantized.pack_uint4)."""
+    raw = x.contiguous().view(torch.uint8)
+    low, high = raw & 15, raw >> 4
+    pair = (high, low) if swap else (low, high)
+    return _e2m1(torch.stack(pair, dim=-1).flatten(-2))
+
+
+def _reference_scaled_mm(a, b, scale_a, recipe_a, scale_b, recipe_b, swizzle_a=None, swizzle_b=None,
+                         output_dtype=torch.bfloat16, swizzled=True, swap=False):
+    def dequantize(x, scales, recipe, swap=False):  # x: rows x k (k/2 bytes for FP4)
+        values = _fp4_values(x, swap) if x.dtype == torch.float4_e2m1fn_x2 else x.float()
+        block = 32 if recipe[0] == F.ScalingType.BlockWise1x32 else 16
+        rows, k = values.shape
+        flat = scales[0].float()
+        s = _unswizzle(flat, rows, k // block) if swizzled else flat[:rows * k // block].view(rows, -1)
+        out = values * s.repeat_interleave(block, dim=1)
+        return out * scales[1] if len(scales) > 1 else out
+
+    assert swizzle_a == swizzle_b and swizzle_a[0] == F.SwizzleType.SWIZZLE_32_4_4
+    # `swap` reads a's nibbles the other way round: in both operands it would leave the product as it is (it
+    # swaps k's elements pairwise in both), so the order itself is pinned by a known byte.
+    return (dequantize(a, scale_a, recipe_a, swap) @ dequantize(b.t(), scale_b, recipe_b).t()).to(output_dtype)
+
+
+@pytest.fixture
+def block_on_cpu(monkeypatch):
+    """Block-scaled matmuls on the CPU through the reference scaled_mm; returns a setter for its variants."""
+    monkeypatch.setattr("suite.cases.matmul.measure.unsupported_reason", lambda *args: None)
+    monkeypatch.setattr(F, "scaled_mm", _reference_scaled_mm)
+    return lambda **kw: monkeypatch.setattr(F, "scaled_mm", lambda *a, **k: _reference_scaled_mm(*a, **k, **kw))
+
+
+def test_mxfp8_scales_are_powers_of_two_rounded_up_so_each_block_uses_e4m3s_range():
+    a = torch.randn(40, 96) * torch.logspace(-3, 3, 40)[:, None]  # rows of very different magnitude
+    q, scales, glob, values = formats._block_quantize(a, "mxfp8")
+    assert q.dtype == torch.float8_e4m3fn and scales.dtype == torch.float8_e8m0fnu and glob == 1.0
+    s = _unswizzle(scales.float(), 40, 3)
+    assert torch.equal(s, torch.exp2(torch.log2(s).round()))  # e8m0: powers of two
+    top = q.float().abs().view(40, 3, 32).amax(dim=2)
+    assert (top <= 448).all() and (top >= 224).all()  # the largest lands within a factor 2 of 448, never over
+    assert torch.equal(values.float(), (q.float().view(40, 3, 32) * s[..., None]).view(40, 96))
+    assert (values.float() - a).norm() / a.norm() < 2**-4
+
+
+def test_nvfp4_packs_two_e2m1_per_byte_as_torch_does_and_each_block_reaches_6():
+    a = torch.randn(24, 64)
+    q, scales, glob, values = formats._block_quantize(a, "nvfp4")
+    assert q.dtype == torch.float4_e2m1fn_x2 and q.shape == (24, 32) and scales.dtype == torch.float8_e4m3fn
+    assert glob == pytest.approx(a.abs().max().item() / (6 * 448))
+    s = _unswizzle(scales.float(), 24, 4)
+    decoded = _fp4_values(q)
+    assert torch.equal(decoded * s.repeat_interleave(16, dim=1), values.float())
+    assert (decoded.abs().view(24, 4, 16).amax(dim=2) == 6).all()
+    assert s.max() == 448  # the global scale puts the largest block scale on e4m3's largest
+    assert (values.float() * glob - a).norm() / a.norm() < 0.15  # e2m1: 1 mantissa bit
+    # Each element is the nearest e2m1 value of the scaled input (ties, which random data misses, aside).
+    scaled = a / (s.repeat_interleave(16, dim=1) * glob)
+    nearest = (scaled[..., None] - torch.cat([E2M1, -E2M1])).abs().min(dim=-1).values
+    assert torch.allclose((decoded - scaled).abs(), nearest)
+    # A known byte: k's even element 0.5 (code 1) in the low nibble, its odd one -6 (code 15) in the high one.
+    one = torch.tensor([[0.5, -6.0] + [0.0] * 14])
+    assert formats._block_quantize(one, "nvfp4")[0].view(torch.uint8)[0, 0] == 0xF1
+
+
+@pytest.mark.parametrize("rows, cols", [(128, 4), (200, 6), (5, 1), (300, 9)])
+def test_scales_are_swizzled_as_cublas_wants_and_unswizzle_back(rows, cols):
+    scales = torch.rand(rows, cols) + 0.5
+    flat = formats.swizzled(scales)
+    assert flat.numel() == -(-rows // 128) * 128 * -(-cols // 4) * 4  # padded to whole 128 x 4 tiles
+    assert torch.equal(_unswizzle(flat, rows, cols), scales)
+    assert (flat == 1).sum() == flat.numel() - scales.numel()  # the padding is ones
+
+
+def test_a_known_small_swizzle():
+    # One 128 x 4 tile: rows 0, 32, 64, 96 share a 16-byte line, 4 scales each; then rows 1, 33, 65, 97; ...
+    flat = formats.swizzled(torch.arange(128 * 4, dtype=torch.float32).view(128, 4))
+    assert flat[:8].tolist() == [0, 1, 2, 3, 128, 129, 130, 131]
+    assert flat[16:20].tolist() == [4, 5, 6, 7]  # row 1
+    assert flat[12:16].tolist() == [384, 385, 386, 387]  # row 96
+
+
+@pytest.mark.parametrize("precision", BLOCK)
+def test_block_scaled_matmul_runs_end_to_end_and_a_wrong_scale_layout_or_packing_fails(block_on_cpu, precision):
+    work = matmul_work("x", "cpu", precision, 48, 64, 96)
+    work.fn()
+    work.check()
+    assert work.flops == 2 * 48 * 64 * 96 and work.extra == {"precision": precision}
+    wrong = [{"swizzled": False}] + ([{"swap": True}] if precision == "nvfp4" else [])
+    for variant in wrong:
+        block_on_cpu(**variant)
+        with pytest.raises(AssertionError, match="dequantized inputs"):
+            work.check()
+
+
+def test_block_scaled_tolerance_is_fp8s_grows_with_k_and_catches_a_wrong_result(block_on_cpu, monkeypatch):
+    for precision in BLOCK:
+        assert formats.tolerance(precision, 4096) == formats.tolerance("float8_e4m3fn", 4096)
+    assert formats.tolerance("nvfp4", 16384) > formats.tolerance("nvfp4", 64)
+    work = matmul_work("x", "cpu", "nvfp4", 32, 32, 64)
+    monkeypatch.setattr(F, "scaled_mm", lambda *a, **k: _reference_scaled_mm(*a, **k) * 1.05)
+    with pytest.raises(AssertionError, match="dequantized inputs"):
+        work.check()
+
+
+def test_block_scaled_skips_with_the_reason_off_blackwell_and_on_an_older_torch(monkeypatch):
+    for precision in BLOCK:
+        assert "compute capability >= 10.0" in unsupported_reason(precision, "cpu")
+        with pytest.raises(SkipCase, match="Blackwell"):
+            matmul_work("x", "cpu", precision, 64, 64, 64)
+        assert "cuda:0" in formats.shape_reason(precision, "cuda:0", 64, 64, 48)
+    with use_platform(FakePlatform(gpus=1)):  # capability 9.0
+        reason = unsupported_reason("nvfp4", "cuda:0")
+        assert "9.0" in reason and ">= 10.0" in reason
+
+    class Blackwell(FakePlatform):
+        def properties(self, device):
+            return dict(super().properties(device), name="NVIDIA B200", capability="10.0")
+
+    with use_platform(Blackwell(gpus=1)):
+        assert unsupported_reason("mxfp8", "cuda:0") is None
+        monkeypatch.delattr(torch, "float4_e2m1fn_x2")
+        assert "torch.float4_e2m1fn_x2" in unsupported_reason("nvfp4", "cuda:0")
+        assert unsupported_reason("mxfp8", "cuda:0") is None
+        monkeypatch.delattr(F, "scaled_mm")
+        assert "torch.nn.functional.scaled_mm" in unsupported_reason("mxfp8", "cuda:0")
+        assert torch.__version__ in unsupported_reason("mxfp8", "cuda:0")
+
+
+def test_block_scaled_are_dtypes_with_their_own_ids_and_b200_peaks():
+    config = parse_config({"devices": ["cpu"], "cases": {"matmul": {
+        "dtypes": ["MXFP8", "nvfp4"], "shapes": ["64x64x64"], "scaling": ["tensor", "row"]}}})
+    assert [c.id for c in matmul_cases(config, ["cpu"])] == ["cpu-mxfp8-64x64x64", "cpu-nvfp4-64x64x64"]
+    from suite.cases import datasheet
+
+    assert datasheet.lookup("NVIDIA B200", "nvfp4").tflops == 9000.0
+    assert datasheet.lookup("NVIDIA B200", "mxfp8").tflops == datasheet.lookup("NVIDIA B200", "float8_e4m3fn").tflops
+    assert datasheet.lookup("NVIDIA H100 80GB HBM3", "nvfp4") is None

@@ -4,7 +4,8 @@ Vendors quote tensor-core figures "with sparsity" (2:4 structured sparsity doubl
 the dense one (the sparse figure halved where a datasheet gives only that). float32 is the plain FP32 (CUDA
 core) peak, tf32 the TF32 tensor-core peak, float16 the FP16 tensor-core peak with FP32 accumulation (what
 PyTorch uses), float64 the FP64 tensor-core peak where the chip has one, float8_e4m3fn and float8_e5m2 the FP8
-tensor-core peak (both formats run at one rate), int8 the INT8 tensor-core peak in TOPS. Peaks are upper bounds at boost clock:
+tensor-core peak (both formats run at one rate), mxfp8 (block-scaled FP8) the same FP8 peak, nvfp4 the FP4
+tensor-core peak (Blackwell), int8 the INT8 tensor-core peak in TOPS. Peaks are upper bounds at boost clock:
 the best published matmul (MAMF) reaches 78-87% of them on NVIDIA GPUs, 51% on the MI300X (docs/reference.md).
 
 Device names are matched by tokens (`NVIDIA H100 80GB HBM3` -> h100, 80gb, hbm3). Where the name does not say
@@ -89,9 +90,10 @@ PEAKS: tuple[Peak, ...] = (
     Peak("T4", _peaks(None, 8.1, None, None, 65.0), "NVIDIA T4 Tensor Core GPU datasheet", ("t4",)),
     # No fp32 row: Blackwell's bf16 is 30x its plain fp32 (75), past the 16x that marks a sparse figure elsewhere.
     Peak("B200", {"float64": 37.0, "tf32": 1100.0, "bfloat16": 2250.0, "float16": 2250.0,
-                  "float8_e4m3fn": 4500.0, "float8_e5m2": 4500.0, "int8": 4500.0},
-         "bf16/fp16/fp8: docs/reference.md (ml-engineering compute/accelerator README); fp64, tf32 and int8: "
-         "NVIDIA HGX B200 datasheet, per-GPU column (sparse halved)", ("b200",)),
+                  "float8_e4m3fn": 4500.0, "float8_e5m2": 4500.0, "mxfp8": 4500.0, "int8": 4500.0, "nvfp4": 9000.0},
+         "bf16/fp16/fp8: docs/reference.md (ml-engineering compute/accelerator README); fp64, tf32, int8 and fp4 "
+         "(nvfp4: 18 PFLOPS sparse): NVIDIA HGX B200 datasheet, per-GPU column (sparse halved); mxfp8 runs at the "
+         "FP8 rate", ("b200",)),
     Peak("MI300X", _peaks(163.4, 163.4, 653.7, 1307.4, 1307.4, fp8=2614.9, int8=2614.9),
          "AMD Instinct MI300X data sheet (matrix cores; fp8 and int8 dense, the sparse figures halved)",
          ("mi300x",)),

@@ -1,5 +1,6 @@
 """Precision modes of the compute cases: float32 (IEEE), TF32, bfloat16, float16, float64; set per case, restored.
-FP8 and INT8 (matmuls only) and whether the installed torch and the device have them.
+FP8, INT8 and the block-scaled MXFP8 and NVFP4 (matmuls only) and whether the installed torch and the device
+have them.
 
 A case's `precision` is its dtype, except `tf32`: float32 storage with TensorFloat-32 tensor-core math allowed
 in cuBLAS and cuDNN. Plain `float32` means IEEE float32 everywhere: TF32 is switched off explicitly (cuDNN
@@ -24,7 +25,12 @@ from suite.cases import Case, SkipCase
 # torch.matmul: the OCP FP8 formats and INT8.
 FP8 = ("float8_e4m3fn", "float8_e5m2")
 INT8 = "int8"
-PRECISIONS = ("float32", "tf32", "bfloat16", "float16", "float64", *FP8, INT8)
+# The block-scaled formats (OCP MX, NVIDIA's NVFP4), through torch.nn.functional.scaled_mm: the data's dtype, its
+# scales' dtype, and the elements along k that share a scale. Blackwell's tensor cores have them (compute
+# capability 10.0).
+BLOCK_SCALED = {"mxfp8": ("float8_e4m3fn", "float8_e8m0fnu", 32), "nvfp4": ("float4_e2m1fn_x2", "float8_e4m3fn", 16)}
+BLOCK_MIN_CAPABILITY = (10, 0)
+PRECISIONS = ("float32", "tf32", "bfloat16", "float16", "float64", *FP8, INT8, *BLOCK_SCALED)
 # FP8 tensor cores arrived with Ada and Hopper (compute capability 8.9).
 FP8_MIN_CAPABILITY = (8, 9)
 # MI300 (gfx94x) runs FP8 in the fnuz variants (no infinities, one NaN, exponent bias one higher); gfx95x and
@@ -100,6 +106,27 @@ def _low_precision_reason(precision: str, device: str) -> str | None:
     return None
 
 
+def _block_reason(precision: str, device: str) -> str | None:
+    data, scale, block = BLOCK_SCALED[precision]
+    fn = torch.nn.functional
+    wanted = [(torch, "torch", (data, scale)), (fn, "torch.nn.functional", ("scaled_mm",)),
+              (getattr(fn, "ScalingType", None), "ScalingType", (f"BlockWise1x{block}", "TensorWise")),
+              (getattr(fn, "SwizzleType", None), "SwizzleType", ("SWIZZLE_32_4_4", "NO_SWIZZLE"))]
+    missing = [f"{where}.{name}" for obj, where, names in wanted for name in names if not hasattr(obj, name)]
+    if missing:
+        return f"{precision} matmuls need {', '.join(missing)}, which torch {torch.__version__} does not have"
+    need = "block-scaled tensor cores: CUDA compute capability >= 10.0 (Blackwell or newer)"
+    if not device.startswith("cuda") or getattr(torch.version, "hip", None):
+        # torch's CPU scaled_mm refuses block-wise scales; MI355's MX formats are untested here.
+        return f"{precision} matmuls need {need}; {device} has none that this suite runs"
+    if dev.missing_reason(device) is not None:
+        return None
+    props = dev.current_platform().properties(torch.device(device))
+    if capability := below(props, BLOCK_MIN_CAPABILITY):
+        return f"{precision} matmuls need {need}; {device} ({props.get('name', '?')}) is {capability}"
+    return None
+
+
 def below(props: dict, minimum: tuple[int, int]) -> str | None:
     """The device's compute capability ('7.5') where it is below `minimum`; None where it is not, or not said."""
     capability = str(props.get("capability") or "")
@@ -108,8 +135,10 @@ def below(props: dict, minimum: tuple[int, int]) -> str | None:
 
 
 def unsupported_reason(precision: str, device: str) -> str | None:
-    """Why `precision` cannot run on `device`, where the suite knows in advance (for FP8 and INT8: what the
-    installed torch offers, and the device's FP8 tensor cores); None otherwise."""
+    """Why `precision` cannot run on `device`, where the suite knows in advance (for FP8, INT8, MXFP8, NVFP4: what the
+    installed torch offers, and the device's FP8 or block-scaled tensor cores); None otherwise."""
+    if precision in BLOCK_SCALED:
+        return _block_reason(precision, device)
     if precision in LOW_PRECISION_OP:
         return _low_precision_reason(precision, device)
     if precision != "tf32":

@@ -15,6 +15,7 @@ MATMUL_PRECISION_ALIASES = {
     **{alias: "float8_e4m3fn" for alias in ("float8_e4m3fn", "fp8", "fp8_e4m3", "e4m3")},
     **{alias: "float8_e5m2" for alias in ("float8_e5m2", "fp8_e5m2", "e5m2")},
     "int8": "int8",
+    **{name: name for name in ("mxfp8", "nvfp4")},
 }
 MATMUL_PRECISIONS = sorted(set(MATMUL_PRECISION_ALIASES.values()))
 
@@ -24,7 +25,8 @@ def _precision(value: Any) -> str:
     if key in MATMUL_PRECISION_ALIASES:
         return MATMUL_PRECISION_ALIASES[key]
     raise ValueError(f"{value!r} is not a dtype; allowed: {', '.join(MATMUL_PRECISIONS)} (tf32: float32 data, "
-                     "TF32 math; float8_*: torch._scaled_mm; int8: torch._int_mm)")
+                     "TF32 math; float8_*: torch._scaled_mm; int8: torch._int_mm; mxfp8, nvfp4: block-scaled, "
+                     "torch.nn.functional.scaled_mm)")
 
 
 MatmulPrecision = Annotated[str, BeforeValidator(_precision, json_schema_input_type=str)]
