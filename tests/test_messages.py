@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from suite.cli import COMMANDS
 from suite.distributed import launch
 from suite.errors import UserError
 from suite.partial import check_writable
@@ -90,3 +91,13 @@ def test_the_quiet_torchrun_runs_torchrun_with_the_shown_arguments(no_torchrun, 
     launch.main(["--nproc", "2", "--suite-devices", "cpu", "--benchmark-json", "out.json"])
     shown = capsys.readouterr().out.splitlines()[0].removeprefix("+ ").split()
     assert no_torchrun[0][3:] == shown[3:] and Path(no_torchrun[0][0]) == Path(sys.executable)
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_commands_help_prints(command, capsys):
+    # argparse formats help strings with %: a stray one ("within 1%") is a traceback on --help.
+    from suite.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0 and "usage:" in capsys.readouterr().out

@@ -186,7 +186,7 @@ def add_arguments(parser) -> None:
                         help="tiny sizes and 2 rounds: checks that everything runs, judges nothing")
     parser.add_argument("--telemetry", action="store_true",
                         help=f"the suite's figures with telemetry on against off instead (target within "
-                             f"{TELEMETRY_TARGET:.0%}): does reading power and clocks perturb them?")
+                             f"{TELEMETRY_TARGET:.0%}%): does reading power and clocks perturb them?")
 
 
 def run(args) -> int:
