@@ -431,23 +431,8 @@ class Sampler:
 
     def _gauges(self) -> dict:
         """Clocks, hottest reading, PCIe link, and the mean power readings (summed over the sources)."""
-        found: dict = {}
         readings = [g for samples in self.samples for g in samples]
-        for key in ("sm_clock_mhz", "mem_clock_mhz"):
-            values = [g[key] for g in readings if key in g]
-            if values:
-                found[key] = {"min": min(values), "median": statistics.median(values)}
-        temps = [g["temp_c"] for g in readings if "temp_c" in g]
-        if temps:
-            found["temp_c_max"] = max(temps)
-        linked = [[g for g in samples if "pcie_gen" in g and "pcie_width" in g] for samples in self.samples]
-        links = [(max(g["pcie_gen"] for g in gs), max(g["pcie_width"] for g in gs)) for gs in linked if gs]
-        if links:
-            found["pcie_under_load"] = {"gen": min(g for g, _ in links), "width": min(w for _, w in links)}
-        powers = [[g["power_w"] for g in samples if "power_w" in g] for samples in self.samples]
-        if powers and all(powers):
-            found["power_w"] = sum(statistics.fmean(p) for p in powers)
-        return found
+        return {**_clocks(readings), **_link(self.samples), **_mean_power(self.samples)}
 
     def _processes(self, notes: list[str]) -> dict:
         known = [dict(o) for o in self.others if o is not None]
@@ -458,6 +443,28 @@ class Sampler:
         if len(known) == len(self.others) and all("memory_bytes" in o for o in known):
             found["memory_bytes"] = sum(o["memory_bytes"] for o in known)
         return {"other_processes": found}
+
+
+def _clocks(readings: list[dict]) -> dict:
+    found: dict = {}
+    for key in ("sm_clock_mhz", "mem_clock_mhz"):
+        values = [g[key] for g in readings if key in g]
+        if values:
+            found[key] = {"min": min(values), "median": statistics.median(values)}
+    temps = [g["temp_c"] for g in readings if "temp_c" in g]
+    return {**found, "temp_c_max": max(temps)} if temps else found
+
+
+def _link(samples: list[list[dict]]) -> dict:
+    """The narrowest link of the sources, each at the widest it ran while sampled (under load)."""
+    linked = [[g for g in gs if "pcie_gen" in g and "pcie_width" in g] for gs in samples]
+    links = [(max(g["pcie_gen"] for g in gs), max(g["pcie_width"] for g in gs)) for gs in linked if gs]
+    return {"pcie_under_load": {"gen": min(g for g, _ in links), "width": min(w for _, w in links)}} if links else {}
+
+
+def _mean_power(samples: list[list[dict]]) -> dict:
+    powers = [[g["power_w"] for g in gs if "power_w" in g] for gs in samples]
+    return {"power_w": sum(statistics.fmean(p) for p in powers)} if powers and all(powers) else {}
 
 
 def _safe(read: Callable):
