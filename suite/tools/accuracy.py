@@ -165,7 +165,8 @@ HEADER = ("family", "measurement", "suite", "reference", "ratio", "pair ratios",
 def table(rows: list[Row]) -> str:
     cells = [HEADER]
     for r in rows:
-        verdict = "-" if r.passed is None else "PASS" if r.passed else "FAIL"
+        unresolved = r.passed is None and r.ratio is not None and r.target.passed(r.suite, r.ratio) is not False
+        verdict = "noise" if unresolved and len(r.ratios) else "-" if r.passed is None else "PASS" if r.passed else "FAIL"
         ratio = "-" if r.ratio is None else fmt_ratio(r.ratio)
         cells.append((r.family, r.title, fmt_value(r.suite, r.unit),
                       f"{fmt_value(r.ref, r.unit)} ({r.reference})", ratio,
@@ -253,6 +254,9 @@ def _report(rows: list[Row], quick: bool) -> int:
     if any(r.ratio is None for r in rows):
         print(f"\nratio '-': fewer than {MIN_PAIRS_FOR_RATIO} paired rounds; the median of two is their "
               "mean, which one disturbed pair moves anywhere (each pair's ratio is in the range beside it)")
+    if any(r.passed is None and r.ratio is not None for r in rows) and not quick:
+        print("\nverdict 'noise': the median is within the target, but the pairs' ~90% interval of it is not "
+              "(too few or too scattered pairs): not judged; more --rounds on a quieter machine")
     if quick:
         print("\n--quick: sizes and rounds too small for the targets; nothing judged")
     if bad:

@@ -55,12 +55,26 @@ class Target:
             return f">= {self.value:g}x"
         return f"< {fmt_value(self.value, 's')}"
 
-    def passed(self, suite: float, ratio: float) -> bool:
+    def passed(self, suite: float, ratio: float, ratios: tuple[float, ...] = ()) -> bool | None:
+        """The verdict; None (not judged) where the median is within the target but the pairs' noise is too
+        wide to say so: a gate never passes what it could not resolve."""
         if self.kind == "within":
-            return abs(ratio - 1) <= self.value
+            if abs(ratio - 1) > self.value:
+                return False
+            low, high = median_interval(ratios) if ratios else (ratio, ratio)
+            return True if abs(low - 1) <= self.value and abs(high - 1) <= self.value else None
         if self.kind == "at_least":
             return ratio >= self.value
         return suite < self.value
+
+
+def median_interval(values: tuple[float, ...]) -> tuple[float, float]:
+    """A ~90% confidence interval of the median of `values` from their order statistics (distribution-free:
+    the k-th smallest and largest, k = (n - 1.645 sqrt(n)) / 2): the whole range for 3 values, all but the
+    extremes for 7 (87.5%), the middle 9 of 21."""
+    ordered = sorted(values)
+    k = max(0, int((len(ordered) - 1.645 * len(ordered) ** 0.5) / 2))
+    return ordered[k], ordered[-1 - k]
 
 
 @dataclass(frozen=True)
@@ -115,7 +129,8 @@ def summarise(pairs: list[Pair], judge: bool = True, min_pairs: int = MIN_PAIRS_
         ratio = statistics.median(ratios) if enough else None
         rows.append(Row(first.family, first.title, first.unit, first.reference, first.target, suite,
                         statistics.median(p.ref for p in group), ratio, min(ratios), max(ratios),
-                        first.target.passed(suite, ratio) if judge and enough else None, tuple(ratios)))
+                        first.target.passed(suite, ratio, tuple(ratios)) if judge and enough else None,
+                        tuple(ratios)))
     return rows
 
 
