@@ -99,11 +99,7 @@ def _low_precision_reason(precision: str, device: str) -> str | None:
         if arch.startswith("gfx94") and not hasattr(torch, FNUZ[precision]):
             return f"{precision} on {arch} runs as torch.{FNUZ[precision]}, which torch {torch.__version__} lacks"
         return None
-    props = dev.current_platform().properties(torch.device(device))
-    if capability := below(props, FP8_MIN_CAPABILITY):
-        return (f"{precision} needs FP8 tensor cores: compute capability >= {FP8_MIN_CAPABILITY[0]}."
-                f"{FP8_MIN_CAPABILITY[1]} (Ada, Hopper or newer); {device} ({props.get('name', '?')}) is {capability}")
-    return None
+    return short_of(device, FP8_MIN_CAPABILITY, f"{precision} needs FP8 tensor cores:", "Ada, Hopper")
 
 
 def _block_reason(precision: str, device: str) -> str | None:
@@ -121,17 +117,21 @@ def _block_reason(precision: str, device: str) -> str | None:
         return f"{precision} matmuls need {need}; {device} has none that this suite runs"
     if dev.missing_reason(device) is not None:
         return None
-    props = dev.current_platform().properties(torch.device(device))
-    if capability := below(props, BLOCK_MIN_CAPABILITY):
-        return f"{precision} matmuls need {need}; {device} ({props.get('name', '?')}) is {capability}"
-    return None
+    return short_of(device, BLOCK_MIN_CAPABILITY, f"{precision} matmuls need block-scaled tensor cores: CUDA",
+                    "Blackwell")
 
 
-def below(props: dict, minimum: tuple[int, int]) -> str | None:
-    """The device's compute capability ('7.5') where it is below `minimum`; None where it is not, or not said."""
+def short_of(device: str, minimum: tuple[int, int], need: str, generations: str,
+             props: dict | None = None) -> str | None:
+    """'`need` compute capability >= 9.0 (`generations` or newer); cuda:0 (NAME) is 8.9' where the device's
+    capability is below `minimum`; None where it is not, or the device does not say."""
+    props = dev.current_platform().properties(torch.device(device)) if props is None else props
     capability = str(props.get("capability") or "")
     valid = capability.count(".") == 1 and capability.replace(".", "").isdigit()
-    return capability if valid and tuple(map(int, capability.split("."))) < minimum else None
+    if not valid or tuple(map(int, capability.split("."))) >= minimum:
+        return None
+    return (f"{need} compute capability >= {minimum[0]}.{minimum[1]} ({generations} or newer); {device} "
+            f"({props.get('name', '?')}) is {capability}")
 
 
 def unsupported_reason(precision: str, device: str) -> str | None:
@@ -169,10 +169,7 @@ def unsupported_reason(precision: str, device: str) -> str | None:
                     "(no torch.cuda.is_tf32_supported); see the float32 case")
         return (f"tf32 on ROCm needs xf32 math (gfx94x/gfx95x: MI300 or later); torch says {device} ({arch}) "
                 "has none: see the float32 case")
-    if capability := below(props, TF32_MIN_CAPABILITY):
-        return (f"tf32 needs compute capability >= {TF32_MIN_CAPABILITY[0]}.{TF32_MIN_CAPABILITY[1]} "
-                f"(Ampere or newer); {device} ({props.get('name', '?')}) is {capability}")
-    return None
+    return short_of(device, TF32_MIN_CAPABILITY, "tf32 needs", "Ampere", props)
 
 
 # --- the process-global switches -------------------------------------------------------------------------

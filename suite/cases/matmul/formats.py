@@ -11,7 +11,7 @@ import torch
 
 from suite import devices as dev
 from suite.cases.common import randn, relative_error, to_host64
-from suite.cases.precision import BLOCK_SCALED, FP8, INT8, below, low_precision_dtype
+from suite.cases.precision import BLOCK_SCALED, FP8, INT8, low_precision_dtype, short_of
 
 # The relative error (Frobenius, against float64 of the dequantized inputs, which are exact) a format may
 # show: MARGIN x (the output's rounding + the accumulator's roundoff x sqrt(k), how a sum's rounding error
@@ -33,7 +33,6 @@ INT8_MAX = 127
 CUDA_MULTIPLE = {**{name: 16 for name in FP8}, INT8: 8, **{name: 32 for name in BLOCK_SCALED}}
 INT8_MIN_M = 17
 # Scales per row of a and per column of b (scale_a m x 1, scale_b 1 x n): cuBLASLt has them from Hopper on.
-SCALINGS = ("tensor", "row")
 ROW_MIN_CAPABILITY = (9, 0)
 
 
@@ -57,11 +56,7 @@ def scaling_reason(scaling: str, device: str) -> str | None:
     """Why `device` cannot run FP8 with row-wise scales, or None."""
     if scaling != "row" or not device.startswith("cuda") or dev.missing_reason(device) is not None:
         return None
-    props = dev.current_platform().properties(torch.device(device))
-    if capability := below(props, ROW_MIN_CAPABILITY):
-        return (f"row-wise FP8 scales need compute capability >= 9.0 (Hopper or newer); {device} "
-                f"({props.get('name', '?')}) is {capability}")
-    return None
+    return short_of(device, ROW_MIN_CAPABILITY, "row-wise FP8 scales need", "Hopper")
 
 
 def product(precision: str, device: str, m: int, n: int, k: int, rows: int, scaling: str = "tensor"
