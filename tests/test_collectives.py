@@ -193,6 +193,28 @@ def test_the_oneccl_variables_are_recorded_with_the_launch():
         "CCL_ALLREDUCE": "ring", "NCCL_ALGO": "Ring", "TORCH_XCCL_BLOCKING_WAIT": "1"}
 
 
+NCCL_LOGS = os.path.join(ROOT, "tests", "data", "imported", "nccl-log")
+
+
+@pytest.mark.parametrize("name, said", [
+    # NCCL 2.24 on 8 H100: its version and NVLS multicast (the poster's log, prefixes removed).
+    ("issue1584_2.24_h100x8_nvls.txt", {"version": "2.24.3", "nvls": True}),
+    # NCCL 2.18: NCCL_ALGO acknowledged, a channels line without collnet, the per-peer count left out.
+    ("issue892_2.18_h800_algo_env.txt", {"algo": "Tree,Ring,,CollnetDirect,CollnetChain,NVLS",
+                                         "coll_channels": 16, "nvls_channels": 0, "p2p_channels": 16}),
+    ("issue1189_h20_2x2_channels.txt", {"coll_channels": 8, "collnet_channels": 0, "nvls_channels": 0,
+                                        "p2p_channels": 8}),
+    ("ms-swift6107_2nodes_no_nvls.txt", {"nvls": False, "mnnvl": False}),
+])
+def test_what_nccl_chose_is_read_from_its_published_logs(name, said):
+    from suite.cases.collectives.nccl_log import nccl_choices
+
+    with open(os.path.join(NCCL_LOGS, name), encoding="utf-8") as f:
+        assert nccl_choices(f.read()) == said
+    assert nccl_choices("x:1:2 [0] NCCL INFO NCCL_PROTO set by environment to Simple\n") == {"proto": "Simple"}
+    assert nccl_choices("no NCCL here") == {}
+
+
 def test_launch_env():
     assert LaunchEnv.from_environ({}) is None
     env = LaunchEnv.from_environ({"RANK": "5", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "8",

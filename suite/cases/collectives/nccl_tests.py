@@ -93,7 +93,9 @@ def nccl_version(code: int) -> str:
     return f"{code // 10000}.{code // 100 % 100}.{code % 100}"
 
 
-def _nccl(text: str) -> str:
+def library_version(text: str) -> str:
+    """The NCCL version a text names (nccl-tests' `nccl-library=N`, NCCL's `NCCL version 2.21.5+cuda12.4`),
+    or ""."""
     found = _NCCL_LIBRARY.search(text)
     return "" if not found else nccl_version(int(found.group(1))) if found.group(1) else found.group(2)
 
@@ -134,7 +136,7 @@ class Run:
             self.columns = line.lstrip("#").split()
 
     def line(self, line: str) -> None:
-        self.nccl = self.nccl or _nccl(line)
+        self.nccl = self.nccl or library_version(line)
         if line.startswith("#"):
             self.comment(line)
             return
@@ -173,7 +175,8 @@ def split_runs(text: str) -> list[Run]:
         header = _NTHREAD.match(line) or (line.startswith("#") and "size" in line and "busbw" in line)
         if header and (not runs or runs[-1].columns is not None):  # a run's first line (a paste lacks nThread)
             runs.append(Run(hint="\n".join(pending)))
-            runs[-1].nccl = _nccl(runs[-1].hint)  # `# nccl-tests version ... nccl-library=N` comes first
+            # `# nccl-tests version ... nccl-library=N` comes first
+            runs[-1].nccl = library_version(runs[-1].hint)
             pending = []
         if runs and not runs[-1].finished:
             runs[-1].line(line)
