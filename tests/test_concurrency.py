@@ -59,11 +59,46 @@ class ThreadedGpus:
         self.local.now = self.now() + seconds
 
     def launch(self, queue: str, devices: tuple[str, ...], work_s: float) -> None:
+        captured = getattr(self.local, "captured", None)
+        if captured is not None:  # inside a graph's capture: recorded, not launched
+            captured.append((queue, devices, work_s))
+            return
         self.host(LAUNCH_S)
+        self._queue(queue, devices, work_s)
+
+    def _queue(self, queue: str, devices: tuple[str, ...], work_s: float) -> None:
         with self.lock:
             self.done[queue] = max(self.done[queue], self.now()) + work_s
             self.queue_devices[queue] = devices
             self.launchers[queue].add((threading.get_ident(), getattr(self.local, "device", None)))
+
+    def graph(self, fails: bool = False) -> tuple[type, object]:
+        """(CUDAGraph, graph): torch.cuda's pair on these GPUs. Work launched inside `graph(g)` is recorded in
+        `g`; `g.replay()` costs its thread one launch and queues all of it, each piece on its own queue (so a
+        direction's copies run back to back on its engine, the directions at once). With `fails`, the capture
+        raises as a driver that refuses it does."""
+        gpus = self
+
+        class Graph:
+            def __init__(self) -> None:
+                self.work: list[tuple] = []
+
+            def replay(self) -> None:
+                gpus.host(LAUNCH_S)
+                for piece in self.work:
+                    gpus._queue(*piece)
+
+        @contextlib.contextmanager
+        def graph(g: Graph, stream=None):
+            gpus.local.captured = g.work
+            try:
+                if fails:
+                    raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+                yield
+            finally:
+                gpus.local.captured = None
+
+        return Graph, graph
 
     def synchronize(self, *devices) -> None:
         names = {str(d) for d in devices}
@@ -220,9 +255,18 @@ def copy_seconds(path: str, size: int) -> float:
     return latency + size / rate
 
 
-def fake_copy_machine(gpus: ThreadedGpus, monkeypatch, path: str) -> None:
+class FakeStream:
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+    def wait_stream(self, other: "FakeStream") -> None:
+        pass  # the fake's queues order a direction's copies; a graph's fork and join add nothing to time
+
+
+def fake_copy_machine(gpus: ThreadedGpus, monkeypatch, path: str, capture_fails: bool = False) -> None:
     """Copies on the fake link: tiny CPU buffers stand for each device's, and a copy queues `copy_seconds`
-    on its direction's engine; entering a stream context costs its thread STREAM_CONTEXT_S."""
+    on its direction's engine; entering a stream context costs its thread STREAM_CONTEXT_S. CUDA graphs are
+    gpus.graph's (whose capture raises with `capture_fails`)."""
     made: dict[int, tuple[str, int]] = {}
 
     def buffer(device, n, pinned=False, data=False):
@@ -250,34 +294,60 @@ def fake_copy_machine(gpus: ThreadedGpus, monkeypatch, path: str) -> None:
     monkeypatch.setattr(copy_case, "copy_engine_count", lambda device: 2)
     monkeypatch.setattr(copy_case, "synchronize", gpus.synchronize)
     monkeypatch.setattr(copy_case, "tie_to_streams", lambda tensors, streams: None)
-    monkeypatch.setattr(copy_case.torch.cuda, "Stream", lambda device: device, raising=False)
+    monkeypatch.setattr(copy_case.torch.cuda, "Stream", FakeStream, raising=False)
+    graph_class, graph = gpus.graph(fails=capture_fails)
+    monkeypatch.setattr(copy_case.torch.cuda, "CUDAGraph", graph_class, raising=False)
+    monkeypatch.setattr(copy_case.torch.cuda, "graph", graph, raising=False)
 
 
-def both_ways_gbps(gpus: ThreadedGpus, path: str, size: int) -> float:
+def copy_gbps(gpus: ThreadedGpus, path: str, size: int, direction: str = "bi") -> tuple[float, dict]:
+    """(GB/s, extra_info) of the fake's `path` copy of `size` bytes, both ways at once or one way."""
     src, dst = ("cpu", "cuda:0") if path == "h2d" else ("cuda:0", "cuda:1")
     config = parse_config({"cases": {"copy": {"sizes": ["4KiB"]}}}, "test.yaml")
     with use_platform(ThreadedPlatform(gpus, 2)):
-        case = copy_case._case(src, dst, size, "pinned" if path == "h2d" else "device", True, "bi")
+        case = copy_case._case(src, dst, size, "pinned" if path == "h2d" else "device", True, direction)
         work = copy_case.build(case, config)
         median = seconds_per_call(work.fn, SyncTimer([d for d in case.devices if d != "cpu"], clock=gpus.now,
                                                      synchronize=gpus.synchronize))
-    return work.bytes / median / 1e9
+    return work.bytes / median / 1e9, work.extra
 
 
 @pytest.mark.parametrize("path", ["h2d", "peer"])
 @pytest.mark.parametrize("size", SIZES, ids=[f"{s >> 10}KiB" for s in SIZES])
-def test_copies_both_ways_at_once_reach_the_link_or_the_launch_rate(gpus, monkeypatch, path, size):
-    # Both directions at once can go no faster than the link, nor than one launch per copy in each direction
-    # (each direction's thread). Entering each direction's stream contexts for every copy from one thread
-    # held a 4 KiB pair to 40 us on this fake (35.8 us on an H200), and NVLink's 4 MiB pair (14 us of link
-    # time) to 60 us.
+def test_copies_both_ways_at_once_reach_the_link(gpus, monkeypatch, path, size):
+    # One graph replay (one launch) holds a batch of copies in each direction, both running at once: within
+    # 10% of the link at every size. A launch per copy held a 4 KiB pair to the launch rate (here 0.8 of the
+    # link's 4 GB/s; 35.8 us on an H200), and NVLink's 4 MiB pair (14 us of link time) to 60 us.
     fake_copy_machine(gpus, monkeypatch, path)
     link = 2 * size / copy_seconds(path, size) / 1e9
+    measured, extra = copy_gbps(gpus, path, size)
+    assert 0.9 * link <= measured <= 1.0001 * link
+    assert extra["issue"] == "graph"
+
+
+@pytest.mark.parametrize("size", SIZES, ids=[f"{s >> 10}KiB" for s in SIZES])
+def test_small_copies_one_way_between_gpus_reach_the_link(gpus, monkeypatch, size):
+    fake_copy_machine(gpus, monkeypatch, "peer")
+    link = size / copy_seconds("peer", size) / 1e9
+    measured, extra = copy_gbps(gpus, "peer", size, "uni")
+    assert 0.9 * link <= measured <= 1.0001 * link
+    assert extra["issue"] == "graph"
+
+
+@pytest.mark.parametrize("path", ["h2d", "peer"])
+@pytest.mark.parametrize("size", SIZES, ids=[f"{s >> 10}KiB" for s in SIZES])
+def test_where_capture_fails_copies_both_ways_are_issued_by_a_thread_per_direction(gpus, monkeypatch, path,
+                                                                                  size):
+    # Both directions at once can go no faster than the link, nor than one launch per copy in each direction
+    # (each direction's thread); the result says the batch was issued copy by copy.
+    fake_copy_machine(gpus, monkeypatch, path, capture_fails=True)
+    link = 2 * size / copy_seconds(path, size) / 1e9
     launches = 2 * size / LAUNCH_S / 1e9
-    measured = both_ways_gbps(gpus, path, size)
+    measured, extra = copy_gbps(gpus, path, size)
     assert 0.9 * min(link, launches) <= measured <= 1.0001 * link
     if copy_seconds(path, size) >= LAUNCH_S:  # the link, not the host, sets the pace: within 10% of the link
         assert measured >= 0.9 * link
+    assert extra["issue"] == "calls"
 
 
 # --- the issuing threads ---------------------------------------------------------------------------------------

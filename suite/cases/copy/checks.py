@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from suite.cases.copy.measure import NAME, copies_per_leg
+from suite.cases.copy.measure import NAME, copies_per_call, issue_copies
 from suite.tools.checkrow import ROUNDS, CheckRow, bench_s, judged, median, truth_s
 from suite.tools.evidence import fmt
 from suite.tools.paired import Pair, Target, event_seconds, one, span_seconds, timer_seconds
@@ -93,24 +93,18 @@ def _reference(family: str, cfg, bench: dict) -> float:
 def peer_seconds(family: str, cfg, bench: dict) -> float:
     """Seconds per call of the peer copy of `bench`, issued anew on a stream per GPU per direction (torch runs a
     peer copy on the source's current stream and joins the destination's: both hold the copy) and timed by
-    CUDA events on all of those streams (paired.span_seconds) for as long as the suite's timed rounds lasted;
-    both ways: as many copies per direction per call as the case issues."""
+    CUDA events on all of those streams (paired.span_seconds) for as long as the suite's timed rounds lasted,
+    as many copies per direction per call as the case issues."""
     import torch
 
-    from suite.cases.buffers import buffer, on_streams
+    from suite.cases.buffers import buffer
 
     info = bench["extra_info"]
     src, dst, n = info["src"], info["dst"], info["size"]
     ends = [(src, dst), (dst, src)] if info["direction"] == "bi" else [(src, dst)]
     legs = [(buffer(a, n, False, data=True), buffer(b, n, False)) for a, b in ends]
     streams = [[torch.cuda.Stream(device=d) for d in (src, dst)] for _ in legs]
-    copies = copies_per_leg(n) if info["direction"] == "bi" else 1
-
-    def call() -> None:
-        for (a, b), leg_streams in zip(legs, streams):
-            with on_streams(leg_streams):
-                for _ in range(copies):
-                    b.copy_(a, non_blocking=True)
+    call = issue_copies(legs, streams, copies_per_call(info))
 
     seconds = bench["stats"]["total"] * bench["stats"].get("iterations", 1)
     return span_seconds(call, [stream for leg in streams for stream in leg], seconds)

@@ -20,10 +20,11 @@ NAME = "copy"
 _CUDA_ATTR_ASYNC_ENGINE_COUNT = 40
 # Host<->device both ways at once overlaps only with a copy engine per direction.
 BIDIRECTIONAL_ENGINES = 2
-# Both ways at once, each direction's thread issues copies of at least this many bytes per call (~100 us on a
-# 670 GB/s NVLink direction; one copy from this size on), so handing out the batches is not what is timed ...
+# A call of a copy whose one launch would take longer than its transfer (both ways at once, and one way between
+# GPUs) holds a batch per direction: copies of at least this many bytes in all (~100 us on a 670 GB/s NVLink
+# direction; one copy from this size on), so one launch of the batch (a graph's replay) is small against it ...
 LEG_BATCH_BYTES = 64 * 2**20
-# ... and at most this many copies (4 KiB: ~0.5 ms at 2 us a copy).
+# ... and at most this many copies (4 KiB: ~0.5 ms at 2 us a copy, against ~10 us to launch the graph).
 MAX_LEG_COPIES = 256
 
 
@@ -214,14 +215,21 @@ def skip_reason(case: Case) -> str | None:
 
 
 def copies_per_leg(size: int) -> int:
-    """Copies each direction issues per call of a bidirectional case of `size` bytes a copy."""
+    """Copies each direction of a batched call issues (copies_per_call) at `size` bytes a copy."""
     return max(1, min(MAX_LEG_COPIES, -(-LEG_BATCH_BYTES // size)))
+
+
+def copies_per_call(params: dict) -> int:
+    """Copies each direction issues per call: a batch both ways at once and one way between GPUs (where one
+    launch per copy would be timed, not the link), else one."""
+    batched = params["direction"] == "bi" or params["path"] == "peer"
+    return copies_per_leg(params["size"]) if batched else 1
 
 
 def moved_bytes(case: Case) -> int:
     """Bytes one copy moves, each counted once (nvbandwidth; bandwidthTest's host<->device tests, though its
     device-to-device test counts 2N, as traffic_bytes does); 'bi' moves the size each way, and a call of it
-    copies_per_leg times that."""
+    copies_per_call times that."""
     return case.info["size"] * (2 if case.info["direction"] == "bi" else 1)
 
 
@@ -237,77 +245,121 @@ def host_bytes(case: Case) -> int:
     return p["size"] * ends * (2 if p["direction"] == "bi" else 1)
 
 
+def issue_copies(legs: list, streams: list, copies: int) -> Callable[[], None]:
+    """Each direction's `copies` copies (b <- a) on its streams (one per device: torch runs a device copy on the
+    source device's current stream and joins the destination's), one direction after the other."""
+    def run() -> None:
+        for (a, b), leg_streams in zip(legs, streams):
+            with on_streams(leg_streams):
+                for _ in range(copies):
+                    b.copy_(a, non_blocking=True)
+    return run
+
+
+def _graphs_for(case: Case) -> bool:
+    """Whether the case's batch is captured into a CUDA graph: a batched copy (copies_per_call) on CUDA, not
+    ROCm, from pinned or device memory (a pageable copy waits for the host and cannot be captured)."""
+    p = case.info
+    return ((p["direction"] == "bi" or p["path"] == "peer") and p["memory"] != "pageable"
+            and all(d == "cpu" or d.startswith("cuda") for d in case.devices)
+            and not torch.version.hip)
+
+
+def _captured(issue: Callable[[], None], streams: list, device: str) -> Callable[[], None] | None:
+    """`issue` captured once into a CUDA graph, and its replay: one launch for the whole batch, the directions'
+    streams forked from the capture stream and joined back to it, so both directions run at once on the
+    device. None where this torch has no CUDA graphs or the driver refuses the capture (a peer copy it
+    cannot capture as a memcpy node)."""
+    side = [stream for leg in streams for stream in leg]
+    try:
+        graph = torch.cuda.CUDAGraph()  # a torch without CUDA raises RuntimeError here
+        capture = torch.cuda.Stream(device=device)
+        with torch.cuda.graph(graph, stream=capture):
+            for stream in side:
+                stream.wait_stream(capture)
+            issue()
+            for stream in side:
+                capture.wait_stream(stream)
+    except RuntimeError:  # torch's CUDA errors (AcceleratorError is one); the calls path stands in
+        return None
+    return graph.replay
+
+
+def _timed_call(case: Case, legs: list, copies: int) -> tuple[Callable[[], object], str | None]:
+    """The call timed, and how it issues a batch of copies: 'graph' (one replay launches them all) or 'calls'
+    (a launch per copy: no CUDA graphs here, or the capture failed); None for an unbatched copy."""
+    p = case.info
+    graphs, bi = _graphs_for(case), p["direction"] == "bi"
+    devices = [d for d in case.devices if d != "cpu"]
+    if bi or graphs:
+        # Streams of its own per device per direction (issue_copies), which the buffers are used on.
+        streams = [[torch.cuda.Stream(device=d) for d in devices] for _ in legs]
+        for leg, leg_streams in zip(legs, streams):
+            tie_to_streams(leg, leg_streams)
+        # A launch per copy timed the host (4 KiB both ways: 35.8 us on an H200, against 4-6 us one way).
+        replay = _captured(issue_copies(legs, streams, copies), streams, devices[0]) if graphs else None
+        if replay:
+            return replay, "graph"
+        if bi:
+            # A thread per direction, each entering its streams once per batch: issuing one direction's batch
+            # after the other would start the second late.
+            return Issuers([issue_copies([leg], [s], copies) for leg, s in zip(legs, streams)]), "calls"
+    ((a, b),) = legs
+
+    def run() -> None:
+        for _ in range(copies):
+            b.copy_(a, non_blocking=p["non_blocking"])
+    return run, "calls" if p["path"] == "peer" else None
+
+
 def build(case: Case, config) -> Work:
     reason = skip_reason(case)
     if reason:
         raise SkipCase(reason)
     require_host_bytes(host_bytes(case), case.id)
     p = case.info
-    src, dst, n, nb = p["src"], p["dst"], p["size"], p["non_blocking"]
+    src, dst, n = p["src"], p["dst"], p["size"]
     pinned = p["memory"] == "pinned"
     # (source, destination) buffers per direction; 'bi' adds dst->src beside src->dst.
     legs = [(buffer(src, n, pinned, data=True), buffer(dst, n, pinned))]
     if p["direction"] == "bi":
         legs.append((buffer(dst, n, pinned, data=True), buffer(src, n, pinned)))
-    devices = [d for d in case.devices if d != "cpu"]
-
-    copies = 1
-    if p["direction"] == "bi":
-        # One stream per device per direction: torch runs a device copy on the source device's current stream
-        # and joins the destination's current stream, so each direction needs streams of its own.
-        streams = [[torch.cuda.Stream(device=d) for d in devices] for _ in legs]
-        for (a, b), leg_streams in zip(legs, streams):
-            tie_to_streams((a, b), leg_streams)
-        copies = copies_per_leg(n)
-
-        def leg(a, b, leg_streams) -> Callable[[], None]:
-            def run() -> None:
-                with on_streams(leg_streams):
-                    for _ in range(copies):
-                        b.copy_(a, non_blocking=True)
-            return run
-
-        # A thread per direction, each entering its streams once per batch of copies: one thread entering
-        # each direction's streams for every copy timed the host (4 KiB both ways: 35.8 us on an H200, against
-        # 4-6 us one way), and issuing one direction's batch after the other would start the second late.
-        run = Issuers([leg(a, b, leg_streams) for (a, b), leg_streams in zip(legs, streams)])
-    else:
-        ((a, b),) = legs
-
-        def run() -> None:
-            b.copy_(a, non_blocking=nb)
-
+    copies = copies_per_call(p)
+    synchronize(*case.devices)  # side streams must not start before the buffers are filled
+    run, issued = _timed_call(case, legs, copies)
     own = OwnFn()
 
     def check() -> None:
         for _, b in legs:
             b.fill_(POISON)
         synchronize(*case.devices)
-        own()
+        own()  # the timed call itself: a graph replays into the buffers it captured
         synchronize(*case.devices)
         for a, b in legs:
             verify_copy(b, a, f"copy {case.id}")
 
-    synchronize(*case.devices)  # side streams must not start before the buffers are filled
     extra: dict = host_extra()
     if p["direction"] == "bi" and p["path"] != "peer":
         extra["copy_engines"] = copy_engine_count(src if src != "cpu" else dst)
-    work = own.bind(Work(
+    if issued:
+        extra["issue"] = issued
+    return own.bind(Work(
         fn=run,
         check=check,
         bytes=copies * moved_bytes(case),
         traffic_bytes=traffic_bytes(case),
         extra=extra,
     ))
-    return work
 
 
 __all__ = [
     "NAME",
     "build",
+    "copies_per_call",
     "enumerate_cases",
     "host_bytes",
     "host_side",
+    "issue_copies",
     "link_kind",
     "moved_bytes",
     "skip_reason",

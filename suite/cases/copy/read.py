@@ -26,10 +26,10 @@ MEMORY_RANK = {"pinned": 0, "device": 0, "pageable": 1}
 
 def call_bytes(params: dict) -> int:
     """Bytes one call moves (suite.plan's call time; imports the measure module): 'bi' moves the size each way,
-    copies_per_leg times."""
-    from suite.cases.copy.measure import copies_per_leg
+    and a call holds copies_per_call copies a direction."""
+    from suite.cases.copy.measure import copies_per_call
 
-    return params["size"] * (2 * copies_per_leg(params["size"]) if params["direction"] == "bi" else 1)
+    return params["size"] * (2 if params["direction"] == "bi" else 1) * copies_per_call(params)
 
 
 def fill_bytes(params: dict) -> int:
