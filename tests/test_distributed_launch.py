@@ -101,6 +101,85 @@ def test_describe_records_the_nccl_environment(monkeypatch):
     assert "nccl_version" in out  # None here: no CUDA
 
 
+def test_nccls_log_is_set_up_only_where_the_user_left_it_and_never_per_call(tmp_path):
+    env = {"PATH": "/bin"}
+    path = launch.start_nccl_log(env)
+    assert env == {"PATH": "/bin", "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,GRAPH",
+                   "NCCL_DEBUG_FILE": str(path)}  # a file: nothing on the terminal; no TUNING: a line per call
+    assert launch.stop_nccl_log(path, env) == {"unknown": "NCCL wrote no start-up log"}
+    assert env == {"PATH": "/bin"} and not path.parent.exists()
+    for theirs in ({"NCCL_DEBUG": "WARN"}, {"NCCL_DEBUG_SUBSYS": "ALL"}, {"NCCL_DEBUG_FILE": "/tmp/n.%h.%p"}):
+        env = dict(theirs)
+        said = launch.start_nccl_log(env)
+        assert env == theirs and said == {"unknown": f"the user set NCCL's logging: {next(iter(theirs))}"}
+        assert launch.stop_nccl_log(said, env) == said and env == theirs
+    conf = tmp_path / "nccl.conf"
+    conf.write_text("NCCL_DEBUG=INFO\n")
+    env = {"NCCL_CONF_FILE": str(conf)}
+    assert launch.start_nccl_log(env) == {"unknown": f"the user set NCCL's logging: {conf}"}
+    assert env == {"NCCL_CONF_FILE": str(conf)}
+
+
+def test_what_nccl_chose_reaches_the_results_once(monkeypatch):
+    """The wiring, with a fake NCCL that writes a published log where NCCL_DEBUG_FILE says: NOTHING here ran on
+    NCCL or a GPU. The log is read after the group's first collective, its variables and file are gone after,
+    and rank 0's suite.distributed block records what it said."""
+    import torch
+    import torch.distributed as dist
+
+    from tests.test_collectives import NCCL_LOGS
+
+    for name in launch.NCCL_LOG_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    published = Path(NCCL_LOGS, "issue892_2.18_h800_algo_env.txt").read_text(encoding="utf-8")
+    seen: list = []
+
+    def fake_nccl(backend, **_):
+        seen.append({k: os.environ.get(k) for k in launch.NCCL_LOG_VARIABLES})
+        Path(os.environ["NCCL_DEBUG_FILE"]).write_text(published, encoding="utf-8")
+
+    monkeypatch.setattr(distributed, "_STATE", None)
+    monkeypatch.setattr(distributed, "_NCCL_CHOICES", None)
+    monkeypatch.setattr(distributed, "rank_device", lambda *a, **k: "cpu")
+    monkeypatch.setattr(distributed, "supports_device_id", lambda f: False)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(dist, "init_process_group", fake_nccl)
+    monkeypatch.setattr(dist, "all_reduce", lambda tensor, **_: seen.append("all_reduce"))
+    results = _in_threads(lambda store, rank: (
+        monkeypatch.setattr(distributed, "open_store", lambda env, timeout: store),
+        distributed.init(LaunchEnv(0, 1, 0, 1, "127.0.0.1", 0, False, "t"), "nccl", 10, "d")), world=1)
+    assert isinstance(results[0][1], DistState), results
+    assert seen == [{"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,GRAPH",
+                     "NCCL_DEBUG_FILE": seen[0]["NCCL_DEBUG_FILE"]}, "all_reduce"]
+    assert not any(name in os.environ for name in launch.NCCL_LOG_VARIABLES)
+    assert not Path(seen[0]["NCCL_DEBUG_FILE"]).parent.exists()
+    out: dict = {}
+    distributed.pytest_benchmark_update_json(None, [], out)
+    assert out["suite"]["distributed"]["nccl_choices"] == {
+        "algo": "Tree,Ring,,CollnetDirect,CollnetChain,NVLS", "coll_channels": 16, "nvls_channels": 0,
+        "p2p_channels": 16}
+    assert "NCCL_DEBUG" not in out["suite"]["distributed"]["environment"]
+    # Gloo: nothing of NCCL's.
+    monkeypatch.setattr(distributed._STATE, "backend", "gloo")
+    out = {}
+    distributed.pytest_benchmark_update_json(None, [], out)
+    assert "nccl_choices" not in out["suite"]["distributed"]
+
+
+def test_the_jobs_card_shows_what_nccl_said():
+    from suite.report.tables import launch_texts
+
+    machine = SimpleNamespace(launch="torchrun 8 ranks", distributed={
+        "backend": "nccl", "nccl_version": "2.24.3", "environment": {"NCCL_IB_HCA": "mlx5_0"},
+        "nccl_choices": {"version": "2.24.3", "nvls": True, "nvls_channels": 16}})
+    assert launch_texts(machine)[1] == "NCCL_IB_HCA=mlx5_0; NCCL chose: version=2.24.3, nvls=yes, nvls_channels=16"
+    machine.distributed = {"backend": "nccl", "nccl_choices": {"unknown": "the user set NCCL's logging: NCCL_DEBUG"}}
+    assert launch_texts(machine)[1] == "NCCL chose: unknown (the user set NCCL's logging: NCCL_DEBUG)"
+    machine.distributed = {"backend": "nccl"}  # an older file
+    assert launch_texts(machine)[1] == ""
+
+
 # --- 4. nodes are hosts, not torchrun agents ------------------------------------------------------------
 
 

@@ -11,6 +11,7 @@ import contextlib
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -18,8 +19,8 @@ from suite import pb_adapter
 from suite.cases import FAMILIES, family_read
 from suite.config import resolved
 from suite.distributed.launch import (BACKEND_DEVICE_KIND, TORCHRUN_HINT, LaunchEnv, launch_environment, main,
-                                      not_launched_reason, rank_device, resolve_backend, torchrun_command,
-                                      xccl_available)
+                                      not_launched_reason, rank_device, resolve_backend, start_nccl_log,
+                                      stop_nccl_log, torchrun_command, xccl_available)
 from suite.distributed.lockstep import DistState, apply_resume, describe_outcome, merge_clocks
 from suite.distributed.store import (GROUP_FAILURES, STORE_PREFIX, CaseAborted, RankTimeout, announce, by_rank,
                                      config_digest, gather_hosts, meet, open_store, sync)
@@ -32,6 +33,7 @@ __all__ = ["BACKEND_DEVICE_KIND", "GROUP_FAILURES", "TORCHRUN_HINT", "CaseAborte
 
 _STATE: DistState | None = None
 _INITS = 0  # each init gets fresh store keys (same count on every rank: inits happen in lockstep)
+_NCCL_CHOICES: dict | None = None  # what NCCL's start-up log says it chose (launch.start_nccl_log); NCCL only
 
 
 def current() -> DistState | None:
@@ -52,7 +54,7 @@ def init(env: LaunchEnv, backend: str, timeout_s: float, digest: str) -> DistSta
     import torch
     import torch.distributed as dist
 
-    global _STATE, _INITS
+    global _STATE, _INITS, _NCCL_CHOICES
     _INITS += 1
     if backend == "xccl" and not xccl_available():
         raise UserError("backend xccl: this torch has no XCCL (torch.distributed.is_xccl_available() is False; "
@@ -78,8 +80,15 @@ def init(env: LaunchEnv, backend: str, timeout_s: float, digest: str) -> DistSta
             # No device_id: torch before 2.7 refused a non-CUDA one, and it would not connect early for XCCL (no
             # eager init there); the current device binds the group to this rank's XPU instead of rank % count.
             torch.xpu.set_device(torch.device(device))
-        dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
-                                world_size=env.world_size, timeout=timedelta(seconds=timeout_s), **options)
+        log = start_nccl_log() if backend == "nccl" and _NCCL_CHOICES is None else None
+        try:
+            dist.init_process_group(backend, store=dist.PrefixStore("pg", store), rank=env.rank,
+                                    world_size=env.world_size, timeout=timedelta(seconds=timeout_s), **options)
+            if isinstance(log, Path):  # the communicator made now (lazily before torch 2.2), while NCCL logs
+                dist.all_reduce(torch.ones(1, device=device))
+        finally:
+            if log is not None:
+                _NCCL_CHOICES = stop_nccl_log(log)
         state.owns_group = True
     _STATE = state
     return state
@@ -247,7 +256,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 @pytest.hookimpl(trylast=True, optionalhook=True)
 def pytest_benchmark_update_json(config: pytest.Config, benchmarks: list, output_json: dict) -> None:
     if _STATE is not None:
-        output_json.setdefault("suite", {})["distributed"] = _STATE.describe()
+        block = _STATE.describe()
+        if _NCCL_CHOICES is not None and _STATE.backend == "nccl":
+            block["nccl_choices"] = _NCCL_CHOICES
+        output_json.setdefault("suite", {})["distributed"] = block
 
 
 @pytest.hookimpl(trylast=True)

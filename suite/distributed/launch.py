@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,6 +99,45 @@ def launch_environment(environ: dict | None = None) -> dict[str, str]:
         if settings:
             found[str(path)] = "; ".join(settings)
     return found
+
+
+# NCCL's own choices (NVLS or not, its channels) are in its INFO log: INIT, ENV and GRAPH log once, while a
+# communicator starts. Not TUNING: it logs every collective (a write and flush each) inside what is timed. NCCL
+# reads these variables once per process, at its first use; NCCL_DEBUG_FILE keeps the log off the terminal.
+NCCL_LOG = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV,GRAPH"}
+NCCL_LOG_VARIABLES = ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "NCCL_DEBUG_FILE")
+
+
+def start_nccl_log(environ: dict | None = None) -> Path | dict:
+    """Before this process's first NCCL communicator: NCCL's start-up log into a file of its own (its path).
+    Where the user set NCCL_DEBUG* (in the environment or an NCCL configuration file), their setting stands:
+    the reason NCCL's choices go unrecorded."""
+    env = os.environ if environ is None else environ
+    theirs = [k for k in NCCL_LOG_VARIABLES if k in env]
+    theirs += [k for k, v in launch_environment(env).items() if k not in env and "NCCL_DEBUG" in v]
+    if theirs:
+        return {"unknown": f"the user set NCCL's logging: {', '.join(theirs)}"}
+    path = Path(tempfile.mkdtemp(prefix="suite-nccl-")) / "nccl.log"
+    env.update(NCCL_LOG, NCCL_DEBUG_FILE=str(path))
+    return path
+
+
+def stop_nccl_log(log: Path | dict, environ: dict | None = None) -> dict:
+    """Once the first communicator ran a collective: what its log says NCCL chose
+    (suite.cases.collectives.nccl_log); the variables and the file are removed."""
+    if isinstance(log, dict):
+        return log
+    from suite.cases.collectives.nccl_log import nccl_choices
+
+    env = os.environ if environ is None else environ
+    for name in NCCL_LOG_VARIABLES:
+        env.pop(name, None)
+    try:
+        text = log.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    shutil.rmtree(log.parent, ignore_errors=True)
+    return nccl_choices(text) or {"unknown": "NCCL wrote no start-up log"}
 
 
 def nccl_version() -> str | None:

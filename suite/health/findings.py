@@ -137,6 +137,15 @@ def format_figure(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}" if unit != "s" else f"{value * 1e6:.3g} µs"
 
 
+def nccl_said(distributed: object) -> dict[str, str]:
+    """What NCCL's start-up log said it chose in a torchrun job (its suite.distributed `nccl_choices`), each
+    value a word: {"unknown": why} where the log was not read, {} where none is recorded (Gloo, older files)."""
+    choices = distributed.get("nccl_choices") if isinstance(distributed, dict) else None
+    if not isinstance(choices, dict):
+        return {}
+    return {str(k): ("yes" if v else "no") if isinstance(v, bool) else str(v) for k, v in choices.items()}
+
+
 # A slow result whose GPU a power, thermal, board or reliability limit held for at least this share of its
 # run says so beside its numbers: the likely cause, read from NVML (devices.ClockWatch).
 CLOCKS_HELD_SHOWN_FROM = 0.05

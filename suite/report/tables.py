@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from suite.health.findings import nccl_said
 from suite.results import OUR_TOOL, STOP_KEYS, Machine, relative_speed
 from suite.units import format_size
 
@@ -72,7 +73,7 @@ class MachineView:
     # How the run was launched, in a word or three for the compact table: `one process`, `torchrun 16 ranks on
     # 2 nodes` (Machine.launch); "—" for another tool's results, which do not say.
     launched: str = ""
-    environment: str = ""  # its NCCL_*/GLOO_*/... variables, which change what a collective measures
+    environment: str = ""  # its NCCL_*/GLOO_*/... variables and what NCCL chose: what changes a busbw
 
 
 def launch_texts(m: Machine) -> tuple[str, str]:
@@ -92,6 +93,10 @@ def launch_texts(m: Machine) -> tuple[str, str]:
     differ = d.get("environment_by_rank") if isinstance(d.get("environment_by_rank"), dict) else {}
     if differ:
         environment += f"{'; ' if environment else ''}rank(s) {', '.join(differ)} set other values (JSON)"
+    if said := nccl_said(d):  # what NCCL's start-up log said
+        chose = ", ".join(f"{k}={v}" for k, v in said.items())
+        chose = f"unknown ({said['unknown']})" if "unknown" in said else chose
+        environment += f"{'; ' if environment else ''}NCCL chose: {chose}"
     return " · ".join(p for p in parts if p), environment
 
 
