@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -371,33 +373,87 @@ def test_check_catches_a_partial_copy(monkeypatch):
         work.check()
 
 
-def test_a_bidirectional_copy_checks_both_directions(monkeypatch):
-    # Bidirectional copies run only on CUDA, so the CPU tests never built one: a check of the first direction
-    # alone passed every test. Here the GPU is the CPU in disguise (its buffers, streams and synchronisation
-    # stand-ins), and the second direction's copy does nothing.
-    import contextlib
+class RecordedGraph:
+    """torch.cuda.CUDAGraph on the CPU: the copies made inside `recording(graph)` are kept, and replayed."""
 
+    def __init__(self) -> None:
+        self.copies: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def replay(self) -> None:
+        for dst, src in self.copies:
+            REAL_COPY(dst, src)
+
+
+REAL_COPY = torch.Tensor.copy_
+
+
+@contextlib.contextmanager
+def recording(graph: RecordedGraph, stream=None):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.Tensor, "copy_", lambda dst, src, non_blocking=False: graph.copies.append((dst, src)))
+        yield
+
+
+@pytest.mark.parametrize("memory", ["pageable", "pinned"])
+def test_a_bidirectional_copy_checks_both_directions(monkeypatch, memory):
+    # Bidirectional copies run only on CUDA, so the CPU tests never built one: a check of the first direction
+    # alone passed every test. Here the GPU is the CPU in disguise (its buffers, streams, graphs and
+    # synchronisation stand-ins), and the second direction's copy does nothing. Pinned memory: the timed call
+    # replays a graph, and the check replays that same graph; pageable memory cannot be captured: a thread per
+    # direction launches each copy.
     real_buffer = copy_case.buffer
     made = []
+    graphs: list[RecordedGraph] = []
     monkeypatch.setattr(copy_case, "buffer", lambda device, n, pinned=False, data=False: made.append(real_buffer(
         "cpu", n, False, data)) or made[-1])
     monkeypatch.setattr(copy_case, "copy_engine_count", lambda device: 2)
     monkeypatch.setattr(copy_case, "synchronize", lambda *devices: None)
     monkeypatch.setattr(copy_case, "on_streams", lambda streams: contextlib.nullcontext())
-    monkeypatch.setattr(copy_case.torch.cuda, "Stream", lambda device: object(), raising=False)
-    with use_platform(FakePlatform(gpus=1)):
-        case = copy_case._case("cpu", "cuda:0", 4096, "pageable", False, "bi")
+    monkeypatch.setattr(copy_case.torch.cuda, "Stream", lambda device: SimpleNamespace(
+        wait_stream=lambda other: None), raising=False)
+    monkeypatch.setattr(copy_case.torch.cuda, "CUDAGraph", lambda: graphs.append(RecordedGraph()) or graphs[-1],
+                        raising=False)
+    monkeypatch.setattr(copy_case.torch.cuda, "graph", recording, raising=False)
+    with use_platform(PinnedFakePlatform(gpus=1)):
+        case = copy_case._case("cpu", "cuda:0", 4096, memory, False, "bi")
         work = copy_case.build(case, config())
+    assert work.extra["issue"] == ("graph" if memory == "pinned" else "calls")
+    assert len(graphs) == (memory == "pinned")
     work.check()  # both directions copied
-    real_copy = torch.Tensor.copy_
+    # The second direction (built last: made[3] <- made[2]) copies nothing, however many copies a call makes.
+    if graphs:
+        graphs[0].copies = [(dst, src) for dst, src in graphs[0].copies if dst is not made[3]]
+    else:
+        def only_the_first_direction(self, src, non_blocking=False):
+            return self if self is made[3] else REAL_COPY(self, src, non_blocking=non_blocking)
 
-    def only_the_first_direction(self, src, non_blocking=False):
-        # The second direction (built last: made[3] <- made[2]) copies nothing, however many copies a call makes.
-        return self if self is made[3] else real_copy(self, src, non_blocking=non_blocking)
-
-    monkeypatch.setattr(torch.Tensor, "copy_", only_the_first_direction)
+        monkeypatch.setattr(torch.Tensor, "copy_", only_the_first_direction)
     with pytest.raises(AssertionError, match=r"4096 of 4096 bytes differ from the source"):
         work.check()
+
+
+def test_a_refused_capture_falls_back_to_a_launch_per_copy(monkeypatch):
+    # A driver that cannot capture the copies (a peer copy it cannot make a memcpy node of): the per-call path
+    # times them, says so, and its check still sees every byte.
+    real_buffer = copy_case.buffer
+    monkeypatch.setattr(copy_case, "buffer", lambda device, n, pinned=False, data=False: real_buffer(
+        "cpu", n, False, data))
+    monkeypatch.setattr(copy_case, "synchronize", lambda *devices: None)
+    monkeypatch.setattr(copy_case, "on_streams", lambda streams: contextlib.nullcontext())
+    monkeypatch.setattr(copy_case.torch.cuda, "Stream", lambda device: SimpleNamespace(
+        wait_stream=lambda other: None), raising=False)
+
+    def refused(graph, stream=None):
+        raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(copy_case.torch.cuda, "CUDAGraph", RecordedGraph, raising=False)
+    monkeypatch.setattr(copy_case.torch.cuda, "graph", refused, raising=False)
+    with use_platform(FakePlatform(gpus=2)):
+        case = copy_case._case("cuda:0", "cuda:1", 4096, "device", False, "uni")
+        work = copy_case.build(case, config())
+    assert work.extra["issue"] == "calls"
+    assert work.bytes == copy_case.copies_per_call(case.info) * 4096 == copy_case.MAX_LEG_COPIES * 4096
+    work.check()
 
 
 def test_verify_copy_compares_shapes_and_every_byte():
@@ -521,7 +577,9 @@ def test_gpu_every_path_copies_correctly_and_fails_when_not():
         except SkipCase:
             continue
         work.check()
-        assert work.bytes == copy_case.moved_bytes(case)
+        assert work.bytes == copy_case.copies_per_call(case.info) * copy_case.moved_bytes(case)
+        # Both ways at once from pinned memory: one CUDA graph per call, which the check replays too.
+        assert work.extra.get("issue") == ("graph" if case.info["direction"] == "bi" else None)
         work.fn = lambda: None
         with pytest.raises(AssertionError, match="bytes differ from the source"):
             work.check()
