@@ -269,6 +269,39 @@ def test_a_timeout_after_a_failure_while_timing_names_the_rank_that_failed():
     assert took >= 0.9
 
 
+def test_a_finished_cases_keys_are_deleted_once_every_rank_reached_the_next_cases_start():
+    """The store holds about one case's keys, not every case's: rank 0 deletes a case's keys at the next case's
+    `ready`, after a problem, a rank that left an agreement, and a failure while timing alike."""
+    import threading
+
+    between = threading.Barrier(2)
+
+    def rank(store, r):
+        state = _state(store, r)
+        counts = []
+        for i in range(6):
+            state.begin_case(f"c{i}")
+            state.agree("build", "odd" if i == 2 and r == 1 else None)
+            state.ready({"kind": "skip", "text": "x"} if i == 3 and r == 0 else None)  # leaves agreement 2
+            if i == 4 and r == 1:
+                state.timing_failed("RuntimeError: boom")
+            state.gather_clocks({"clocks_held": 0.1})
+            state.end_case()
+            between.wait()
+            counts.append(store.num_keys())
+            between.wait()
+        left = [f"case:c{i}:1/{name}" for i in range(5) for name in (
+            "1/arrived", "1/done", "1/posts", "1/post1", "2/posts", "2/post1", "ready/arrived", "ready/done",
+            "timing/posts", "timing/post1", "clocks/rank1")]
+        return counts, [k for k in left if store.check([k])], store.check(["case:c5:1/ready/done"])
+
+    results = _in_threads(rank)
+    assert not isinstance(results[1], Exception), results[1]
+    counts, left, last_kept = results[0]
+    assert left == [] and last_kept, left  # the last case's keys stay (a rank may still read them)
+    assert counts[1] == counts[5], counts  # two plain cases after plain ones: as many keys, not more
+
+
 # --- 2. machine state from every rank ---------------------------------------------------------------------
 
 
@@ -313,7 +346,7 @@ def test_every_rank_reads_the_failure_count_the_agreement_completed_with():
         if rank == 1:
             store.add(distributed.GROUP_FAILURES, 1)  # already on to its next case, failing there
         passed.wait()
-        return int(store.get("a/failures")), int(store.add(distributed.GROUP_FAILURES, 0))
+        return int(store.get("a/done")), int(store.add(distributed.GROUP_FAILURES, 0))
 
     results = _in_threads(run)
     assert results[0] == results[1] == (0, 1), results

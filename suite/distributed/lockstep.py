@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -11,7 +12,7 @@ import pytest
 
 from suite.distributed.launch import LaunchEnv, launch_environment, nccl_version, xccl_version
 from suite.distributed.store import (GROUP_FAILURES, CaseAborted, RankTimeout, by_rank, compare, config_digest,
-                                     get_all, leave, left_ranks, share, sync)
+                                     forget, get_all, leave, left_ranks, post, posts, share, sync)
 
 # How a round is timed, against nccl-tests (barrier, host timer around `iters` collectives, time averaged
 # across ranks): we also barrier and time `iterations` collectives with the host clock after a device
@@ -39,14 +40,14 @@ class DistState:
     _case_id: str = field(default="", repr=False)
     _case_seq: int = field(default=0, repr=False)
     _tries: dict = field(default_factory=dict, repr=False)  # case id -> how often this rank started it
-    # After a failure while timing: the case's key prefix and id (its posts name the rank that failed), and
-    # the extra seconds the next agreement waits (the other ranks may wait in a collective up to timeout_s).
+    # After a failure while timing, until the next agreement every rank reached: the case's key prefix and id
+    # (its posts name the rank that failed). Such an agreement waits timeout_s longer: the other ranks may
+    # wait in that case's collective up to timeout_s.
     _failed_timing: tuple[str, str] | None = field(default=None, repr=False)
-    _grace_s: float = field(default=0.0, repr=False)
-    # The run's failures seen so far (GROUP_FAILURES in the store), and how often the process group was made
-    # anew after one (_renew_group).
-    _failures_seen: int = field(default=0, repr=False)
-    _renewals: int = field(default=0, repr=False)
+    _failures_seen: int = field(default=0, repr=False)  # the run's failures (GROUP_FAILURES) at _renew_group
+    # Rank 0: the last case's key prefix and its numbered agreements, whose keys go once the next case's
+    # `ready` passed (ready).
+    _last_case: tuple[str, int] | None = field(default=None, repr=False)
 
     def agree(self, what: str, problem: str | None = None) -> dict[int, str]:
         """Lockstep point between ranks (outside timing): every rank reports its problem or none.
@@ -80,7 +81,7 @@ class DistState:
         self._case, self._case_id, self._case_seq = f"case:{case_id}:{self._tries[case_id]}", case_id, 0
 
     def end_case(self) -> None:
-        self._case = None
+        self._last_case, self._case = (self._case, self._case_seq), None
 
     def ready(self, problem: dict | None) -> dict[int, dict]:
         """The case's last agreement before timing, reached by every rank whatever happened in its build,
@@ -96,11 +97,23 @@ class DistState:
                 self.store.add(GROUP_FAILURES, 1)
         key = f"{self._case}/ready"
         found = self._sync(key, json.dumps(problem) if problem else None, f"{self._case_id} start of timing")
+        if self.env.rank == 0 and self._last_case is not None:
+            self._forget(*self._last_case)
         self._renew_group(key)
         return {r: json.loads(text) for r, text in found.items()}
 
+    def _forget(self, case: str, agreements: int) -> None:
+        """Delete a finished case's keys once every rank reached the next case's `ready` (none reads them again:
+        each rank is past all of that case's agreements, posts and clocks, and its pending failure while timing
+        was cleared by this agreement). Up to one more numbered agreement than rank 0 counted: the one a rank
+        left, if rank 0 left it first. A store error here shows at the next agreement."""
+        self._last_case = None
+        with contextlib.suppress(RuntimeError):
+            for name in [*range(1, agreements + 2), "ready", "timing"]:
+                forget(self.store, f"{case}/{name}")
+
     def _sync(self, key: str, problem: str | None, what: str) -> dict[int, str]:
-        timeout, self._grace_s = self.timeout_s + self._grace_s, 0.0
+        timeout = self.timeout_s * (2 if self._failed_timing else 1)
         try:
             found = sync(self.store, key, self.env.rank, self.env.world_size, timeout, problem, what=what)
         except RankTimeout as exc:
@@ -122,13 +135,12 @@ class DistState:
 
         if self.backend != "gloo" or not self.owns_group:
             return
-        failures = int(self.store.get(f"{key}/failures"))
+        failures = int(self.store.get(f"{key}/done"))
         if failures == self._failures_seen:
             return
         if dist.is_initialized():
             dist.destroy_process_group()
-        self._renewals += 1
-        dist.init_process_group("gloo", store=dist.PrefixStore(f"pg{self._renewals}", self.store),
+        dist.init_process_group("gloo", store=dist.PrefixStore(f"pg:{key}", self.store),
                                 rank=self.env.rank, world_size=self.env.world_size,
                                 timeout=timedelta(seconds=self.timeout_s))
         self._failures_seen = failures  # only once made: a failed start is tried again at the next agreement
@@ -137,20 +149,10 @@ class DistState:
         """This rank failed while timing the case (no agreement is possible there: the others are inside a
         collective that waits for it until timeout_s). Posts `text` for them and returns what the other ranks
         posted so far, {rank: text}: a rank that fails on waiting names the rank it waited for."""
-        key = f"{self._case}/timing"
-        number = self.store.add(f"{key}/count", 1)
-        self.store.set(f"{key}/{number}", json.dumps([self.env.rank, text]))
+        post(self.store, f"{self._case}/timing", self.env.rank, text)
         self.store.add(GROUP_FAILURES, 1)  # before this rank reaches the next agreement (_renew_group)
         self._failed_timing = (self._case, self._case_id)
-        # The others leave the collective up to timeout_s after this rank left it: wait that much longer for
-        # them at the next agreement.
-        self._grace_s = self.timeout_s
-        return {r: t for r, t in self._timing_posts(self._case).items() if r != self.env.rank}
-
-    def _timing_posts(self, case: str) -> dict[int, str]:
-        key = f"{case}/timing"
-        count = self.store.add(f"{key}/count", 0)
-        return dict(json.loads(self.store.get(f"{key}/{i}")) for i in range(1, count + 1))
+        return {r: t for r, t in posts(self.store, f"{self._case}/timing").items() if r != self.env.rank}
 
     def _timing_failure_note(self) -> str:
         """For a timeout after a case that failed while timing: which rank failed there (the missing ranks
@@ -159,10 +161,10 @@ class DistState:
             return ""
         case, case_id = self._failed_timing
         try:
-            posts = self._timing_posts(case)
+            failed = posts(self.store, f"{case}/timing")
         except RuntimeError:  # the store itself is gone: the timeout says enough
             return ""
-        return (f"; before that, {case_id} failed while timing ({by_rank(posts)}): the ranks that did not "
+        return (f"; before that, {case_id} failed while timing ({by_rank(failed)}): the ranks that did not "
                 "arrive may have waited for that rank in its collective")
 
     def gather_clocks(self, held: dict) -> dict:
@@ -173,10 +175,13 @@ class DistState:
         if self.env.rank != 0:
             self.store.set(f"{key}/rank{self.env.rank}", json.dumps(held))
             return held
+        keys = [f"{key}/rank{r}" for r in range(1, self.env.world_size)]
         try:
-            raw = get_all(self.store, [f"{key}/rank{r}" for r in range(1, self.env.world_size)])
+            raw = get_all(self.store, keys)
         except RuntimeError:  # a rank that failed after timing posts anyway; one that died: keep rank 0's
             return held
+        for k in keys:  # read by rank 0 alone
+            self.store.delete_key(k)
         return merge_clocks({0: held, **{r: json.loads(v) for r, v in enumerate(raw, start=1)}})
 
     def same_tests(self, nodeids: list[str]) -> None:

@@ -68,27 +68,29 @@ def sync(store, key: str, rank: int, world_size: int, timeout_s: float, problem:
     """Every rank arrives at `key`, optionally with a problem; return {rank: problem} for the ranks that had one.
 
     Raises RankTimeout naming the ranks that did not arrive within `timeout_s`. O(1) store operations per rank
-    unless something is wrong (then the keys are scanned to name the ranks).
+    and two keys per agreement unless something is wrong (a problem is one more key; a timeout reads each rank's
+    `at` key to name the missing).
     """
-    store.set(f"{key}/rank{rank}", problem or "")
     if problem:
-        store.add(f"{key}/problems", 1)
+        post(store, key, rank, problem)
+    store.set(f"at/rank{rank}", key)  # this rank's latest agreement: a timeout names the ranks not at it
     # Whether the agreement happened is one atomic decision (compare_set on `done`): the last rank to arrive
     # marks it done, a rank that gives up waiting marks it abandoned, and whichever comes first holds. Without
     # that, a rank arriving after another gave up would pass an agreement the other never completed and
     # stay one step out of line for the rest of the run.
     if store.add(f"{key}/arrived", 1) == world_size:
-        # The failure count as the agreement completes, for every rank to read (DistState._renew_group): read
-        # later, a rank that already went on could have raised it for one rank and not for another.
-        store.set(f"{key}/failures", str(store.add(GROUP_FAILURES, 0)))
-        store.compare_set(f"{key}/done", "", "1")
+        # Done holds the run's failure count as the agreement completed, for every rank to read
+        # (DistState._renew_group): read later, a rank that already went on could have raised it for one rank
+        # and not for another.
+        store.compare_set(f"{key}/done", "", str(store.add(GROUP_FAILURES, 0)))
     try:
         store.wait([f"{key}/done"], timedelta(seconds=timeout_s))
     except RuntimeError:
         # Who is missing, read before giving up on them (a late rank may arrive the moment after).
-        missing = [r for r in range(world_size) if not store.check([f"{key}/rank{r}"])] or ["?"]
+        missing = [r for r in range(world_size)
+                   if not store.check([f"at/rank{r}"]) or store.get(f"at/rank{r}").decode() != key] or ["?"]
         if store.compare_set(f"{key}/done", "", _ABANDONED) != _ABANDONED.encode():
-            return _problems(store, key, world_size)  # everyone arrived just as the wait gave up
+            return posts(store, key)  # everyone arrived just as the wait gave up
         raise RankTimeout(f"rank(s) {', '.join(map(str, missing))} of {world_size} did not arrive at "
                           f"{what or key} within {timeout_s:g} s (timeout_s in the collectives config); see "
                           "the missing rank's own output (torchrun prefixes it with [rankN]:) for why it "
@@ -97,17 +99,26 @@ def sync(store, key: str, rank: int, world_size: int, timeout_s: float, problem:
         raise RankTimeout(f"rank {rank} reached {what or key} after the other ranks had stopped waiting for "
                           f"it ({timeout_s:g} s, timeout_s in the collectives config); see this rank's output "
                           "above for what kept it")
-    return _problems(store, key, world_size)
+    return posts(store, key)
 
 
-def _problems(store, key: str, world_size: int) -> dict[int, str]:
-    """{rank: problem} of the ranks that arrived at `key` with one."""
-    if store.add(f"{key}/problems", 0) == 0:
-        return {}
-    # A rank that left (see leave) never arrives: read only the ranks that did (something is wrong already).
-    keys = {r: f"{key}/rank{r}" for r in range(world_size)}
-    found = {r: store.get(k).decode() for r, k in keys.items() if store.check([k])}
-    return {r: text for r, text in found.items() if text}
+def post(store, key: str, rank: int, text: str) -> None:
+    """Add this rank's `text` to `key`'s posts: a counter and one key per post, so reading them costs a store
+    operation per post, not per rank."""
+    store.set(f"{key}/post{store.add(f'{key}/posts', 1)}", json.dumps([rank, text]))
+
+
+def posts(store, key: str) -> dict[int, str]:
+    """{rank: text} of the posts to `key` so far."""
+    count = store.add(f"{key}/posts", 0)
+    return dict(json.loads(v) for v in get_all(store, [f"{key}/post{i}" for i in range(1, count + 1)]))
+
+
+def forget(store, key: str) -> None:
+    """Delete the keys of agreement (or posts) `key`: only once no rank can read them again."""
+    count = store.add(f"{key}/posts", 0)
+    for name in ["arrived", "done", "posts", *(f"post{i}" for i in range(1, count + 1))]:
+        store.delete_key(f"{key}/{name}")
 
 
 def left_ranks(found: dict[int, str]) -> dict[int, str]:
@@ -117,11 +128,9 @@ def left_ranks(found: dict[int, str]) -> dict[int, str]:
 
 def leave(store, key: str, rank: int, problem: str) -> None:
     """This rank will not arrive at `key`: the ranks waiting there wake at once and see `problem` (marked as
-    left) from sync. Three store operations, only on this failure path."""
-    store.set(f"{key}/rank{rank}", _LEFT + problem)
-    store.add(f"{key}/problems", 1)
-    store.compare_set(f"{key}/done", "", "1")  # unless the others already gave up on it (sync)
-
+    left) from sync. Only on this failure path."""
+    post(store, key, rank, _LEFT + problem)
+    store.compare_set(f"{key}/done", "", "left")  # unless the others already gave up on it (sync)
 
 
 def compare(store, key: str, rank: int, world_size: int, digest: str, timeout_s: float, what: str,
