@@ -442,6 +442,28 @@ def test_a_torchrun_job_is_not_missing_what_only_a_single_process_run_measures(t
     assert len(texts) == 8 and all(t.startswith("matmul_fp16") for t in texts) and code == 1
 
 
+def test_a_slow_nodes_fleet_finding_names_what_nccl_chose_otherwise(tmp_path, capsys):
+    """NVLS or not moves all-reduce busbw by a third: a node without it is slow against its fleet, and the
+    finding says what NCCL's log recorded there and on the others (suite.distributed's nccl_choices)."""
+    for i, (busbw, nvls) in enumerate([(470, True), (480, True), (475, True), (472, True), (320, False)]):
+        coll = ours(f"node-{i}", 8, [all_reduce(busbw, 8, 1)])
+        coll["suite"]["distributed"] = {"world_size": 8, "nnodes": 1, "ranks_per_node": 8, "nccl_choices": {
+            "version": "2.21.5", "nvls": nvls, "nvls_channels": 16 if nvls else 0}}
+        fleet.write(tmp_path, f"n{i}", coll)
+    code, result = health_json(capsys, str(tmp_path))
+    texts = [f["text"] for f in node(result, "node-4")["findings"] if f["kind"] == "fleet"]
+    assert code == 1 and len(texts) == 1, result
+    assert texts[0].endswith(" (NCCL chose: nvls no here, yes on node-0, node-1, node-2 and 1 more; nvls_channels "
+                             "0 here, 16 on node-0, node-1, node-2 and 1 more)"), texts
+    # Where NCCL chose alike, or a run recorded nothing (an older file), the finding adds nothing.
+    for i in range(4):
+        data = json.loads((tmp_path / f"n{i}.json").read_text(encoding="utf-8"))
+        del data["suite"]["distributed"]["nccl_choices"]
+        fleet.write(tmp_path, f"n{i}", data)
+    _, result = health_json(capsys, str(tmp_path))
+    assert [f["text"] for f in node(result, "node-4")["findings"] if f["kind"] == "fleet"][0].endswith("×)")
+
+
 def test_missing_findings_do_not_depend_on_other_files(capsys):
     path = str(IMPORTED / "nvbandwidth" / "constructed_issue6_h100x4.json")
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 from suite.compare_verdict import NOISE_IQR_SHARE
 from suite.health.findings import FLEET_MARGIN, FLEET_MIN_MACHINES, KEY_SEP, STRAGGLER_MARGIN, TUKEY_K
-from suite.health.findings import Finding, clocks_held, format_figure
+from suite.health.findings import Finding, clocks_held, format_figure, nccl_said
 from suite.results import LoadedResults
 
 
@@ -177,6 +177,21 @@ def pcie_narrow(loaded: LoadedResults, labels: list[str], findings: list[Finding
     return checked
 
 
+def nccl_differs(loaded: LoadedResults, label: str, others: list[str]) -> str:
+    """` (NCCL chose: nvls no here, yes on b, c)`: what NCCL said it chose in this run and otherwise in the other
+    machines' (NVLS or not moves all-reduce busbw by a third); "" where nothing recorded differs."""
+    said = {other: nccl_said(loaded.machines[other].distributed) for other in others}
+    parts = []
+    for key, value in nccl_said(loaded.machines[label].distributed).items():
+        theirs: dict[str, list[str]] = {}
+        for other, choices in said.items():
+            if key != "unknown" and choices.get(key, value) != value:
+                theirs.setdefault(choices[key], []).append(loaded.machines[other].host)
+        parts += [f"{key} {value} here, {v} on {', '.join(hosts[:3])}" + (f" and {len(hosts) - 3} more" if
+                  len(hosts) > 3 else "") for v, hosts in theirs.items()]
+    return f" (NCCL chose: {'; '.join(parts)})" if parts else ""
+
+
 def fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) -> set[str]:
     """Flag a machine slower than its fleet; the nodes that had a fleet to compare with."""
     rows = rows[rows["speed"].notna() & (rows["speed"] > 0)]
@@ -218,6 +233,8 @@ def fleet(rows: pd.DataFrame, loaded: LoadedResults, findings: list[Finding]) ->
             f"{r['fleet_']} machines (geometric mean over {int(r['n'])} benchmarks; {int(r['count'])} machines "
             f"span {r['min']:.2f}–{r['max']:.2f}×)"
         )
+        peers = gm[(gm["fleet_"] == r["fleet_"]) & (gm["case"] == r["case"]) & (gm["label"] != r["label"])]
+        text += nccl_differs(loaded, r["label"], list(peers["label"]))
         relative = float(r["speed"] / r["median"])
         findings.append(Finding("fleet", r["node"], "", r["case"], text, relative, 1.0, 100 * relative))
     return checked
