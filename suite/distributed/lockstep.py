@@ -111,6 +111,8 @@ class DistState:
         with contextlib.suppress(RuntimeError):
             for name in [*range(1, agreements + 2), "ready", "timing"]:
                 forget(self.store, f"{case}/{name}")
+            for r in range(1, self.env.world_size):
+                self.store.delete_key(f"{case}/clocks/rank{r}")
 
     def _sync(self, key: str, problem: str | None, what: str) -> dict[int, str]:
         timeout = self.timeout_s * (2 if self._failed_timing else 1)
@@ -175,13 +177,10 @@ class DistState:
         if self.env.rank != 0:
             self.store.set(f"{key}/rank{self.env.rank}", json.dumps(held))
             return held
-        keys = [f"{key}/rank{r}" for r in range(1, self.env.world_size)]
         try:
-            raw = get_all(self.store, keys)
+            raw = get_all(self.store, [f"{key}/rank{r}" for r in range(1, self.env.world_size)])
         except RuntimeError:  # a rank that failed after timing posts anyway; one that died: keep rank 0's
             return held
-        for k in keys:  # read by rank 0 alone
-            self.store.delete_key(k)
         return merge_clocks({0: held, **{r: json.loads(v) for r, v in enumerate(raw, start=1)}})
 
     def same_tests(self, nodeids: list[str]) -> None:

@@ -154,6 +154,8 @@ def by_rank(problems: dict[int, str]) -> str:
         groups.setdefault(text, []).append(rank)
     return "; ".join(f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}: {text}"
                      for text, ranks in groups.items())
+
+
 def share(store, key: str, rank: int, payload: Any, timeout_s: float, what: str) -> Any:
     """Rank 0 publishes `payload` (JSON) under `key`; every other rank reads it, waiting up to timeout_s."""
     if rank == 0:
