@@ -394,6 +394,19 @@ def recording(graph: RecordedGraph, stream=None):
         yield
 
 
+def gpu_as_cpu(monkeypatch) -> list[torch.Tensor]:
+    """The GPU is the CPU in disguise: its buffers (returned as made, in order), streams and synchronisation."""
+    real_buffer = copy_case.buffer
+    made: list[torch.Tensor] = []
+    monkeypatch.setattr(copy_case, "buffer", lambda device, n, pinned=False, data=False: made.append(real_buffer(
+        "cpu", n, False, data)) or made[-1])
+    monkeypatch.setattr(copy_case, "synchronize", lambda *devices: None)
+    monkeypatch.setattr(copy_case, "on_streams", lambda streams: contextlib.nullcontext())
+    monkeypatch.setattr(copy_case.torch.cuda, "Stream", lambda device: SimpleNamespace(
+        wait_stream=lambda other: None), raising=False)
+    return made
+
+
 @pytest.mark.parametrize("memory", ["pageable", "pinned"])
 def test_a_bidirectional_copy_checks_both_directions(monkeypatch, memory):
     # Bidirectional copies run only on CUDA, so the CPU tests never built one: a check of the first direction
@@ -401,16 +414,9 @@ def test_a_bidirectional_copy_checks_both_directions(monkeypatch, memory):
     # synchronisation stand-ins), and the second direction's copy does nothing. Pinned memory: the timed call
     # replays a graph, and the check replays that same graph; pageable memory cannot be captured: a thread per
     # direction launches each copy.
-    real_buffer = copy_case.buffer
-    made = []
+    made = gpu_as_cpu(monkeypatch)
     graphs: list[RecordedGraph] = []
-    monkeypatch.setattr(copy_case, "buffer", lambda device, n, pinned=False, data=False: made.append(real_buffer(
-        "cpu", n, False, data)) or made[-1])
     monkeypatch.setattr(copy_case, "copy_engine_count", lambda device: 2)
-    monkeypatch.setattr(copy_case, "synchronize", lambda *devices: None)
-    monkeypatch.setattr(copy_case, "on_streams", lambda streams: contextlib.nullcontext())
-    monkeypatch.setattr(copy_case.torch.cuda, "Stream", lambda device: SimpleNamespace(
-        wait_stream=lambda other: None), raising=False)
     monkeypatch.setattr(copy_case.torch.cuda, "CUDAGraph", lambda: graphs.append(RecordedGraph()) or graphs[-1],
                         raising=False)
     monkeypatch.setattr(copy_case.torch.cuda, "graph", recording, raising=False)
@@ -435,13 +441,7 @@ def test_a_bidirectional_copy_checks_both_directions(monkeypatch, memory):
 def test_a_refused_capture_falls_back_to_a_launch_per_copy(monkeypatch):
     # A driver that cannot capture the copies (a peer copy it cannot make a memcpy node of): the per-call path
     # times them, says so, and its check still sees every byte.
-    real_buffer = copy_case.buffer
-    monkeypatch.setattr(copy_case, "buffer", lambda device, n, pinned=False, data=False: real_buffer(
-        "cpu", n, False, data))
-    monkeypatch.setattr(copy_case, "synchronize", lambda *devices: None)
-    monkeypatch.setattr(copy_case, "on_streams", lambda streams: contextlib.nullcontext())
-    monkeypatch.setattr(copy_case.torch.cuda, "Stream", lambda device: SimpleNamespace(
-        wait_stream=lambda other: None), raising=False)
+    gpu_as_cpu(monkeypatch)
 
     def refused(graph, stream=None):
         raise RuntimeError("CUDA error: operation not permitted when stream is capturing")

@@ -271,6 +271,8 @@ def _captured(issue: Callable[[], None], streams: list, device: str) -> Callable
     device. None where this torch has no CUDA graphs or the driver refuses the capture (a peer copy it
     cannot capture as a memcpy node)."""
     side = [stream for leg in streams for stream in leg]
+    # Run once uncaptured first: the first copy between two GPUs enables peer access, which a capture may not.
+    issue()
     try:
         graph = torch.cuda.CUDAGraph()  # a torch without CUDA raises RuntimeError here
         capture = torch.cuda.Stream(device=device)
@@ -325,8 +327,9 @@ def build(case: Case, config) -> Work:
     if p["direction"] == "bi":
         legs.append((buffer(dst, n, pinned, data=True), buffer(src, n, pinned)))
     copies = copies_per_call(p)
-    synchronize(*case.devices)  # side streams must not start before the buffers are filled
+    synchronize(*case.devices)  # side streams must not start before the buffers are filled ...
     run, issued = _timed_call(case, legs, copies)
+    synchronize(*case.devices)  # ... nor a copy before the capture end after the check's poison fill
     own = OwnFn()
 
     def check() -> None:
