@@ -1,7 +1,9 @@
 """Crash-safe results: every finished benchmark is appended and flushed to `<json>.partial.jsonl` at once.
 
 pytest-benchmark writes `--benchmark-json` only when the session ends, so a run killed halfway (SIGKILL, a
-driver hang, the job's time limit) would lose everything. The partial file holds, line by line:
+driver hang, the job's time limit) would lose everything. The partial file is the run's record instead: the
+JSON at the end is made from it (`PartialState.journal_json`), as `suite finish` makes it after a crash. It
+holds, line by line:
 
     {"partial": true, "machine_info": ..., "commit_info": ..., "suite": ..., "datetime": ..., "version": ...}
     {"started": "<nodeid>"}                      when a test starts measuring (its devices are present)
@@ -288,6 +290,10 @@ class PartialState:
         self.previous = previous or PartialRun()
         self.suite_block = suite_block or dict
         self.reused: list[dict] = []  # benchmarks of the earlier run kept instead of re-run
+        # The journal's content, also held here: the results JSON at the end is made from it (journal_json), and
+        # a journal that could not be written (a full disk) loses nothing of it.
+        self.header: dict | None = self.previous.header
+        self.kept: list[dict] = []  # this run's benchmarks, in the order they were journaled
         self.outcomes: dict[str, str] = {}
         self.measuring: set[str] = set()  # tests that wrote "started"
         self.results: dict[str, dict] = {}  # nodeid -> benchmark, written once the whole test passed
@@ -346,7 +352,8 @@ class PartialState:
             return
         try:
             if not self.writer.has_header:
-                self.writer.write(self._header(), durable=False)  # made durable by the line after it
+                self.header = self.header or self._header()
+                self.writer.write(self.header, durable=False)  # made durable by the line after it
                 self.writer.has_header = True
             self.writer.write(obj, durable=durable)
         except OSError as exc:  # a full disk, a quota: the run goes on, its results held for the final JSON
@@ -365,8 +372,7 @@ class PartialState:
     def _header(self) -> dict:
         made = pb_adapter.header(self.config)
         return {"partial": True, "machine_info": made["machine_info"], "commit_info": made["commit_info"],
-                "suite": self.suite_block(), "datetime": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "version": made["version"]}
+                "suite": self.suite_block(), "datetime": made["datetime"], "version": made["version"]}
 
     def select(self, config, items: list) -> None:
         """With --suite-resume: drop what the earlier runs finished; skip a test that runs died in twice."""
@@ -411,10 +417,13 @@ class PartialState:
         self.writer.close()
         self.writer.path.unlink(missing_ok=True)
 
-    def reused_json(self, suite: dict) -> dict:
-        """The results JSON of a resumed run that had nothing left to measure: the earlier run's header and the
-        benchmarks kept from it."""
-        return results_json(self.previous.header, self.reused, suite)
+    def journal_json(self, suite: dict) -> dict:
+        """The results JSON at the end of a run: the journal's header and benchmarks (this run's, then those a
+        resumed run kept from the earlier one) with the run's `suite` block, as `suite finish` makes it from a
+        killed run's journal."""
+        if self.header is None:  # every test failed before a result was journaled
+            self.header = self._header()
+        return results_json(self.header, self.kept + self.reused, suite)
 
     def measure_starts(self, nodeid: str) -> None:
         """A test starts measuring (its devices are there): from here a death is counted against it."""
@@ -434,6 +443,7 @@ class PartialState:
         if result is not None and outcome == "passed":
             # Made durable by the "finished" line written right after it (one fsync for both). The "started"
             # and "finished" lines are each fsynced: after a kernel panic they say which test was running.
+            self.kept.append(result)
             self.write(result, durable=nodeid not in self.measuring)
             self.written += 0 if self.write_error else 1
         if nodeid in self.measuring:

@@ -163,12 +163,14 @@ def store_nothing(config) -> bool:
     return True
 
 
-def write_no_json(config) -> None:
-    """No --benchmark-json for this run, and no table row for a benchmark that has no rounds."""
+def write_no_json(config, keep_table: bool = False) -> None:
+    """No --benchmark-json written by pytest-benchmark, and (unless `keep_table`) no table row for a benchmark
+    that has no rounds."""
     bs = session(config)
     if bs is not None:
         bs.json = None
-        bs.benchmarks[:] = [b for b in bs.benchmarks if b.stats is not None and b.stats.data]
+        if not keep_table:
+            bs.benchmarks[:] = [b for b in bs.benchmarks if b.stats is not None and b.stats.data]
 
 
 def quiet(config) -> None:
@@ -196,12 +198,16 @@ def dumps(obj: dict, **options) -> str:
 
 
 def header(config) -> dict:
-    """The top of pytest-benchmark's JSON, made now: machine_info (with the hooks that add to it),
-    commit_info and its version."""
+    """The top of pytest-benchmark's JSON, made now as its handle_saving makes it: machine_info and commit_info
+    (with the hooks that add to them), the time in its format, and its version."""
+    from datetime import datetime, timezone
+
     from pytest_benchmark import __version__
 
     hook = config.hook
     machine_info = hook.pytest_benchmark_generate_machine_info(config=config)
     hook.pytest_benchmark_update_machine_info(config=config, machine_info=machine_info)
     commit_info = hook.pytest_benchmark_generate_commit_info(config=config)
-    return {"machine_info": machine_info, "commit_info": commit_info, "version": __version__}
+    hook.pytest_benchmark_update_commit_info(config=config, commit_info=commit_info)
+    return {"machine_info": machine_info, "commit_info": commit_info,
+            "datetime": datetime.now(timezone.utc).isoformat(), "version": __version__}

@@ -402,7 +402,10 @@ def pytest_runtest_makereport(item: pytest.Item, call):
     state = item.config.stash.get(_PARTIAL, None)
     if state is not None:
         passed = report.when == "call" and stats is not None and not fixture.has_error
-        state.report(item.nodeid, report.when, report.outcome, stats.as_dict(include_data=False) if passed else None)
+        # Every round's time only with --benchmark-save-data (a default run has thousands): the JSON is made
+        # from the journal.
+        data = bool(item.config.getoption("benchmark_save_data"))
+        state.report(item.nodeid, report.when, report.outcome, stats.as_dict(include_data=data) if passed else None)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -426,7 +429,12 @@ NOTHING_MEASURED_EXIT = pytest.ExitCode.NO_TESTS_COLLECTED
 
 @pytest.hookimpl(wrapper=True, tryfirst=True, specname="pytest_sessionfinish")
 def pytest_sessionfinish_save(session: pytest.Session):
-    """Around pytest-benchmark's own hook, which writes the JSON.
+    """Around pytest-benchmark's own hook, which would write the JSON.
+
+    A run with a journal (rank 0 with --benchmark-json) writes its JSON from the journal at the end
+    (pytest_sessionfinish below), as `suite finish` does after a crash: one source for both, so a normal end and
+    a recovered crash give the same file. pytest-benchmark still stores --benchmark-save/--benchmark-autosave.
+    Where there is no journal, its JSON is kept, written through `_save_json`.
 
     The JSON is written to a temporary file and renamed into place: pytest-benchmark truncates the file and
     then writes it, so a full disk left an empty JSON (and a traceback). A write that fails now leaves the
@@ -443,7 +451,10 @@ def pytest_sessionfinish_save(session: pytest.Session):
     # An exception raised inside pytest-benchmark's save would be a traceback, and killing loses nothing: the
     # JSON is renamed into place whole or not at all, and the partial file holds every result until then.
     _default_sigterm(config)
-    pb_adapter.write_json_with(config, functools.partial(_save_json, config))
+    if state is not None and state.writer is not None:
+        pb_adapter.write_no_json(config, keep_table=True)
+    else:
+        pb_adapter.write_json_with(config, functools.partial(_save_json, config))
     interrupted = session.exitstatus == pytest.ExitCode.INTERRUPTED
     # pytest-benchmark would store the benchmarks finished so far, and the one cut off mid-timing, as a whole
     # run: --benchmark-compare takes the latest stored run as its baseline.
@@ -490,16 +501,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             session.exitstatus = NOTHING_MEASURED_EXIT
         state.discard()  # cases that skipped after they started left a file of skips
         return
-    if not measured and state.reused:
-        # Everything was already measured: pytest-benchmark has nothing to save, so the JSON is made from the
-        # partial file's own header and benchmarks.
-        _save_json(config, config.getoption("benchmark_json"), state.reused_json(_suite_block(config)))
-        if outcome.unsaved:
-            return  # the exit status is set by pytest_sessionfinish_save, around this hook
-        if session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
-            # pytest's "no tests" once --suite-resume deselected every test: they were measured, and the JSON
-            # holds them all.
-            session.exitstatus = pytest.ExitCode.OK
+    if not measured and not state.reused:
+        return  # nothing to write (--benchmark-disable, --co): pytest's own exit status stands
+    doc = state.journal_json(_suite_block(config))
+    annotate(doc)
+    _save_json(config, config.getoption("benchmark_json"), doc)
+    if outcome.unsaved:
+        return  # the exit status is set by pytest_sessionfinish_save, around this hook
+    if not measured and session.exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
+        # pytest's "no tests" once --suite-resume deselected every test: they were measured, and the JSON
+        # holds them all.
+        session.exitstatus = pytest.ExitCode.OK
 
 
 def _why_nothing(config: pytest.Config) -> str | None:

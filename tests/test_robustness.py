@@ -280,6 +280,46 @@ def test_finish_writes_a_journal_s_json_beside_it_and_refuses_what_it_cannot(tmp
     assert not (tmp_path / "other.json").exists()
 
 
+KEEP_JOURNAL = """
+import shutil
+
+import pytest
+
+from suite.partial import partial_path
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    # Every test has run: the journal is whole, and the run's JSON is not written yet.
+    journal = partial_path(session.config.getoption("benchmark_json"))
+    shutil.copy(journal, journal.with_name("kept" + journal.name))
+"""
+
+
+def test_a_finished_run_s_json_is_its_journal_as_finish_makes_it(fake_suite, pytester, tmp_path):
+    # One source of truth: the JSON at a run's end and the one `suite finish` makes from the same journal hold
+    # the same header and benchmarks; only the "partial" mark and the suite block's end time differ.
+    pytester.makeconftest('pytest_plugins = ["suite.plugin", "tests.fake_families"]\n' + KEEP_JOURNAL)
+    from suite.cli import main
+
+    out = tmp_path / "run.json"
+    result = subprocess.run(fake_suite(FAST, out, "-k", "quick", "--benchmark-save-data"), env=_env(),
+                            capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-2000:]
+    run = json.loads(out.read_text())
+    assert not partial_path(out).exists(), "a finished run leaves no journal"
+    journal = partial_path(out).with_name("kept" + partial_path(out).name)
+    assert main(["finish", str(journal), "-o", str(tmp_path / "finished.json")]) == 0
+    finished = json.loads((tmp_path / "finished.json").read_text())
+    assert finished.pop("partial") is True and "partial" not in run
+    for doc in (run, finished):
+        doc["suite"].pop("finished")
+    assert run == finished and len(run["benchmarks"]) >= 2
+    assert all(len(b["stats"]["data"]) == b["stats"]["rounds"] for b in run["benchmarks"]), \
+        "--benchmark-save-data keeps every round's time"
+    assert set(run) == {"machine_info", "commit_info", "benchmarks", "datetime", "version", "suite"}
+
+
 def test_a_dangling_symlink_as_the_results_file_is_kept(tmp_path):
     link = tmp_path / "x.json"
     link.symlink_to(tmp_path / "elsewhere" / "real.json")
