@@ -9,7 +9,6 @@ import os
 import re
 import shlex
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from suite.cases.ceiling import annotate  # noqa: E402 - pct_of_ceiling / pct_of
 from suite.config import DEFAULT_CONFIG, SuiteConfig, load_config, nothing_selected, resolved  # noqa: E402
 from suite.errors import UserError  # noqa: E402
 from suite.partial import PartialState, what_measures, write_json_atomically  # noqa: E402
-from suite.requirements import old_pytest_benchmark  # noqa: E402
+from suite.requirements import refusal  # noqa: E402
 from suite.run import Outcome, measure_case  # noqa: E402
 from suite.summary import render  # noqa: E402
 from suite.timing import SyncTimer, min_round_seconds  # noqa: E402
@@ -94,22 +93,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="read no power, energy, clocks or PCIe link over the timed rounds (docs/running.md)")
 
 
-def _refusal(config: pytest.Config) -> str | None:
-    """Why this run cannot measure anything trustworthy, or None."""
-    if sys.flags.optimize:  # every case checks its result with assert, which -O strips: unchecked figures
-        return ("python -O (or PYTHONOPTIMIZE) strips the result checks every benchmark makes (assert "
-                "statements): run without it")
-    if parallel := xdist_reason(config):
-        return parallel
-    if not config.pluginmanager.hasplugin("benchmark"):
-        return ("pytest-benchmark is not loaded (-p no:benchmark, or not installed): it times every case; run "
-                "without -p no:benchmark (pip install 'pytest-benchmark>=5.3.1')")
-    return None
-
-
 def pytest_configure(config: pytest.Config) -> None:
-    # An older pytest-benchmark dies at the run's start with a traceback that names no version.
-    problem = old_pytest_benchmark() or _refusal(config)
+    problem = refusal(config)
     if problem:
         raise pytest.UsageError(problem)
     config.addinivalue_line("markers", "gpu: needs a real accelerator; skipped where none is present")
@@ -145,20 +130,6 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(str(exc)) from None
     _stop_on_sigterm(config)
     _keep_inputs_for_run(config)
-
-
-def xdist_reason(config) -> str | None:
-    """Why the run cannot go on under pytest-xdist, or None: its workers would time benchmarks side by side on
-    the same devices, and pytest-benchmark turns its timing off under xdist anyway (the run would pass, timing
-    nothing). Each worker would also find the results file locked by its controller."""
-    option = getattr(config, "option", None)
-    workers = getattr(option, "numprocesses", None)
-    dist = getattr(option, "dist", "no")  # --dist load --tx 2*popen starts workers without -n
-    # Not PYTEST_XDIST_WORKER: a run started from a test that runs under xdist inherits it.
-    if not workers and dist in (None, "no") and not hasattr(config, "workerinput"):
-        return None
-    return ("pytest-xdist (-n, --dist) runs tests in parallel processes: benchmarks there would share the "
-            "devices, and pytest-benchmark turns timing off under xdist; run without -n or --dist (or with -n 0)")
 
 
 def _keep_inputs_for_run(config: pytest.Config) -> None:

@@ -202,7 +202,7 @@ def test_a_users_max_time_is_each_shares_ceiling_and_the_budget_still_holds(run_
 def test_pytest_xdist_is_refused_in_one_line(option, dist, worker, refused):
     from types import SimpleNamespace
 
-    from suite.plugin import xdist_reason
+    from suite.requirements import xdist_reason
 
     config = SimpleNamespace(option=SimpleNamespace(numprocesses=option, dist=dist))
     if worker:
