@@ -68,8 +68,8 @@ def sync(store, key: str, rank: int, world_size: int, timeout_s: float, problem:
     """Every rank arrives at `key`, optionally with a problem; return {rank: problem} for the ranks that had one.
 
     Raises RankTimeout naming the ranks that did not arrive within `timeout_s`. O(1) store operations per rank
-    and two keys per agreement unless something is wrong (a problem is one more key; a timeout reads each rank's
-    `at` key to name the missing).
+    and three keys per agreement unless something is wrong (a problem is one more key; a timeout reads each
+    rank's `at` key to name the missing).
     """
     if problem:
         post(store, key, rank, problem)
@@ -110,8 +110,8 @@ def post(store, key: str, rank: int, text: str) -> None:
 
 def posts(store, key: str) -> dict[int, str]:
     """{rank: text} of the posts to `key` so far."""
-    count = store.add(f"{key}/posts", 0)
-    return dict(json.loads(v) for v in get_all(store, [f"{key}/post{i}" for i in range(1, count + 1)]))
+    keys = [f"{key}/post{i}" for i in range(1, store.add(f"{key}/posts", 0) + 1)]
+    return dict(json.loads(v) for v in get_all(store, keys)) if keys else {}
 
 
 def forget(store, key: str) -> None:
