@@ -417,13 +417,13 @@ class PartialState:
         self.writer.close()
         self.writer.path.unlink(missing_ok=True)
 
-    def journal_json(self, suite: dict) -> dict:
-        """The results JSON at the end of a run: the journal's header and benchmarks (this run's, then those a
-        resumed run kept from the earlier one) with the run's `suite` block, as `suite finish` makes it from a
-        killed run's journal."""
+    def journal_json(self) -> dict:
+        """The results JSON at the end of a run before pytest_benchmark_update_json adds to it (the run's
+        `suite` block, the benchmarks a resumed run kept): the journal's header and this run's benchmarks, as
+        `suite finish` makes it from a killed run's journal."""
         if self.header is None:  # every test failed before a result was journaled
             self.header = self._header()
-        return results_json(self.header, self.kept + self.reused, suite)
+        return results_json(self.header, list(self.kept), None)
 
     def measure_starts(self, nodeid: str) -> None:
         """A test starts measuring (its devices are there): from here a death is counted against it."""

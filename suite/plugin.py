@@ -474,8 +474,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if not measured and not state.reused:
         return  # nothing to write (--benchmark-disable, --co): pytest's own exit status stands
-    doc = state.journal_json(_suite_block(config))
-    annotate(doc)
+    doc = state.journal_json()
+    # As pytest-benchmark would: every plugin's additions (ours below: the suite block, the benchmarks a resume
+    # kept, % of ceiling; suite.distributed's ranks and NCCL's choices).
+    config.hook.pytest_benchmark_update_json(config=config, benchmarks=measured, output_json=doc)
     _save_json(config, config.getoption("benchmark_json"), doc)
     if outcome.unsaved:
         return  # the exit status is set by pytest_sessionfinish_save, around this hook
