@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from suite.cases import FAMILIES, family_read
 from suite.telemetry import KEYS as TELEMETRY_KEYS
+
+if TYPE_CHECKING:  # suite.results imports this module
+    from suite.results import Machine
 
 FOREIGN_CASE = "other"  # family given to rows of a pytest-benchmark file that is not ours
 OUR_TOOL = "gpubench-suite"
@@ -211,19 +214,7 @@ def _scalars(values: list) -> list:
     return [v if v is _MISSING else _scalar(v) for v in values]
 
 
-class _File(Protocol):
-    """What rows reads of a suite.results.Machine (imported from there, it would make an import circle)."""
-
-    label: str
-    file: str
-    host: str
-    partial: bool
-    foreign: bool
-    schema_version: int | None
-    tool: str
-
-
-def rows(data: dict, machine: _File, warnings: list[str], path: Path, extra_keys: dict) -> dict[str, list]:
+def rows(data: dict, machine: Machine, warnings: list[str], path: Path, extra_keys: dict) -> dict[str, list]:
     """One file's table as columns (one entry per benchmark); parameter columns beyond COLUMNS are recorded,
     in first-seen order, in `extra_keys`.
 
@@ -278,10 +269,9 @@ def _parameters(
 
     Ours are identified by case and parameters (every extra_info key not measured); another tool's
     pytest-benchmark file by fullname, its `params` shown, and the file has no parameter columns."""
-    ours = [not foreign and isinstance(e.get("case"), str) for e in extras]
-    cases = [e["case"] if o else FOREIGN_CASE for e, o in zip(extras, ours)]
-    if not all(ours):
-        return cases, {}, _foreign_texts(benches, fullnames)
+    if foreign:
+        return [FOREIGN_CASE] * len(benches), {}, _foreign_texts(benches, fullnames)
+    cases = [e["case"] for e in extras]  # _benchmarks kept only ours with a case
     keys = [k for k in dict.fromkeys(k for e in extras for k in e) if k not in MEASURED_KEYS]
     params_cols = {k: _scalars([e.get(k, _MISSING) for e in extras]) for k in keys}
     return cases, params_cols, _own_texts(cases, keys, params_cols)
