@@ -15,7 +15,7 @@ the form factor (SXM, PCIe, NVL) and the peaks differ, the lowest (most conserva
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 _H100_WP = "NVIDIA H100 Tensor Core GPU Architecture whitepaper (v1.04), table 3"
 _ADA_WP = "NVIDIA Ada GPU Architecture whitepaper (v2.1), appendix A, table 2"
@@ -38,7 +38,6 @@ class Match:
     tflops: float
     source: str
     note: str = ""
-    peaks: dict[str, float] = field(default_factory=dict)
 
 
 def _peaks(fp64: float | None, fp32: float, tf32: float | None, bf16: float | None, fp16: float,
@@ -134,7 +133,7 @@ def lookup(name: str | None, precision: str) -> Match | None:
     peak = find_gpu(name)
     if peak is None or precision not in peak.tflops:
         return None
-    return Match(peak.gpu, peak.tflops[precision], peak.source, peak.note, dict(peak.tflops))
+    return Match(peak.gpu, peak.tflops[precision], peak.source, peak.note)
 
 
 __all__ = ["PEAKS", "Match", "Peak", "find_gpu", "lookup", "name_tokens"]
