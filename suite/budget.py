@@ -41,14 +41,13 @@ class BudgetSchedule:
     benchmarks still to come: a round is at least one call, which can be far longer than min_time.
     """
 
-    def __init__(self, budget_s: float, items: dict[str, BudgetItem], started: float, clock=time.monotonic,
-                 overhead: dict[str, float] | None = None) -> None:
+    def __init__(self, budget_s: float, items: dict[str, BudgetItem], started: float, clock=time.monotonic) -> None:
         self.budget_s = budget_s
         self.items = items
         self.pending = list(items)
         self.started = started  # clock() reading at the start of the run (the process's start)
         self.clock = clock
-        self.overhead = dict(overhead or overheads())
+        self.overhead = overheads()
         self.observed: dict[str, list[float]] = {}  # family -> overheads seen
         self.rounds_s: dict[str, list[float]] = {}  # family -> round lengths seen (median of each benchmark)
         # Their medians, kept up to date by finish(): start() reads them for every pending benchmark, and
@@ -58,7 +57,7 @@ class BudgetSchedule:
 
     @classmethod
     def for_cases(cls, budget_s: float, cases: dict[str, Case], config: SuiteConfig, started: float,
-                  clock=time.monotonic, overrides: dict | None = None) -> "BudgetSchedule":
+                  overrides: dict | None = None) -> "BudgetSchedule":
         """`overrides`: timing keys the command line sets over every family's (user_timing in the plugin)."""
         items = {}
         for key, case in cases.items():
@@ -66,7 +65,7 @@ class BudgetSchedule:
             items[key] = BudgetItem(case.family, fixed_seconds(case, config), shareable(case),
                                     timing.min_rounds * min_round_seconds(case, timing), timing.max_time,
                                     timing.min_rounds, probe_seconds(case, timing))
-        return cls(budget_s, items, started, clock)
+        return cls(budget_s, items, started)
 
     def elapsed(self) -> float:
         return self.clock() - self.started

@@ -192,20 +192,19 @@ class Plan:
 
 
 def make_plan(config: SuiteConfig, devices: list[str], gpus: int | None = None, budget_s: float | None = None,
-              measure_collectives: bool | None = None, overrides: dict | None = None,
-              rates: "Rates | None" = None) -> Plan:
+              overrides: dict | None = None, rates: "Rates | None" = None) -> Plan:
     """The plan of `config` on `devices`: an upper bound, every benchmark running its timed rounds to max_time,
     and whole calls where one call is long (call_costs).
 
-    `measure_collectives`: count the families that run under torchrun (TORCHRUN) as measured; default: on a
-    plan of a node of 2 GPUs or more. `overrides`: timing keys the run's command line sets (timing_of).
+    The families that run under torchrun (TORCHRUN) count as measured on a plan of a node of 2 GPUs or more.
+    `overrides`: timing keys the run's command line sets (timing_of).
     `rates`: what a call's FLOPs and bytes take (default: this machine's CPU probed, unless a node is planned).
     """
     plan = Plan(devices=devices, gpus=gpus, budget_s=budget_s)
     if rates is None:
         rates = Rates(probe_cpu=not isinstance(dev.current_platform(), NodePlatform))
     # A torchrun job needs two ranks at least (a world of one skips every case).
-    with_torchrun = (gpus or 0) >= 2 if measure_collectives is None else measure_collectives
+    with_torchrun = (gpus or 0) >= 2
     timed = []  # (its FamilyPlan, timing, round, call_costs) of each benchmark that follows max_time
     fixed_total = 0.0
     for family, cases in select(config, devices).items():

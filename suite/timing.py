@@ -71,13 +71,13 @@ HOST_BOUND_DRAIN_CALLS = 2
 BOUND_ROUNDS = 5
 
 
-def bound_info(fn: Callable[[], object], timer: SyncTimer, calls: int, rounds: int = BOUND_ROUNDS) -> dict:
+def bound_info(fn: Callable[[], object], timer: SyncTimer, calls: int) -> dict:
     """`host_share`: the share of a round of `calls` calls the host spends issuing them; `bound`: whether the
     host or the device set the round's time. Empty for the CPU, whose ops run as they are issued."""
     if not timer.needs_sync or calls < 1:
         return {}
     shares, drains, per_call = [], [], []
-    for _ in range(rounds):
+    for _ in range(BOUND_ROUNDS):
         start = timer()  # synchronised: nothing of this case is queued before the round
         for _ in range(calls):
             fn()

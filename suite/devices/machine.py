@@ -48,24 +48,24 @@ def _cpu_info() -> dict:
     }
 
 
-def _gpus(devices: list[torch.device] | None, kinds: tuple[str, ...]) -> list[torch.device]:
-    return [d for d in (devices if devices is not None else accelerators()) if d.type in kinds]
+def _gpus(kinds: tuple[str, ...]) -> list[torch.device]:
+    return [d for d in accelerators() if d.type in kinds]
 
 
-def link_matrix(devices: list[torch.device] | None = None) -> dict[str, dict[str, str]]:
+def link_matrix() -> dict[str, dict[str, str]]:
     """link() for every ordered pair of distinct CUDA devices NVML tells about; {} where it tells nothing."""
     plat = current_platform()
-    gpus = _gpus(devices, ("cuda",))
+    gpus = _gpus(("cuda",))
     links = {device_id(a): {device_id(b): plat.link(a, b) for b in gpus if b != a} for a in gpus}
     links = {a: {b: v for b, v in row.items() if v} for a, row in links.items()}
     return {a: row for a, row in links.items() if row}
 
 
-def peer_matrix(devices: list[torch.device] | None = None) -> dict[str, dict[str, bool]]:
+def peer_matrix() -> dict[str, dict[str, bool]]:
     """can_device_access_peer for every ordered pair of distinct CUDA devices, and of distinct XPUs (peer
     access joins devices of one kind only)."""
     plat = current_platform()
-    gpus = _gpus(devices, ("cuda", "xpu"))
+    gpus = _gpus(("cuda", "xpu"))
     return {device_id(a): {device_id(b): plat.can_access_peer(a, b) for b in gpus
                            if b != a and b.type == a.type} for a in gpus}
 

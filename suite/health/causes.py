@@ -181,8 +181,8 @@ def _device_and_model(devices: list[dict], device_id: str) -> tuple[dict, list[d
                     and d.get("name") == device.get("name")]
 
 
-def repeat_offenders(findings: list[Finding], now_on: dict[str, str], min_runs: int = 2) -> list[dict]:
-    """GPUs (by UUID, else serial) flagged in `min_runs` runs or more, on whichever node each run was;
+def repeat_offenders(findings: list[Finding], now_on: dict[str, str]) -> list[dict]:
+    """GPUs (by UUID, else serial) flagged in two runs or more, on whichever node each run was;
     `now_on`: UUID or serial -> the node whose latest run has the GPU ("" where none has it now)."""
     seen: dict[str, dict] = {}
     for f in findings:
@@ -194,7 +194,7 @@ def repeat_offenders(findings: list[Finding], now_on: dict[str, str], min_runs: 
         run = entry["runs"].setdefault(f.run, {"run": f.run, "node": f.node, "device": f.device, "kinds": []})
         run["kinds"] = sorted({*run["kinds"], f.kind})
     return [{**e, "runs": sorted(e["runs"].values(), key=lambda r: r["run"])}
-            for _, e in sorted(seen.items()) if len(e["runs"]) >= min_runs]
+            for _, e in sorted(seen.items()) if len(e["runs"]) >= 2]
 
 
 def offender_line(entry: dict) -> str:

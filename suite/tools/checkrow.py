@@ -143,12 +143,12 @@ def subprocess_env() -> dict:
     return env
 
 
-def run_command(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int | None, str]:
+def run_command(cmd: list[str], timeout: float) -> tuple[int | None, str]:
     """Run a command from the checkout (environment: subprocess_env()), its output copied line by line to ours
     (the console and the log) as it comes: (exit code, or None if it ran past `timeout` and was stopped; its
     output)."""
     print(f"+ {shlex.join(cmd)}", flush=True)
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env or subprocess_env(), stdout=subprocess.PIPE,
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, errors="replace")
     lines: list[str] = []
 

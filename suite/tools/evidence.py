@@ -97,11 +97,11 @@ def _benchmarks(path: Path) -> list[dict]:
     return list(_read(path).get("benchmarks") or []) if path.is_file() else []
 
 
-def fmt(value: float | None, digits: int = 4) -> str:
+def fmt(value: float | None) -> str:
     """4 significant digits below 1000, whole numbers grouped above: 0.1905, 57.3, 10,789."""
     if value is None:
         return "–"
-    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.{digits}g}"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
 
 
 def _cell(text: object) -> str:

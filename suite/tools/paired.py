@@ -298,8 +298,8 @@ def event_seconds(family: str, cfg: Path, bench: dict) -> float:
     return statistics.median(times)
 
 
-def span_seconds(fn: Callable[[], object], streams: list, seconds: float, calls: int = SPAN_CALLS) -> float:
-    """Median seconds per call over spans of `calls` calls, each timed by CUDA events recorded on every stream of
+def span_seconds(fn: Callable[[], object], streams: list, seconds: float) -> float:
+    """Median seconds per call over spans of SPAN_CALLS calls, each timed by CUDA events recorded on every stream of
     `streams` (each on its own device's clock; events of different devices cannot be compared): a span is the
     slowest stream's, from its start event to its end event. Runs for about `seconds`, at least MIN_SPANS spans,
     after one untimed call."""
@@ -316,10 +316,10 @@ def span_seconds(fn: Callable[[], object], streams: list, seconds: float, calls:
         marks = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in streams]
         for (start, _), stream in zip(marks, streams):
             start.record(stream)
-        for _ in range(calls):
+        for _ in range(SPAN_CALLS):
             fn()
         for (_, end), stream in zip(marks, streams):
             end.record(stream)
         synchronize(*devices)
-        times.append(max(start.elapsed_time(end) for start, end in marks) / 1e3 / calls)
+        times.append(max(start.elapsed_time(end) for start, end in marks) / 1e3 / SPAN_CALLS)
     return statistics.median(times)

@@ -209,7 +209,7 @@ def _drop_uninstallable(chosen: dict[str, str], notes: dict[str, str], wheels: d
         del chosen[name]
 
 
-def carried_problems(folder: Path, need: tuple[str, ...] = CARRIED) -> list[str]:
+def carried_problems(folder: Path) -> list[str]:
     """What is wrong with a folder of carried wheels: two versions of one package (pip would refuse), a
     needed package missing, a pinned version that is not the one carried, pytest-benchmark too old."""
     wheels = sorted(folder.glob("*.whl"))
@@ -219,7 +219,7 @@ def carried_problems(folder: Path, need: tuple[str, ...] = CARRIED) -> list[str]
         seen.setdefault(name, []).append(version)
     problems = [f"two versions of {n} ({', '.join(v)}) in {folder}: keep one (pip would refuse)"
                 for n, v in seen.items() if len(v) > 1]
-    missing = [n for n in need if n not in seen]
+    missing = [n for n in CARRIED if n not in seen]
     if missing:
         problems.append(f"missing {', '.join(missing)} in {folder}: run scripts/prepare-device.sh")
     for w in wheels:
