@@ -145,15 +145,15 @@ def _loc_path(loc: tuple) -> str:
 
 def _model_at(loc: tuple) -> type[BaseModel] | None:
     """The config class that owns the key at `loc` (for listing allowed keys)."""
-    model: Any = suite_model()
-    for part in loc:
-        if isinstance(part, int) or model is None:
-            continue
-        field = model.model_fields.get(part) if isinstance(model, type) and issubclass(model, BaseModel) else None
+    model: type[BaseModel] | None = suite_model()
+    for part in (p for p in loc if not isinstance(p, int)):  # a list index stays in the list's model
+        field = model.model_fields.get(part)
         if field is None:
-            return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+            return model
         candidates = [field.annotation, *typing.get_args(field.annotation)]
         model = next((c for c in candidates if isinstance(c, type) and issubclass(c, BaseModel)), None)
+        if model is None:  # a key below a value that is not a section
+            return None
     return model
 
 
