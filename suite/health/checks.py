@@ -143,12 +143,7 @@ def _expected(rows: pd.DataFrame, loaded: LoadedResults, labels: list[str], expe
     pct = pd.Series(np.nan, index=rows.index)
     measured_families = rows.groupby("label")["case"].unique().map(set).to_dict()
     for measure_name, measure in measures().items():
-        mask = rows["case"].isin(measure.families) & (rows[measure.rate] > 0 if measure.rate in rows else False)
-        if measure.route:
-            mask &= rows["route_"] == measure.route
-        for key, wanted in measure.where:
-            column = "precision_" if key == "precision" else key
-            mask &= rows[column] == wanted if column in rows else False
+        mask = measure.selects(rows) & (rows[measure.rate] > 0 if measure.rate in rows else False)
         if measure.min_flops:
             mask &= rows["flops"] >= measure.min_flops
         if measure.min_bytes:

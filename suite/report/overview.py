@@ -23,18 +23,6 @@ def _best(rows: pd.DataFrame, rate: str, what: str, unit: str | None = None) -> 
             for r in best[list(dict.fromkeys(["label", rate, *_SHOWN]))].to_dict("records")}
 
 
-def _measure_mask(rows: pd.DataFrame, measure) -> pd.Series:
-    """The rows a health measure takes its figure from (bf16 matmul, h2d copies, all-reduce), at any size:
-    health judges only large ones; a summary shows what ran."""
-    mask = rows["case"].isin(measure.families)
-    if measure.route:
-        mask &= rows["route_"] == measure.route
-    for key, wanted in measure.where:
-        column = "precision_" if key == "precision" else key
-        mask &= rows[column] == wanted if column in rows else False
-    return mask
-
-
 def headlines(table: pd.DataFrame, labels: list[str], status_of: dict[str, str]) -> list[dict]:
     """Per machine (in `labels` order): its health and headline figures, families in registry order: the best
     result of each measure the families declare, and for a family none of whose measures it ran, its best
@@ -48,7 +36,7 @@ def headlines(table: pd.DataFrame, labels: list[str], status_of: dict[str, str])
     figures: dict[str, list[dict]] = {label: [] for label in labels}
     covered: dict[str, set[str]] = {label: set() for label in labels}
     for name, measure in measures().items():
-        for label, figure in _best(rows[_measure_mask(rows, measure)], measure.rate, name.replace("_", " "),
+        for label, figure in _best(rows[measure.selects(rows)], measure.rate, name.replace("_", " "),
                                    measure.unit).items():
             figures[label].append(figure | {"family": measure.families[0]})
             covered[label] |= set(measure.families)
