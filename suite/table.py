@@ -5,16 +5,13 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
 
 from suite.cases import FAMILIES, family_read
 from suite.telemetry import KEYS as TELEMETRY_KEYS
-
-if TYPE_CHECKING:  # suite.results imports this module
-    from suite.results import Machine
 
 FOREIGN_CASE = "other"  # family given to rows of a pytest-benchmark file that is not ours
 OUR_TOOL = "gpubench-suite"
@@ -214,7 +211,19 @@ def _scalars(values: list) -> list:
     return [v if v is _MISSING else _scalar(v) for v in values]
 
 
-def rows(data: dict, machine: Machine, warnings: list[str], path: Path, extra_keys: dict) -> dict[str, list]:
+class _File(Protocol):
+    """What rows reads of a suite.results.Machine (imported from there, it would make an import circle)."""
+
+    label: str
+    file: str
+    host: str
+    partial: bool
+    foreign: bool
+    schema_version: int | None
+    tool: str
+
+
+def rows(data: dict, machine: _File, warnings: list[str], path: Path, extra_keys: dict) -> dict[str, list]:
     """One file's table as columns (one entry per benchmark); parameter columns beyond COLUMNS are recorded,
     in first-seen order, in `extra_keys`.
 
