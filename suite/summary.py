@@ -69,8 +69,7 @@ def extra_info(bench: dict) -> dict:
 def _by_family(benchmarks: list[dict]) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = defaultdict(list)
     for bench in benchmarks:
-        if isinstance(bench, dict):
-            out[str(extra_info(bench).get("case") or "other")].append(bench)
+        out[str(extra_info(bench).get("case") or "other")].append(bench)
     return out
 
 
@@ -119,7 +118,7 @@ def _stopping(benchmarks: list[dict]) -> list[str]:
     counts: dict = defaultdict(int)
     margins = []
     for b in benchmarks:
-        info = extra_info(b) if isinstance(b, dict) else {}
+        info = extra_info(b)
         counts[str(info.get("stopped_on") or "unknown")] += 1
         if num(info.get("margin")) is not None and info.get("stopped_on") == "time":
             margins.append(info["margin"])
@@ -140,7 +139,7 @@ def _held(benchmarks: list[dict]) -> list[str]:
     more (NVML)."""
     seen: dict[str, list[float]] = defaultdict(list)
     for b in benchmarks:
-        info = extra_info(b) if isinstance(b, dict) else {}
+        info = extra_info(b)
         for limit, share in limits_held(info).items():
             if limit in _MACHINE_LIMITS and share >= 0.05:
                 seen[limit].append(share)
@@ -155,8 +154,7 @@ MAX_HOST_BOUND_NAMED = 3
 
 def _host_bound(benchmarks: list[dict]) -> list[str]:
     """One line naming the accelerator results whose time the host set (suite.timing.bound_info)."""
-    names = [str(b.get("name") or "?") for b in benchmarks
-             if isinstance(b, dict) and extra_info(b).get("bound") == "host"]
+    names = [str(b.get("name") or "?") for b in benchmarks if extra_info(b).get("bound") == "host"]
     if not names:
         return []
     more = f" and {len(names) - MAX_HOST_BOUND_NAMED} more" if len(names) > MAX_HOST_BOUND_NAMED else ""
