@@ -23,7 +23,7 @@ DIAGNOSTICS_NOTE = "DCGM diagnostics, not benchmark results (`health` judges the
 
 def _migrate_0_to_1(data: dict) -> dict:
     """Schema 0 stored only `flops`/`bytes` per call; schema 1 adds the derived `tflops`/`gbps` (from the median)."""
-    for bench in data.get("benchmarks") or []:
+    for bench in data["benchmarks"]:  # a list: read_results_file migrates only what _check accepted
         if not isinstance(bench, dict):
             continue
         extra = bench.get("extra_info")

@@ -79,7 +79,7 @@ def host_near(device: str, sys_root: Path | None = None, status: str | None = No
         allowed = set(os.sched_getaffinity(0)) if nodes else set()
     except OSError:
         allowed = set()
-    cpus = nodes.get(node, set()) & allowed if node is not None else set()
+    cpus = nodes.get(node, set()) & allowed  # none where the node is unknown: nodes is then empty
     spanned = sum(1 for c in nodes.values() if c & allowed)
     mems = numa_of_process(sys_root, allowed, status).get("numa_mems_allowed") if cpus else None
     if len(nodes) < 2 or spanned < 2 or not cpus or (mems is not None and node not in mems):
