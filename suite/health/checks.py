@@ -9,7 +9,7 @@ import pandas as pd
 
 from suite.cases import family_read
 from suite.health.causes import explain, repeat_offenders
-from suite.health.expect import HOST_LINKS, OK_AT_PCT, Expectations, Measure, measures
+from suite.health.expect import HOST_LINKS, OK_AT_PCT, Expectations, Measure, measures, taken_from
 from suite.health.findings import DEFAULT_FAIL_ON  # noqa: F401 -- suite.report.command imports it from here
 from suite.health.findings import KEY_SEP, KINDS, MAX_EXAMPLES, Finding, Health, NodeVerdict, clocks_held
 from suite.health.findings import format_figure
@@ -143,7 +143,7 @@ def _expected(rows: pd.DataFrame, loaded: LoadedResults, labels: list[str], expe
     pct = pd.Series(np.nan, index=rows.index)
     measured_families = rows.groupby("label")["case"].unique().map(set).to_dict()
     for measure_name, measure in measures().items():
-        mask = measure.selects(rows) & (rows[measure.rate] > 0 if measure.rate in rows else False)
+        mask = taken_from(rows, measure) & (rows[measure.rate] > 0 if measure.rate in rows else False)
         if measure.min_flops:
             mask &= rows["flops"] >= measure.min_flops
         if measure.min_bytes:

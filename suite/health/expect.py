@@ -31,16 +31,17 @@ class Measure:
     per_machine: bool = False  # judged per machine and world size (a run across ranks), not per device
     families: tuple[str, ...] = ()  # the families that declare it (measures() fills this in)
 
-    def selects(self, rows):
-        """Which rows of a results table (with route_ and precision_ columns) the measure takes its figure
-        from, at any size: health judges only large ones (min_flops, min_bytes); a summary shows what ran."""
-        mask = rows["case"].isin(self.families)
-        if self.route:
-            mask &= rows["route_"] == self.route
-        for key, wanted in self.where:
-            column = "precision_" if key == "precision" else key
-            mask &= rows[column] == wanted if column in rows else False
-        return mask
+
+def taken_from(rows, measure: Measure):
+    """Which rows of a results table (with route_ and precision_ columns) `measure` takes its figure from, at
+    any size: health judges only large ones (min_flops, min_bytes); a summary shows what ran."""
+    mask = rows["case"].isin(measure.families)
+    if measure.route:
+        mask &= rows["route_"] == measure.route
+    for key, wanted in measure.where:
+        column = "precision_" if key == "precision" else key
+        mask &= rows[column] == wanted if column in rows else False
+    return mask
 
 
 def measures() -> dict[str, Measure]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from suite.cases import FAMILIES
-from suite.health.expect import measures
+from suite.health.expect import measures, taken_from
 from suite.report.tables import SHARES, against_text, format_rate
 from suite.results import FOREIGN_CASE, RATE_UNITS, like_ours, route_kinds
 
@@ -36,7 +36,7 @@ def headlines(table: pd.DataFrame, labels: list[str], status_of: dict[str, str])
     figures: dict[str, list[dict]] = {label: [] for label in labels}
     covered: dict[str, set[str]] = {label: set() for label in labels}
     for name, measure in measures().items():
-        for label, figure in _best(rows[measure.selects(rows)], measure.rate, name.replace("_", " "),
+        for label, figure in _best(rows[taken_from(rows, measure)], measure.rate, name.replace("_", " "),
                                    measure.unit).items():
             figures[label].append(figure | {"family": measure.families[0]})
             covered[label] |= set(measure.families)
