@@ -115,7 +115,7 @@ def _tell_shared_hostnames_apart(machines: dict[str, Machine], parts: list, warn
         for label, uuids in runs:
             joined = [g for g in groups if g[0] & uuids]
             merged = (set(uuids).union(*(g[0] for g in joined)), [label, *(x for g in joined for x in g[1])])
-            groups = [g for g in groups if not any(g is j for j in joined)] + [merged]
+            groups = [g for g in groups if not g[0] & uuids] + [merged]
         if len(groups) < 2:
             continue
         names = []

@@ -355,8 +355,7 @@ def history_charts(loaded) -> list[Chart]:
         logs = [abs(math.log(v)) for v in latest if isinstance(v, float) and v > 0]
         return max(logs, default=0.0)
 
-    ranked = sorted(series, key=moved, reverse=True) if len(series) > MAX_HISTORY_MACHINES else series
-    shown = sorted(ranked[:MAX_HISTORY_MACHINES], key=series.index)
+    shown = sorted(sorted(series, key=moved, reverse=True)[:MAX_HISTORY_MACHINES], key=series.index)
     families = sorted({c for _, _, speed in shown for c in speed["case"]})
     if not families:
         return []
