@@ -91,7 +91,7 @@ def precision(info: dict) -> str:
 def compute_grid(name: str, benches: list[dict], key, column) -> list[str]:
     """TFLOP/s by `key(info)` rows and `column(info)` columns, each row's best % of ceiling / datasheet."""
     rows: dict = defaultdict(dict)
-    columns: list = []
+    columns: dict = {}  # in first-seen order
     pct: dict = {}
     for b in benches:
         info = extra_info(b)
@@ -99,7 +99,7 @@ def compute_grid(name: str, benches: list[dict], key, column) -> list[str]:
         if tf is None:
             continue
         row, col = key(info), column(info)
-        columns += [col] if col not in columns else []
+        columns.setdefault(col)
         rows[row][col] = cell(tf)
         ceil, sheet = num(info.get("pct_of_ceiling")), num(info.get("pct_of_datasheet"))
         best = pct.get(row)
@@ -111,7 +111,7 @@ def compute_grid(name: str, benches: list[dict], key, column) -> list[str]:
     if not rows:
         return []
     extra = ["% ceiling"] + (["% datasheet"] if any(v[2] is not None for v in pct.values()) else [])
-    return grid(f"{name}: TFLOP/s (% of ceiling / datasheet: the row's best)", dict(rows), columns + extra)
+    return grid(f"{name}: TFLOP/s (% of ceiling / datasheet: the row's best)", dict(rows), [*columns, *extra])
 
 
 def _stopping(benchmarks: list[dict]) -> list[str]:

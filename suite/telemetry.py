@@ -491,11 +491,13 @@ def _limited(deltas: list[dict], window: float) -> dict:
 
 def _counted(deltas: list[dict]) -> dict:
     """pcie_replays and ecc_errors: the sum over the sources, where every source counted them."""
+    if not deltas:
+        return {}
     found: dict = {}
-    if deltas and all("pcie_replays" in d for d in deltas):
+    if all("pcie_replays" in d for d in deltas):
         found["pcie_replays"] = sum(d["pcie_replays"] for d in deltas)
     ecc = {kind: sum(d[f"ecc:{kind}"] for d in deltas) for kind in ("corrected", "uncorrected")
-           if deltas and all(f"ecc:{kind}" in d for d in deltas)}
+           if all(f"ecc:{kind}" in d for d in deltas)}
     if ecc:
         found["ecc_errors"] = ecc
     return found
