@@ -126,7 +126,7 @@ def _section_selects(section: object, measure: Measure) -> bool:
         chosen = section.get(option) or ([wanted] if default is None else default)
         if wanted not in chosen:
             return False
-    if measure.min_bytes and _largest(section.get("sizes") or []) < measure.min_bytes:
+    if measure.min_bytes and _largest(section.get("sizes")) < measure.min_bytes:
         return False
     return not measure.min_flops or _largest_flops(section.get("shapes") or []) >= measure.min_flops
 
