@@ -41,7 +41,8 @@ class BudgetSchedule:
     benchmarks still to come: a round is at least one call, which can be far longer than min_time.
     """
 
-    def __init__(self, budget_s: float, items: dict[str, BudgetItem], started: float, clock=time.monotonic) -> None:
+    def __init__(self, budget_s: float, items: dict[str, BudgetItem], started: float,
+                 clock=time.monotonic) -> None:
         self.budget_s = budget_s
         self.items = items
         self.pending = list(items)

@@ -142,22 +142,15 @@ def _per_watt_row(b: dict, c: dict, metric: str, threshold: float, span: tuple[f
     return Row(status, b["case"], c["name"], b[metric], c[metric], ratio, (ratio - 1) * 100, note=note)
 
 
-def compare_tables(
-    base: pd.DataFrame,
-    cand: pd.DataFrame,
-    metric: str = "median",
-    threshold: float = 0.05,
-    device_map: dict[str, str] | None = None,
-    thresholds: dict[str, float] | None = None,
-    history: pd.DataFrame | None = None,
-) -> list[Row]:
+def compare_tables(base: pd.DataFrame, cand: pd.DataFrame, metric: str, threshold: float,
+                   device_map: dict[str, str], thresholds: dict[str, float], history: pd.DataFrame | None
+                   ) -> list[Row]:
     """Match benchmarks by (case, parameters with devices mapped), or fullname for foreign files, and judge.
 
     `thresholds` overrides `threshold` per family; a benchmark with fewer than MIN_ROUNDS_TO_JUDGE rounds on
     either side is "not judged". `history`: rows of the baseline machine's latest runs (Side.history), whose
     range bounds what counts as a change.
     """
-    thresholds = thresholds or {}
     if metric in HIGHER_IS_BETTER:  # a telemetry column none of a run's results recorded holds None
         base, cand, history = (_numeric(t, metric) for t in (base, cand, history))
     ranges = history_ranges(history, metric, device_map) if history is not None else {}
