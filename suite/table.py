@@ -77,6 +77,7 @@ MEASURED_KEYS = frozenset(
         "host_numa_node",
         "host_share",
         "bound",
+        "issue",  # a copy batch's launch: one graph replay or a launch per copy (how it ran; the bytes say what)
         "timeout_s",
         # Where an imported result came from and how often it ran: provenance, not a parameter.
         "iters",
