@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from suite.devices.machine import inventory
 from suite.devices.specs import present_devices, try_all_gpus, try_gpu
@@ -49,14 +50,13 @@ def pair_matrix_lines(peer_access: dict[str, dict[str, bool]], links: dict[str, 
     """The GPU pairs as `python -m suite devices` prints them: peer access, and the link where NVML tells it
     ('yes NV18', 'no SYS'), row to column; then what each link name that appears means."""
     gpus = list(peer_access)
-    cell = {(a, b): ("yes" if peer_access[a].get(b) else "no")
-            + (f" {links[a][b]}" if links.get(a, {}).get(b) else "") for a in gpus for b in gpus if a != b}
+    cell = {(a, b): f"{'yes' if peer_access[a].get(b) else 'no'} {links.get(a, {}).get(b, '')}".rstrip()
+            for a in gpus for b in gpus}
+    cell |= {(a, a): "-" for a in gpus}
     width = max([7, *(len(c) for c in cell.values())])
     title = "peer access and link (row to column):" if links else "peer access (row can access column):"
     lines = [title, " " * 8 + " ".join(f"{g:>{width}}" for g in gpus)]
-    for a in gpus:
-        lines.append(f"{a:<8}" + " ".join(f"{'-' if a == b else cell[(a, b)]:>{width}}" for b in gpus))
-    used = {v for row in links.values() for v in row.values()}
-    names = {"NV#" if v.startswith("NV") and v[2:].isdigit() else v for v in used}
-    lines += [f"  {n:<6} {LINK_MEANINGS[n]}" for n in LINK_MEANINGS if n in names]
+    lines += [f"{a:<8}" + " ".join(f"{cell[a, b]:>{width}}" for b in gpus) for a in gpus]
+    names = {re.sub(r"^NV\d+$", "NV#", v) for row in links.values() for v in row.values()}
+    lines += [f"  {n:<6} {meaning}" for n, meaning in LINK_MEANINGS.items() if n in names]
     return lines
