@@ -82,7 +82,7 @@ def host_near(device: str, sys_root: Path | None = None, status: str | None = No
     cpus = nodes.get(node, set()) & allowed  # none where the node is unknown: nodes is then empty
     spanned = sum(1 for c in nodes.values() if c & allowed)
     mems = numa_of_process(sys_root, allowed, status).get("numa_mems_allowed") if cpus else None
-    if len(nodes) < 2 or spanned < 2 or not cpus or (mems is not None and node not in mems):
+    if spanned < 2 or not cpus or (mems is not None and node not in mems):
         yield None
         return
     # The device's context first, unbound: threads the driver starts with it would keep the node's CPUs.

@@ -25,12 +25,12 @@ def _cpu_info() -> dict:
     cpus = [{k.strip(): v.strip() for k, _, v in (line.partition(":") for line in block.splitlines())}
             for block in text.split("\n\n")]
     name = next((c["model name"] for c in cpus if c.get("model name")), "")  # the CPU's brand string
-    pairs = {(c["physical id"], c["core id"]) for c in cpus if "physical id" in c and "core id" in c}
+    pairs = {(c["physical id"], c["core id"]) for c in cpus if {"physical id", "core id"} <= c.keys()}
     if not name:
         with contextlib.suppress(Exception):
             import cpuinfo  # py-cpuinfo: slow (it may start a subprocess), so only where /proc lacks a name
 
-            name = cpuinfo.get_cpu_info().get("brand_raw") or ""
+            name = cpuinfo.get_cpu_info().get("brand_raw")
     memory = 0
     with contextlib.suppress(ValueError, OSError, AttributeError):
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
