@@ -196,6 +196,11 @@ def nvml_links(uuids: tuple[str | None, ...], nvml=None) -> dict[tuple[int, int]
     return out
 
 
+def _text(value):
+    """NVML's strings: bytes from older nvidia-ml-py releases, str from newer ones."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
 def nvml_info(index: int, uuid: str | None = None) -> dict:
     """Driver, PCIe link, clocks, power limit and board serial from NVML, where nvidia-ml-py and a driver load.
 
@@ -214,19 +219,16 @@ def nvml_info(index: int, uuid: str | None = None) -> dict:
         return {}
     info: dict = {}
     with _session() as pynvml:
-        if pynvml is None:
-            return {}
         try:
             handle = (pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid is not None
                       else pynvml.nvmlDeviceGetHandleByIndex(index))
-        except Exception:
+        except Exception:  # no NVML (None), or a GPU it does not know
             return {}
         if uuid is not None and uuid.startswith("MIG-"):
             info["mig"] = True
             with contextlib.suppress(Exception):
                 handle = pynvml.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
-                parent = pynvml.nvmlDeviceGetUUID(handle)
-                info["mig_parent_uuid"] = parent.decode() if isinstance(parent, bytes) else parent
+                info["mig_parent_uuid"] = _text(pynvml.nvmlDeviceGetUUID(handle))
         nvlinks = _nvlinks(pynvml, handle)
         queries = {
             "driver_version": lambda: pynvml.nvmlSystemGetDriverVersion(),
@@ -252,5 +254,5 @@ def nvml_info(index: int, uuid: str | None = None) -> dict:
             with contextlib.suppress(Exception):
                 value = query()
                 if value is not None:
-                    info[key] = value.decode() if isinstance(value, bytes) else value
+                    info[key] = _text(value)
     return info
