@@ -69,10 +69,10 @@ class Platform:
         # On ROCm torch's cudnn and nccl modules answer with MIOpen's and RCCL's versions: recorded under
         # those names, so that no one compares an MIOpen number with a cuDNN one. RCCL numbers its releases
         # after the NCCL API it implements (2.22.3), which is what torch.cuda.nccl.version() gives.
-        return {"torch": torch.__version__, "cuda": cuda, "hip": hip,
-                "cudnn": str(dnn) if dnn and not hip else None, "miopen": str(dnn) if dnn and hip else None,
-                "nccl": ccl if not hip else None, "rccl": ccl if hip else None,
-                "python": _pyplatform.python_version()}
+        versions = {"torch": torch.__version__, "cuda": cuda, "hip": hip,
+                    "cudnn": None, "miopen": None, "nccl": None, "rccl": None, "python": _pyplatform.python_version()}
+        dnn_name, ccl_name = ("miopen", "rccl") if hip else ("cudnn", "nccl")
+        return versions | {dnn_name: str(dnn) if dnn else None, ccl_name: ccl}
 
 
 _platform: Platform = Platform()
