@@ -172,6 +172,12 @@ def run_command(cmd: list[str], timeout: float) -> tuple[int | None, str]:
     return code, "".join(lines)
 
 
+def last_line(text: str, width: int = 100) -> str:
+    """A command's last non-blank line of output (what it said before it ended), cut to `width`; "" if none."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:width] if lines else ""
+
+
 def _stop(proc: subprocess.Popen) -> None:
     proc.terminate()
     try:

@@ -29,7 +29,7 @@ from suite.plan import SESSION_OVERHEAD_S
 from suite.timing import process_age
 from suite.tools.check_files import RESULTS_NAME, Step, facts, merge_results, write_files
 from suite.tools.checkrow import (CHECK_TIMING, DRY_ROUNDS, PROCESS_START_S, ROOT, ROUNDS, CheckContext, CheckRow,
-                                  bench_s, run_command, subprocess_env)
+                                  bench_s, last_line, run_command, subprocess_env)
 from suite.tools.paired import read_results
 
 # The OOM and SIGKILL steps show structure, not speed: a short warm-up. SIGKILL keeps max_time 1 s so the run
@@ -112,16 +112,11 @@ def _pytest(tests: str | Path, cfg: Path, out: Path, before: Sequence[str] = (),
             f"--suite-config={cfg}", f"--benchmark-json={out}", *after]
 
 
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1][:100] if lines else ""
-
-
 def gpu_tests_rows(ctx: CheckContext, timeout: float) -> list[CheckRow]:
     code, text = run_command([sys.executable, "-m", "pytest", "tests", "-m", "gpu", "-q", "-rs",
                               "-p", "no:cacheprovider"], timeout)
     return [CheckRow("pytest tests -m gpu", None, None, "", code == 0,
-                     "timed out" if code is None else _last_line(text))]
+                     "timed out" if code is None else last_line(text))]
 
 
 def dry_quick() -> dict:
@@ -153,7 +148,7 @@ def quick_rows(ctx: CheckContext, out: Path, timeout: float) -> list[CheckRow]:
     code, text = run_command(_pytest("benchmarks", config, result, after=select), timeout)
     quick = read_results(result) or {"benchmarks": []}
     count = len(quick["benchmarks"])
-    note = "timed out" if code is None else f"{count} results in quick.json; {_last_line(text)}"
+    note = "timed out" if code is None else f"{count} results in quick.json; {last_line(text)}"
     ok = code == 0 and count > 0
     title = f"quick config ({' '.join([config.name, *select])})"
     return [CheckRow(title, count or None, None, "results", ok, note),
@@ -392,8 +387,7 @@ def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S, only: st
     now); write OUTDIR's files; the exit code."""
     started = time.monotonic() if started is None else started
     ctx.deadline = started + budget_s
-    if ctx.results_path is None:
-        ctx.results_path = out / RESULTS_NAME
+    ctx.results_path = out / RESULTS_NAME
     ctx.merge = merge_results
     planned = plan(ctx, out)
     chosen = select_steps([name for name, _ in planned], only)
@@ -412,13 +406,12 @@ def run_check(ctx: CheckContext, out: Path, budget_s: float = BUDGET_S, only: st
             steps.append(step)
             rows += got
             write_files(out, info, steps, rows, None)
-    rows += not_checked_rows(DRY_GPUS if ctx.dry_run else ctx.gpus)
+    rows += not_checked_rows(ctx.pick(ctx.gpus, DRY_GPUS))
     # Out of time is said in the table and the summary, and is no failure by itself.
-    code = 1 if any(r.ok is False for r in rows) or any(s.ran and not s.ok for s in steps) else 0
+    code = int(any(r.ok is False for r in rows) or any(s.ran and not s.ok for s in steps))
     info["seconds"] = time.monotonic() - started
     table = write_files(out, info, steps, rows, code)
-    kind = "(dry run) " if ctx.dry_run else ""
-    print(f"\n== gpu-check {kind}done in {info['seconds']:.0f} s; files in {out}", flush=True)
+    print(f"\n== gpu-check {ctx.pick('', '(dry run) ')}done in {info['seconds']:.0f} s; files in {out}", flush=True)
     if ctx.print_table:
         print(f"\n{table}", flush=True)
     return code
@@ -523,11 +516,12 @@ def main(argv: list[str] | None = None) -> int:
     # Not under OUTDIR: the device tool brings back at most 8 files from there, and every run's raw results
     # are merged into OUTDIR/results.json as they come.
     work = Path(tempfile.mkdtemp(prefix="gpu-check-work-"))
-    ctx = CheckContext(device="cpu" if args.dry_run else args.device, dry_run=args.dry_run, workdir=work,
-                       rounds=DRY_ROUNDS if args.dry_run else ROUNDS,
-                       timing=dict(DRY_TIMING if args.dry_run else CHECK_TIMING),
-                       print_table=not args.no_table, gpus=0 if args.dry_run else torch.cuda.device_count())
-    if not args.dry_run:
+    if args.dry_run:
+        ctx = CheckContext(device="cpu", dry_run=True, workdir=work, rounds=DRY_ROUNDS, timing=dict(DRY_TIMING),
+                           print_table=not args.no_table, gpus=0)
+    else:
+        ctx = CheckContext(device=args.device, workdir=work, rounds=ROUNDS, timing=dict(CHECK_TIMING),
+                           print_table=not args.no_table, gpus=torch.cuda.device_count())
         print(f"gpu-check on {torch.cuda.get_device_name(args.device)} x{torch.cuda.device_count()}, torch "
               f"{torch.__version__}, CUDA {torch.version.cuda}", flush=True)
     from suite.cases.common import keep_inputs

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from suite.cases.collectives.measure import NAME
 from suite.plan import DEFAULT_OVERHEAD_S, OVERHEAD_S, TORCHRUN_OVERHEAD_S
-from suite.tools.checkrow import IN_PROCESS_RUN_S, PROCESS_START_S, ROOT, ROUNDS, CheckRow, run_command
+from suite.tools.checkrow import (IN_PROCESS_RUN_S, PROCESS_START_S, ROOT, ROUNDS, CheckRow, last_line,
+                                  run_command)
 from suite.tools.paired import Pair, Target, one, run_suite
 from suite.units import format_size
 
@@ -25,6 +26,9 @@ MAX_RANKS = 8
 # The all_reduce the check pairs with a plain loop: NCCL at a size where bandwidth, not latency, sets its time
 # (the loop's host clock then agrees with the suite's); Gloo on the CPU at a size a 2-core machine does quickly.
 NCCL_CHECK_BYTES, GLOO_CHECK_BYTES = 64 * 2**20, 2**20
+# Per backend: (bytes, whether the pairing is judged: NCCL on the GPUs is; Gloo on the CPU is shown, and
+# alternates once except in the dry run, which alternates as NCCL does to check that path's plumbing).
+PLAIN_LOOP = {"nccl": (NCCL_CHECK_BYTES, True), "gloo": (GLOO_CHECK_BYTES, False)}
 # The collectives' (timed rounds, calls per round, untimed rounds), in the suite's runs and the plain loop.
 CHECK_ROUNDS = (5, 3, 1)
 # The suite's busbw may differ from the plain loop's by this much (the accuracy round's Gloo tolerance).
@@ -63,9 +67,8 @@ def gpu_checks(ctx) -> list:
     # hung NCCL start must not eat the check's whole budget.
     code, text = run_command([sys.executable, "-c", probe], ctx.step_seconds(CHECK_TIMEOUT_S))
     ok = code == 0 and f"{float(1 << 20)}" in text
-    lines = [line for line in text.strip().splitlines() if line.strip()]
     rows.append(CheckRow(f"collectives: {backend} starts, all_reduce with 1 rank", None, None, "", ok,
-                         lines[-1][:90] if lines else "timed out" if code is None else f"exit {code}"))
+                         last_line(text, 90) or ("timed out" if code is None else f"exit {code}")))
     # With two GPUs, what one cannot show: NCCL between min(MAX_RANKS, n) of them.
     ranks = min(MAX_RANKS, ctx.gpus) if ctx.gpus >= 2 else 2
     return rows + _ranks_vs_plain_loop(ctx, "nccl" if ctx.gpus >= 2 else "gloo", ranks)
@@ -82,21 +85,17 @@ def _ranks_vs_plain_loop(ctx, backend: str, ranks: int) -> list:
     from suite.tools.paired import summarise
 
     work = Path(tempfile.mkdtemp(prefix=f"gpu-check-{backend}-", dir=ctx.workdir))
-    nbytes = NCCL_CHECK_BYTES if backend == "nccl" else GLOO_CHECK_BYTES
+    nbytes, judged = PLAIN_LOOP[backend]
     size = format_size(nbytes)
-    devices = [f"cuda:{i}" for i in range(ranks)] if backend == "nccl" else "cpu"
+    devices = [f"cuda:{i}" for i in range(ranks)] if judged else "cpu"
     config = {"devices": devices, "cases": {"collectives": {
         "backend": backend, "ops": ["all_reduce", "all_gather"], "sizes": [size], "in_place": False,
         "rounds": CHECK_ROUNDS[0], "iterations": CHECK_ROUNDS[1], "warmup_rounds": CHECK_ROUNDS[2],
         "timeout_s": CHECK_TIMEOUT_S}}}
     (work / "config.yaml").write_text(yaml.safe_dump(config))
     title = f"collectives: {backend} x{ranks} all_reduce {size} busbw vs a plain loop"
-    # The dry run alternates as NCCL does: it checks that path's plumbing.
-    spec = _spec(work, backend, nbytes, CHECK_ROUNDS, ctx.rounds if backend == "nccl" or ctx.dry_run else 1, title)
-    try:
-        code, text = run_command(_torchrun(ranks, spec), ctx.step_seconds(2 * CHECK_TIMEOUT_S))
-    except subprocess.SubprocessError as exc:
-        code, text = None, str(exc)
+    spec = _spec(work, backend, nbytes, CHECK_ROUNDS, ctx.rounds if judged or ctx.dry_run else 1, title)
+    code, text = run_command(_torchrun(ranks, spec), ctx.step_seconds(2 * CHECK_TIMEOUT_S))
     results = work / "results.json"
     benches = ctx.keep_results(results, {"tests": f"torchrun x{ranks} benchmarks/test_collectives.py", **config})[
         "benchmarks"] if results.exists() else []
@@ -105,15 +104,14 @@ def _ranks_vs_plain_loop(ctx, backend: str, ranks: int) -> list:
                      code == 0 and b["extra_info"]["world_size"] == ranks and b["extra_info"]["busbw"] > 0,
                      f"{ranks} ranks via torchrun") for b in benches]
     pairs = _read_pairs(work / "pairs.json")
-    for row in summarise(pairs, judge=backend == "nccl" and not ctx.dry_run, min_pairs=1):
+    shown = "" if judged else " (Gloo: shown)"
+    for row in summarise(pairs, judge=judged and not ctx.dry_run, min_pairs=1):
         rows.append(CheckRow(row.title, row.suite, row.ref, "GB/s", row.passed,
                              f"vs {row.reference}, {len(row.ratios)} alternations, {row.target.describe()}; pairs "
-                             f"{row.low:.3f}-{row.high:.3f}" + ("" if backend == "nccl" else " (Gloo: shown)"),
-                             pairs=list(row.ratios)))
+                             f"{row.low:.3f}-{row.high:.3f}{shown}", pairs=list(row.ratios)))
     if not benches or not pairs:
-        lines = [line for line in text.strip().splitlines() if line.strip()]
         rows.append(CheckRow(f"collectives: {backend} x{ranks} via torchrun", None, None, "", False,
-                             lines[-1][:90] if lines else f"exit {code}"))
+                             last_line(text, 90) or f"exit {code}"))
     return rows
 
 
