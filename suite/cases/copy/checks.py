@@ -32,20 +32,23 @@ def gpu_checks(ctx) -> list:
     events on both GPUs (the dry run enumerates them on a fake node of two)."""
     gpu = ctx.device
     size = format_size(ctx.pick(CHECK_BYTES, 2**20))
-    peer = _peer_titles(format_size(CHECK_BYTES)) if ctx.gpus >= 2 or ctx.dry_run else {}
     if ctx.dry_run:  # the CPU has no pinned memory: the host copy stands in for the three
         titles = {f"cpu->cpu-pageable-{size}": f"copy host {size} (dry run)"}
+        pairs = ["cpu->cpu"]
     else:
         titles = {f"cpu->{gpu}-pinned-{size}": f"copy H2D pinned {size}",
                   f"{gpu}->cpu-pinned-{size}": f"copy D2H pinned {size}",
                   f"{gpu}->{gpu}-device-{size}": f"copy same-device {size}"}
-    pairs = ["cpu->cpu"] if ctx.dry_run else [f"cpu->{gpu}", f"{gpu}->cpu", f"{gpu}->{gpu}"]
+        pairs = [f"cpu->{gpu}", f"{gpu}->cpu", f"{gpu}->{gpu}"]
     config = {"devices": list(dict.fromkeys(["cpu", gpu])), "cases": {"copy": {
         "sizes": [size], "memory": ["pinned", "pageable"], "non_blocking": [False], "directions": ["uni"],
         "pairs": pairs}}}
     peer_section = {**config["cases"]["copy"], "directions": ["uni", "bi"], "pairs": [*pairs, "->".join(PEER)]}
-    dry_rows = _dry_peer_rows(ctx, peer_section, peer) if ctx.dry_run else []
-    if peer and not ctx.dry_run:
+    peer = _peer_titles(format_size(CHECK_BYTES))
+    dry_rows = []
+    if ctx.dry_run:
+        dry_rows = _dry_peer_rows(ctx, peer_section, peer)
+    elif ctx.gpus >= 2:
         config = {"devices": list(dict.fromkeys([*config["devices"], *PEER])), "cases": {"copy": peer_section}}
         titles.update(peer)
     rows, seen = ctx.timing_truth(NAME, config, "benchmarks/test_copy.py", titles, _reference)
