@@ -368,10 +368,12 @@ def sources_for(devices: list[str]) -> tuple[list[Source], list[str]]:
     if not all(d.startswith("cuda") for d in gpus):
         return [], []
     rocm = bool(getattr(torch.version, "hip", None))  # torch calls AMD's GPUs "cuda" too
-    handles = [(_amdsmi_handle if rocm else _nvml_handle)(d) for d in gpus]
-    if any(h is None for h in handles):
-        return [], [_amdsmi_down()] if rocm and _amdsmi_down() else []
-    return [(AmdSmiSource if rocm else NvmlSource)(h, host_copy="cpu" in devices) for h in handles], []
+    handle_of, source, unusable = ((_amdsmi_handle, AmdSmiSource, _amdsmi_down) if rocm
+                                   else (_nvml_handle, NvmlSource, lambda: ""))
+    handles = [handle_of(d) for d in gpus]
+    if None in handles:
+        return [], [unusable()] if unusable() else []
+    return [source(h, host_copy="cpu" in devices) for h in handles], []
 
 
 class Sampler:
@@ -457,9 +459,12 @@ def _clocks(readings: list[dict]) -> dict:
 
 def _link(samples: list[list[dict]]) -> dict:
     """The narrowest link of the sources, each at the widest it ran while sampled (under load)."""
-    linked = [[g for g in gs if "pcie_gen" in g and "pcie_width" in g] for gs in samples]
+    linked = [[g for g in gs if {"pcie_gen", "pcie_width"} <= g.keys()] for gs in samples]
     links = [(max(g["pcie_gen"] for g in gs), max(g["pcie_width"] for g in gs)) for gs in linked if gs]
-    return {"pcie_under_load": {"gen": min(g for g, _ in links), "width": min(w for _, w in links)}} if links else {}
+    if not links:
+        return {}
+    gens, widths = zip(*links)
+    return {"pcie_under_load": {"gen": min(gens), "width": min(widths)}}
 
 
 def _mean_power(samples: list[list[dict]]) -> dict:
