@@ -324,13 +324,9 @@ def charts_for(case: str, rows: pd.DataFrame, machines: list[str]) -> list[Chart
 MAX_HISTORY_MACHINES = 8  # lines per family panel, as for the other charts
 
 
-def history_charts(loaded) -> list[Chart]:
-    """Per family, each machine's geometric-mean speed over its runs, relative to its first run.
-
-    Only machines (same identity: host, GPUs, driver) with two or more runs of one tool and launch are drawn,
-    as results.latest_runs groups them: a node's torchrun job shares no benchmark with its
-    single-process runs, so among them it was a run with no point, and alone a legend entry with no line.
-    """
+def _history_series(loaded) -> list[tuple[str, list, pd.DataFrame]]:
+    """(legend name, runs oldest first, speeds relative to the first run) of each machine with two or more
+    runs of one tool and launch."""
     from suite.results import OUR_TOOL, relative_speed
 
     runs: dict[tuple[str, str, str], list] = {}
@@ -345,6 +341,17 @@ def history_charts(loaded) -> list[Chart]:
         speed = relative_speed(sub, ms[0].label)
         name = " · ".join(filter(None, [identity, launch])) + (f" ({tool})" if tool != OUR_TOOL else "")
         series.append((name, ms, speed))
+    return series
+
+
+def history_charts(loaded) -> list[Chart]:
+    """Per family, each machine's geometric-mean speed over its runs, relative to its first run.
+
+    Only machines (same identity: host, GPUs, driver) with two or more runs of one tool and launch are drawn,
+    as results.latest_runs groups them: a node's torchrun job shares no benchmark with its
+    single-process runs, so among them it was a run with no point, and alone a legend entry with no line.
+    """
+    series = _history_series(loaded)
     if not series:
         return []
     # The machines whose latest run moved furthest from their first (in any family) first: a fleet's
@@ -368,9 +375,8 @@ def history_charts(loaded) -> list[Chart]:
             if mine.empty:  # none of its runs measured this family again: a lone 1.0 at run 1 says nothing
                 continue
             by_label = dict(zip(mine["label"], mine["speed"]))
-            points = [(j, 1.0 if j == 1 else by_label.get(m.label, math.nan)) for j, m in enumerate(ms, 1)]
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3,
-                    color=colors[identity])
+            speeds = [1.0] + [by_label.get(m.label, math.nan) for m in ms[1:]]
+            ax.plot(range(1, len(ms) + 1), speeds, marker="o", markersize=3, color=colors[identity])
         ax.axhline(1.0, color="#999", linewidth=0.8)
         ax.set_title(safe_text(case), fontsize=10, loc="left")
         ax.set_xlabel("run (1 = oldest)")
