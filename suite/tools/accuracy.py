@@ -160,13 +160,15 @@ def fmt_ratio(ratio: float) -> str:
 
 
 HEADER = ("family", "measurement", "suite", "reference", "ratio", "pair ratios", "target", "verdict")
+# A row's verdict (Row.passed) as the table shows it.
+VERDICTS = {None: "-", True: "PASS", False: "FAIL"}
 
 
 def table(rows: list[Row]) -> str:
     cells = [HEADER]
     for r in rows:
         unresolved = r.passed is None and r.ratio is not None and r.target.passed(r.suite, r.ratio) is not False
-        verdict = "noise" if unresolved and len(r.ratios) else "-" if r.passed is None else "PASS" if r.passed else "FAIL"
+        verdict = "noise" if unresolved and len(r.ratios) else VERDICTS[r.passed]
         ratio = "-" if r.ratio is None else fmt_ratio(r.ratio)
         cells.append((r.family, r.title, fmt_value(r.suite, r.unit),
                       f"{fmt_value(r.ref, r.unit)} ({r.reference})", ratio,

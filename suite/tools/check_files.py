@@ -7,6 +7,7 @@ import copy
 import json
 import platform
 import sys
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -96,8 +97,8 @@ def facts() -> dict:
 
 
 def summary(steps: list[Step], rows: list[CheckRow]) -> str:
-    passed, failed = sum(r.ok is True and not r.not_run for r in rows), sum(r.ok is False for r in rows)
-    shown = sum(r.ok is None and not r.not_run for r in rows)
+    verdicts = Counter(r.verdict for r in rows)
+    passed, failed, shown = verdicts["PASS"], verdicts["FAIL"], verdicts["n/a"]
     broken = [s.name for s in steps if s.ran and not s.ok]
     skipped = [s.name for s in steps if not s.ran]
     text = f"{len(rows)} rows: {passed} PASS, {failed} FAIL, {shown} not judged"
