@@ -55,6 +55,25 @@ def keep(out: Path, name: str = "h200", allow_dry_run: bool = False, real: Path 
          page: Path | None = PAGE) -> list[Path]:
     """Copy a check's files from OUTDIR under `real` byte for byte, after checking that report and compare
     load them, and rewrite the page's section from them. Returns the kept files."""
+    sources = _one_run(out, allow_dry_run)
+    if page is not None:
+        _require_markers(page, name)
+    real.mkdir(parents=True, exist_ok=True)
+    kept = []
+    for source, target in kept_paths(name, real).items():
+        if source in sources:
+            shutil.copyfile(out / source, target)
+            kept.append(target)
+        else:  # a kept file from an earlier run would mix two runs
+            target.unlink(missing_ok=True)
+    if page is not None:
+        write_section(page, name, section(name, real))
+    return kept
+
+
+def _one_run(out: Path, allow_dry_run: bool) -> list[str]:
+    """OUTDIR's files to keep; a UserError unless they are one GPU run's (a dry run's where allowed) that
+    report and compare load."""
     from suite.results import load_results
 
     check = _read(out / "check.json")
@@ -75,19 +94,7 @@ def keep(out: Path, name: str = "h200", allow_dry_run: bool = False, real: Path 
     if foreign:
         raise UserError(f"{out}: results of steps this check did not run ({', '.join(foreign)}) are left from an "
                         "earlier run; rerun scripts/gpu-check.sh into an empty OUTDIR")
-    if page is not None:
-        _require_markers(page, name)
-    real.mkdir(parents=True, exist_ok=True)
-    targets = kept_paths(name, real)
-    for stale in set(targets) - set(sources):  # a kept file from an earlier run would mix two runs
-        targets[stale].unlink(missing_ok=True)
-    kept = []
-    for source in sources:
-        shutil.copyfile(out / source, targets[source])
-        kept.append(targets[source])
-    if page is not None:
-        write_section(page, name, section(name, real))
-    return kept
+    return sources
 
 
 # --- the evidence section ---------------------------------------------------------------------------------

@@ -195,12 +195,10 @@ def _drop_uninstallable(chosen: dict[str, str], notes: dict[str, str], wheels: d
     requirements check says whether they are enough."""
     tags = set(_packaging("tags").sys_tags())
     unusable = {n for n in chosen if not tags & set(_packaging("utils").parse_wheel_filename(wheels[n].name)[3])}
-    group = set(unusable)
-    while True:
-        grown = group | {n for n in chosen if pins[n] & group} | {p for n in group for p in pins[n]}
-        if grown == group:
-            break
+    group, grown = set(), set(unusable)
+    while grown != group:
         group = grown
+        grown = group | {n for n in chosen if pins[n] & group} | {p for n in group for p in pins[n]}
     for name in sorted(group & set(chosen)):
         why = ("built for another Python or platform" if name in unusable
                else "goes with " + ", ".join(sorted(unusable)))
