@@ -217,7 +217,8 @@ def peer_keys(table: pd.DataFrame, kinds: pd.Series | None = None) -> tuple[pd.S
     return key, subject
 
 
-def _dict(value: object) -> dict:
+def as_dict(value: object) -> dict:
+    """A results file's value where a dict belongs; {} where it holds anything else."""
     return value if isinstance(value, dict) else {}
 
 
@@ -232,7 +233,7 @@ def _accelerators(devices: list[dict]) -> Counter:
 def _cpu_name(info: dict) -> str:
     """The CPU's name: its device entry's, else py-cpuinfo's brand or the platform's processor."""
     named = (str(d.get("name")) for d in _devices(info) if d.get("kind") == "cpu" and d.get("name"))
-    return next(named, "") or str(_dict(info.get("cpu")).get("brand_raw") or info.get("processor") or "")
+    return next(named, "") or str(as_dict(info.get("cpu")).get("brand_raw") or info.get("processor") or "")
 
 
 def _machine_label(info: dict, foreign: bool, stem: str) -> str:
@@ -260,7 +261,7 @@ def _label(path: Path, data: dict, foreign: bool, labels: Mapping[str, str], use
            taken: Mapping[str, Machine]) -> str:
     """The machine's label: --label's, else from its hardware and how it ran; a second file of one label is
     told apart by its name."""
-    info, block, stem = _dict(data.get("machine_info")), _dict(data.get("suite")), _stem(path)
+    info, block, stem = as_dict(data.get("machine_info")), as_dict(data.get("suite")), _stem(path)
     label = _machine_label(info, foreign, stem)
     if block.get("tool"):  # another tool's output: say which, so it never passes for a run of ours
         label = f"{label if info.get('node') else stem} ({block['tool']})"
@@ -281,8 +282,8 @@ def _stem(path: Path) -> str:
 
 def _machine(path: Path, data: dict, version: int | None, label: str, warnings: list[str]) -> Machine:
     """The Machine a loaded file describes (its benchmarks not yet counted)."""
-    info, block = _dict(data.get("machine_info")), _dict(data.get("suite"))
-    software = _dict(info.get("software"))
+    info, block = as_dict(data.get("machine_info")), as_dict(data.get("suite"))
+    software = as_dict(info.get("software"))
     host = str(info.get("node") or "")
     if not host:  # never merge two unnamed machines into one node: the file stands for the machine
         host = _stem(path)
@@ -293,11 +294,11 @@ def _machine(path: Path, data: dict, version: int | None, label: str, warnings: 
                    schema_version=version, devices=_devices(info), software=dict(software),
                    cpu_name=_cpu_name(info),
                    suite_version=str(block.get("version") or software.get("suite") or ""),
-                   datetime=str(data.get("datetime") or ""), commit=_dict(data.get("commit_info")),
+                   datetime=str(data.get("datetime") or ""), commit=as_dict(data.get("commit_info")),
                    config_path=str(block.get("config_path") or ""),
                    tool=str(block.get("tool") or (OUR_TOOL if not foreign else "pytest-benchmark")),
                    wrong_results=[str(w) for w in wrong] if isinstance(wrong, list) else [],
-                   config=_dict(block.get("config")), distributed=dict(_dict(block.get("distributed"))))
+                   config=as_dict(block.get("config")), distributed=dict(as_dict(block.get("distributed"))))
 
 
 def load_results(paths: Iterable[str | Path], labels: Mapping[str, str] | None = None) -> LoadedResults:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from suite.health.findings import nccl_said
-from suite.results import OUR_TOOL, STOP_KEYS, Machine, relative_speed
+from suite.results import OUR_TOOL, STOP_KEYS, Machine, as_dict, relative_speed
 from suite.units import format_size
 
 # Keys already shown in their own column, so the params column does not repeat them; how precision stopping
@@ -76,28 +76,25 @@ class MachineView:
     environment: str = ""  # its NCCL_*/GLOO_*/... variables and what NCCL chose: what changes a busbw
 
 
+# The collective libraries a torchrun job's suite.distributed block names a version of.
+_LIBRARY_VERSIONS = (("nccl_version", "NCCL"), ("xccl_version", "oneCCL"))
+
+
 def launch_texts(m: Machine) -> tuple[str, str]:
     """(launch, environment) lines of a torchrun job's card, from its suite.distributed block."""
     d = m.distributed
     if not d:
         return "", ""
-    per_host = d.get("ranks_per_host") if isinstance(d.get("ranks_per_host"), dict) else {}
-    hosts = ", ".join(f"{h} ({n})" for h, n in per_host.items())
+    hosts = ", ".join(f"{h} ({n})" for h, n in as_dict(d.get("ranks_per_host")).items())
     parts = [m.launch + (f": {hosts}" if hosts else ""), str(d.get("backend") or "")]
-    if d.get("nccl_version"):
-        parts.append(f"NCCL {d['nccl_version']}")
-    if d.get("xccl_version"):
-        parts.append(f"oneCCL {d['xccl_version']}")
-    env = d.get("environment") if isinstance(d.get("environment"), dict) else {}
-    environment = ", ".join(f"{k}={v}" for k, v in env.items())
-    differ = d.get("environment_by_rank") if isinstance(d.get("environment_by_rank"), dict) else {}
-    if differ:
-        environment += f"{'; ' if environment else ''}rank(s) {', '.join(differ)} set other values (JSON)"
-    if said := nccl_said(d):  # what NCCL's start-up log said
-        chose = ", ".join(f"{k}={v}" for k, v in said.items())
-        chose = f"unknown ({said['unknown']})" if "unknown" in said else chose
-        environment += f"{'; ' if environment else ''}NCCL chose: {chose}"
-    return " · ".join(p for p in parts if p), environment
+    parts += [f"{library} {d[key]}" for key, library in _LIBRARY_VERSIONS if d.get(key)]
+    differ = as_dict(d.get("environment_by_rank"))
+    said = nccl_said(d)  # what NCCL's start-up log said
+    chose = f"unknown ({said['unknown']})" if "unknown" in said else ", ".join(f"{k}={v}" for k, v in said.items())
+    environment = [", ".join(f"{k}={v}" for k, v in as_dict(d.get("environment")).items()),
+                   f"rank(s) {', '.join(differ)} set other values (JSON)" if differ else "",
+                   f"NCCL chose: {chose}" if said else ""]
+    return " · ".join(p for p in parts if p), "; ".join(e for e in environment if e)
 
 
 def links_text(devices: list[dict]) -> str:
