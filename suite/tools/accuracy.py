@@ -253,14 +253,16 @@ def _report(rows: list[Row], quick: bool) -> int:
     # both sides: the load says how far a run's figures can be trusted.
     print(f"\nload average {os.getloadavg()[0]:.1f} at the end ({os.cpu_count()} CPUs)\n")
     print(table(rows))
-    if any(r.ratio is None for r in rows):
-        print(f"\nratio '-': fewer than {MIN_PAIRS_FOR_RATIO} paired rounds; the median of two is their "
-              "mean, which one disturbed pair moves anywhere (each pair's ratio is in the range beside it)")
-    if any(r.passed is None and r.ratio is not None for r in rows) and not quick:
-        print("\nverdict 'noise': the median is within the target, but the pairs' ~90% interval of it is not "
-              "(too few or too scattered pairs): not judged; more --rounds on a quieter machine")
-    if quick:
-        print("\n--quick: sizes and rounds too small for the targets; nothing judged")
+    notes = ((any(r.ratio is None for r in rows),
+              f"ratio '-': fewer than {MIN_PAIRS_FOR_RATIO} paired rounds; the median of two is their mean, which "
+              "one disturbed pair moves anywhere (each pair's ratio is in the range beside it)"),
+             (not quick and any(r.passed is None and r.ratio is not None for r in rows),
+              "verdict 'noise': the median is within the target, but the pairs' ~90% interval of it is not (too "
+              "few or too scattered pairs): not judged; more --rounds on a quieter machine"),
+             (quick, "--quick: sizes and rounds too small for the targets; nothing judged"))
+    for shown, note in notes:
+        if shown:
+            print(f"\n{note}")
     if bad:
         print(f"\nerror: no finite positive ratio for {', '.join(r.title for r in bad)}", file=sys.stderr)
         return 2

@@ -206,13 +206,13 @@ def _measured_on(check: dict, machine: dict, paths: dict[str, Path]) -> str:
     software = machine.get("software", {})
     what = "a dry run on the CPU (no GPU)" if check.get("dry_run") else (
         f"one {gpu['name']}" if gpu else "a machine with no GPU")
-    node = _gpu_facts(gpu) if gpu else []
+    node = f" ({', '.join(_gpu_facts(gpu))})" if gpu else ""  # _gpu_facts names the memory at least
     stack = ", ".join(f"{k} {software[k]}" for k in ("torch", "cuda", "cudnn", "nccl", "python")
                       if software.get(k))
     files = ", ".join(f"[`{p.relative_to(ROOT)}`]({os.path.relpath(p, PAGE.parent)})" if p.is_relative_to(ROOT)
                       else p.name for p in paths.values() if p.is_file())
     took = f", {check['seconds']:.0f} s" if isinstance(check.get("seconds"), (int, float)) else ""
-    return (f"**Measured on {what}**" + (f" ({', '.join(node)})" if node else "") + f"; {stack}. "
+    return (f"**Measured on {what}**{node}; {stack}. "
             f"`scripts/gpu-check.sh`, {str(check.get('started', ''))[:10]}{took}: {_ended(check)}. "
             f"The files, as the check wrote them: {files}.")
 

@@ -140,11 +140,9 @@ HEADLINE_PATHS = {"h2d": "host → device", "d2h": "device → host", "local": "
 def headline(results: list[tuple[dict, dict]]) -> list[tuple[str, str, str]]:
     """The GPU check's evidence rows (suite.tools.evidence): each path and memory kind at its largest size."""
     largest: dict[tuple, dict] = {}
-    for i, _ in results:
-        if i.get("gbps") is not None:
-            key = (i["path"], i["memory"], i.get("direction", "uni"), bool(i.get("non_blocking")))
-            if key not in largest or i["size"] > largest[key]["size"]:
-                largest[key] = i
+    # Largest first (the first seen of equal sizes, as sorted keeps their order): the first of a key stays.
+    for i in sorted((i for i, _ in results if i.get("gbps") is not None), key=lambda i: i["size"], reverse=True):
+        largest.setdefault((i["path"], i["memory"], i.get("direction", "uni"), bool(i.get("non_blocking"))), i)
     rows = []
     for (path, memory, direction, non_blocking), i in sorted(largest.items()):
         what = f"copy {HEADLINE_PATHS.get(path, path)}{'' if memory == 'device' else ' ' + memory} "
