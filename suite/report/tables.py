@@ -90,7 +90,8 @@ def launch_texts(m: Machine) -> tuple[str, str]:
     parts += [f"{library} {d[key]}" for key, library in _LIBRARY_VERSIONS if d.get(key)]
     differ = as_dict(d.get("environment_by_rank"))
     said = nccl_said(d)  # what NCCL's start-up log said
-    chose = f"unknown ({said['unknown']})" if "unknown" in said else ", ".join(f"{k}={v}" for k, v in said.items())
+    chose = ", ".join(f"{k}={v}" for k, v in said.items())
+    chose = f"unknown ({said['unknown']})" if "unknown" in said else chose
     environment = [", ".join(f"{k}={v}" for k, v in as_dict(d.get("environment")).items()),
                    f"rank(s) {', '.join(differ)} set other values (JSON)" if differ else "",
                    f"NCCL chose: {chose}" if said else ""]
@@ -271,6 +272,16 @@ def _column(rows: pd.DataFrame, key: str) -> list:
 _STOPPED = ("stopped_on", "margin", "precision_target")  # what stop_text tells from
 
 
+def _rate_note(traffic: object, bound: object, host_share: object) -> str:
+    """Beside a rate: the traffic it moved, and whether the host set its time (how fast this host drives the
+    device, with its share of the time spent issuing)."""
+    notes = [f"traffic {format_rate(traffic, 'GB/s')}"] if _fraction(traffic) else []
+    if bound == "host":
+        share = _fraction(host_share)
+        notes.append("host-bound" + (f" ({100 * share:.0f}% issuing)" if share is not None else ""))
+    return " · ".join(notes)
+
+
 def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[dict]:
     """Per result, its cells' texts and sort keys: machine, benchmark (and the parameters its id does not
     say), where, median, IQR, rounds and how it stopped, its rate (and a note: traffic, host-bound), its %
@@ -290,13 +301,13 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[dict]:
         iqr_text = format_time(r.iqr)
         if 0 < r.median < math.inf and math.isfinite(r.iqr):
             iqr_text += f" ({100 * r.iqr / r.median:.1f}%)"
-        notes = []
-        if _fraction(cols["traffic_gbps"][i]):
-            notes.append(f"traffic {format_rate(cols['traffic_gbps'][i], 'GB/s')}")
-        if cols["bound"][i] == "host":  # the host set its time: how fast this host drives the device
-            share = _fraction(cols["host_share"][i])
-            notes.append("host-bound" + (f" ({100 * share:.0f}% issuing)" if share is not None else ""))
         invalid = cols["invalid"][i]
+        if invalid:  # its numbers are no measurement: say why, and show none of them as its rate
+            rate = {"metric": f"invalid: {invalid}", "metric_v": "", "note": "", **dict.fromkeys(SHARES, "")}
+        else:
+            rate = {"metric": format_rate(r.metric, r.metric_unit), "metric_v": _sort(r.metric),
+                    "note": _rate_note(cols["traffic_gbps"][i], cols["bound"][i], cols["host_share"][i]),
+                    **{k: share_text(cols[k][i]) for k in SHARES}}
         out.append({
             "label": r.label + (" (partial)" if r.label in partial_labels else ""),
             "name": r.name,
@@ -305,11 +316,7 @@ def result_rows(rows: pd.DataFrame, partial_labels: set[str]) -> list[dict]:
             "median": format_time(r.median), "median_v": _sort(r.median),
             "iqr": iqr_text, "iqr_v": _sort(r.iqr),
             "rounds": stop_text(r.rounds, *(cols[k][i] for k in _STOPPED)),
-            # An invalid result's numbers are no measurement: say why, and show none of them as its rate.
-            "metric": f"invalid: {invalid}" if invalid else format_rate(r.metric, r.metric_unit),
-            "metric_v": "" if invalid else _sort(r.metric),
-            "note": "" if invalid else " · ".join(notes),
-            **{k: "" if invalid else share_text(cols[k][i]) for k in SHARES},
+            **rate,
         })
     return out
 
