@@ -97,6 +97,16 @@ def gpu_uuids(machine: Machine) -> frozenset[str]:
                      if d.get("kind") != "cpu" and d.get("uuid"))
 
 
+def _overlapping(runs: list[tuple[str, frozenset]]) -> list[tuple[set[str], list[str]]]:
+    """(GPUs, labels) of the runs (label, GPUs) joined while their GPUs overlap."""
+    groups: list[tuple[set[str], list[str]]] = []
+    for label, uuids in runs:
+        joined = [g for g in groups if g[0] & uuids]
+        merged = (set(uuids).union(*(g[0] for g in joined)), [label, *(x for g in joined for x in g[1])])
+        groups = [g for g in groups if not g[0] & uuids] + [merged]
+    return groups
+
+
 def _tell_shared_hostnames_apart(machines: dict[str, Machine], parts: list, warnings: list[str]) -> None:
     """Two nodes that report one hostname (a cloud image's `ubuntu`, a container's) with different GPUs are two
     machines: without this, health and compare took the newer run for the other's and judged only one.
@@ -111,11 +121,7 @@ def _tell_shared_hostnames_apart(machines: dict[str, Machine], parts: list, warn
             by_host.setdefault(m.host, []).append((label, uuids))
     rows = {label: columns for (_, columns), label in zip(parts, machines)}
     for host, runs in by_host.items():
-        groups: list[tuple[set[str], list[str]]] = []  # (GPUs, labels): joined while their GPUs overlap
-        for label, uuids in runs:
-            joined = [g for g in groups if g[0] & uuids]
-            merged = (set(uuids).union(*(g[0] for g in joined)), [label, *(x for g in joined for x in g[1])])
-            groups = [g for g in groups if not g[0] & uuids] + [merged]
+        groups = _overlapping(runs)
         if len(groups) < 2:
             continue
         names = []
