@@ -191,6 +191,12 @@ def _generic(name: str, benches: list[dict]) -> list[str]:
     return lines
 
 
+def _ran_on(info: dict) -> str:
+    """What a result ran on: its device, the ends of its copy (src->dst), or its GPUs."""
+    ends = "->".join(str(info.get(k)) for k in ("src", "dst") if info.get(k))
+    return str(info.get("device") or ends or info.get("gpus") or "")
+
+
 def _per_watt(families: dict[str, list[dict]]) -> list[str]:
     """Each family's best rate per device beside its rate per watt and mean power, where telemetry recorded
     perf_per_w (suite.telemetry); nothing where none did."""
@@ -202,8 +208,7 @@ def _per_watt(families: dict[str, list[dict]]) -> list[str]:
             rate, per_watt = _rate(info, first), num(info.get("perf_per_w"))
             if rate is None or per_watt is None:
                 continue
-            where = info.get("device") or "->".join(str(info.get(k)) for k in ("src", "dst") if info.get(k))
-            key = f"{name} {where or info.get('gpus') or ''}".strip()
+            key = f"{name} {_ran_on(info)}".strip()
             if key not in rows or rate[0] > rows[key]["value"]:
                 watts = num(info.get("power_w"))
                 rows[key] = {"value": rate[0], "rate": f"{cell(rate[0])} {rate[1]}",
