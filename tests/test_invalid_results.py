@@ -77,3 +77,18 @@ def test_bad_numbers_never_crash_a_command_nor_pass_a_gate(tmp_path_factory, cap
     if invalid:
         assert codes["compare"] != 0 and codes["health"] != 0, (codes, err)
         assert "invalid: " in (folder / "r.html").read_text(encoding="utf-8")
+
+
+def test_an_invalid_twin_of_a_valid_result_still_shows_in_the_report(tmp_path):
+    # A file holding one test id twice is shown once; where one copy is invalid, that copy is the one shown
+    # (the first copy valid, the second NaN: keeping the first hid the NaN).
+    doc = copy.deepcopy(SMALL)
+    twin = copy.deepcopy(next(b for b in doc["benchmarks"] if b["extra_info"]["case"] == "ceiling"))
+    twin["stats"]["hd15iqr"] = math.nan
+    doc["benchmarks"].append(twin)
+    cand = tmp_path / "candidate.json"
+    cand.write_text(json.dumps(doc, allow_nan=True), encoding="utf-8")
+    with mock.patch.object(charts, "_png", _draw):
+        assert main(["report", str(cand), "-o", str(tmp_path / "r.html")]) == 0
+    html = (tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "invalid: " in html and "appear twice in one machine" in html

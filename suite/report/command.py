@@ -97,17 +97,20 @@ def _metric_header(rows) -> str:
 
 def _once(loaded: LoadedResults) -> tuple[LoadedResults, dict[str, str]]:
     """The results with a benchmark that a machine's file holds twice (same test id) kept once, the first, so
-    it is not counted twice in charts and means; per family, a note naming them."""
-    twice = loaded.table.duplicated(["label", "fullname", "name"])
+    it is not counted twice in charts and means; per family, a note naming them. An invalid copy is the one
+    kept: a bad number in a file never vanishes behind a good twin."""
+    table = loaded.table
+    invalid_first = (table["invalid"] != "").sort_values(ascending=False, kind="stable").index
+    twice = table.loc[invalid_first].duplicated(["label", "fullname", "name"]).reindex(table.index)
     if not twice.any():
         return loaded, {}
     notes = {}
-    for case, dups in loaded.table[twice].groupby("case", sort=False):
+    for case, dups in table[twice].groupby("case", sort=False):
         names = list(dict.fromkeys(dups["name"] + " (" + dups["label"] + ")"))
         more = f" and {len(names) - 3} more" if len(names) > 3 else ""
         notes[case] = (f"{len(names)} result(s) appear twice in one machine's file, shown and counted once: "
                        f"{', '.join(names[:3])}{more}.")
-    return dataclasses.replace(loaded, table=loaded.table[~twice]), notes
+    return dataclasses.replace(loaded, table=table[~twice]), notes
 
 
 def default_baseline(machines: dict[str, Machine]) -> str:
