@@ -200,8 +200,8 @@ def pair_sides(base: Side, cand: Side, base_path: str, cand_path: str
         return [(next(iter(base.runs.values())), next(iter(cand.runs.values())))], [], []
     common = sorted(base.runs.keys() & cand.runs.keys())
     pairs = [(base.runs[k], cand.runs[k]) for k in common]
-    rest_base = [k for k in sorted(base.runs) if k not in cand.runs]
-    rest_cand = [k for k in sorted(cand.runs) if k not in base.runs]
+    rest_base = sorted(base.runs.keys() - cand.runs.keys())
+    rest_cand = sorted(cand.runs.keys() - base.runs.keys())
     pairs += _driver_changed(base, cand, rest_base, rest_cand)
     for what, rest, side in (("baseline", rest_base, base), ("candidate", rest_cand, cand)):
         if rest:
