@@ -140,6 +140,24 @@ def _chart_note(present: list[str], shown: list[str], runs: dict[str, Machine]) 
             f"them all. Left out: {named}{more}.")
 
 
+def _family_sections(loaded: LoadedResults, chart_order: list[str], twice: dict[str, str]) -> list[dict]:
+    """Each family's section of the report: its table, the charts of the runs chosen to show (in
+    `chart_order`), and a note on those left out."""
+    table = loaded.table
+    partial = {m.label for m in loaded.machines.values() if m.partial}
+    families = []
+    for case in _family_order(list(dict.fromkeys(table["case"]))):
+        rows = table[table["case"] == case]
+        measured = set(rows["label"].unique())
+        present = [m for m in chart_order if m in measured]
+        shown = chart_machines(present, loaded.machines)
+        charts = charts_for(case, rows, shown)
+        note = _chart_note(present, shown, loaded.machines) if charts else ""
+        families.append({**_section(case, rows, partial), "charts": charts, "chart_note": note,
+                         "twice": twice.get(case, "")})
+    return families
+
+
 def render_report(
     loaded: LoadedResults, baseline: str | None = None, title: str = "GPU benchmark report",
     expect: list[str] | None = None,
@@ -155,17 +173,7 @@ def render_report(
     chart_order = [baseline] + [m for m in labels if m != baseline]
     loaded, twice = _once(loaded)
     table = loaded.table
-    partial = {m.label for m in loaded.machines.values() if m.partial}
-    families = []
-    for case in _family_order(list(dict.fromkeys(table["case"]))):
-        rows = table[table["case"] == case]
-        measured = set(rows["label"].unique())
-        present = [m for m in chart_order if m in measured]
-        shown = chart_machines(present, loaded.machines)
-        charts = charts_for(case, rows, shown)
-        note = _chart_note(present, shown, loaded.machines) if charts else ""
-        families.append({**_section(case, rows, partial), "charts": charts, "chart_note": note,
-                         "twice": twice.get(case, "")})
+    families = _family_sections(loaded, chart_order, twice)
     attach_per_watt(families, table, chart_order)
     speed_cases, speed_rows = speed_table(table, chart_order, baseline)
     health = judge(loaded, load_expectations(expect))
