@@ -47,10 +47,21 @@ def per_copy_bytes(rows: pd.DataFrame) -> pd.Series:
     return rows["size"].fillna(moved) if "size" in rows else moved
 
 
-def copy_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
-    """Copy bandwidth against size, a panel per route kind; lines per route (one machine) or per machine."""
+def _style_legend(rows: pd.DataFrame, both: bool) -> list:
+    """The legend's entries for line styles: a dash pattern per host memory, a marker per direction (where
+    both directions ran)."""
     from matplotlib.lines import Line2D
 
+    memories = sorted(m for m in set(rows["mem"]) if m)
+    extra = [Line2D([], [], color="#555", linestyle=MEMORY_STYLES.get(m, ":"), label=safe_text(m))
+             for m in memories]
+    extra += [Line2D([], [], color="#555", linestyle="", marker=DIRECTION_MARKERS[d], label=DIRECTION_LABELS[d])
+              for d in DIRECTION_MARKERS if both and d in set(rows["dir"])]
+    return extra
+
+
+def copy_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
+    """Copy bandwidth against size, a panel per route kind; lines per route (one machine) or per machine."""
     rows = rows[rows["gbps"].notna() & rows["bytes"].notna()].copy()
     if rows.empty:
         return []
@@ -82,12 +93,7 @@ def copy_curves(rows: pd.DataFrame, machines: list[str]) -> list[Chart]:
         ax.set_xlabel("bytes per copy")
         ax.set_ylabel("GB/s")
     fig.tight_layout()
-    memories = sorted(m for m in set(rows["mem"]) if m)
-    extra = [Line2D([], [], color="#555", linestyle=MEMORY_STYLES.get(m, ":"), label=safe_text(m))
-             for m in memories]
-    extra += [Line2D([], [], color="#555", linestyle="", marker=DIRECTION_MARKERS[d], label=DIRECTION_LABELS[d])
-              for d in DIRECTION_MARKERS if both and d in set(rows["dir"])]
-    figure_legend(fig, colors, extra)
+    figure_legend(fig, colors, _style_legend(rows, both))
     return [figure_chart("Copy bandwidth against size (higher is better)", fig, caption)]
 
 
