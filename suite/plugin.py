@@ -464,16 +464,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if state is None or state.writer is None or pb_adapter.session(config) is None or outcome.interrupted:
         return
     measured = pb_adapter.measured(config)
-    if not measured and not state.reused and session.exitstatus == pytest.ExitCode.OK:
-        why = _why_nothing(config)
-        if why:  # said in the terminal summary, after pytest's progress line has ended
-            out = config.getoption("benchmark_json")
-            outcome.nothing = f"[suite] nothing measured: {why}; no results written to {out}"
-            session.exitstatus = NOTHING_MEASURED_EXIT
-        state.discard()  # cases that skipped after they started left a file of skips
+    if not measured and not state.reused:  # nothing to write; where pytest's exit status is not 0, it stands
+        if session.exitstatus == pytest.ExitCode.OK:
+            if why := _why_nothing(config):  # said in the terminal summary, after pytest's progress line
+                out = config.getoption("benchmark_json")
+                outcome.nothing = f"[suite] nothing measured: {why}; no results written to {out}"
+                session.exitstatus = NOTHING_MEASURED_EXIT
+            state.discard()  # cases that skipped after they started left a file of skips
         return
-    if not measured and not state.reused:
-        return  # nothing to write (--benchmark-disable, --co): pytest's own exit status stands
     doc = state.journal_json()
     # As pytest-benchmark would: every plugin's additions (ours below: the suite block, the benchmarks a resume
     # kept, % of ceiling; suite.distributed's ranks and NCCL's choices).
