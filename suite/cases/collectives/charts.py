@@ -56,13 +56,13 @@ def _lines(rows: pd.DataFrame, machines: list[str]) -> list[str]:
     """A line is a machine and its setup: ranks and nodes always (a 16-rank 2-node job named by its first node
     alone reads as that node's busbw), the backend where it varies or names the one machine's lines."""
     # One text per distinct setup (NaN as -1: NaN is never equal to itself as a key), not one per row.
-    counts = [rows[c].fillna(-1) if c in rows else pd.Series(-1, index=rows.index)
-              for c in ("world_size", "nnodes", "ranks_per_node")]
-    setups = {key: ranks_and_nodes(*(None if v == -1 else v for v in key)) for key in set(zip(*counts))}
+    counts = rows.reindex(columns=["world_size", "nnodes", "ranks_per_node"]).fillna(-1)
+    keys = list(counts.itertuples(index=False, name=None))
+    setups = {key: ranks_and_nodes(*(None if v == -1 else v for v in key)) for key in set(keys)}
     # A torchrun job's label names its launch (`(torchrun 16 ranks on 2 nodes)`): the setup text says it.
     named = rows["label"].astype(str).str.replace(r" \(torchrun[^)]*\)", "", regex=True)
     parts = [named if len(machines) > 1 else pd.Series("", index=rows.index),
-             pd.Series([setups[key] for key in zip(*counts)], index=rows.index, dtype=object)]
+             pd.Series([setups[key] for key in keys], index=rows.index, dtype=object)]
     if "backend" in rows and (rows["backend"].nunique() > 1 or len(machines) == 1):
         parts.append(rows["backend"].map(lambda v: v if isinstance(v, str) else ""))
     return [" · ".join(p for p in line if p) for line in zip(*parts)]
