@@ -59,12 +59,11 @@ def _link(row: dict, device: dict) -> list[tuple[str, str]]:
     under = mapping(row.get("pcie_under_load"))
     gen, width = _number(under.get("gen")), _number(under.get("width"))
     gen_max, width_max = _number(device.get("pcie_gen_max")), _number(device.get("pcie_width_max"))
-    short = [f"Gen{gen_max:.0f}" if gen and gen_max and gen < gen_max else "",
-             f"x{width_max:.0f}" if width and width_max and width < width_max else ""]
+    short = [f"{name}{top:.0f}" for name, now, top in (("Gen", gen, gen_max), ("x", width, width_max))
+             if now and top and now < top]
     found = []
-    if any(short) and gen and width:
-        found.append((CAUSE, f"its link ran at Gen{gen:.0f} x{width:.0f} under load "
-                             f"(max {' '.join(s for s in short if s)})"))
+    if short and gen and width:
+        found.append((CAUSE, f"its link ran at Gen{gen:.0f} x{width:.0f} under load (max {' '.join(short)})"))
     replays = _number(row.get("pcie_replays"))
     if replays:
         found.append((CONTRIBUTES, f"PCIe replays rose by {replays:.0f} during the run"))
@@ -158,7 +157,7 @@ def explain(rows: pd.DataFrame, loaded, findings: list[Finding], peers_by: list[
     the columns whose values a result's peers share (run, GPU model, benchmark but the device)."""
     at = {key: i for i, key in enumerate(zip(rows["label"], rows["name"]))}
     judged = [(f, at[(f.run, f.benchmark)]) for f in findings
-              if f.kind in JUDGED_KINDS and f.benchmark and f.run and (f.run, f.benchmark) in at]
+              if f.kind in JUDGED_KINDS and (f.run, f.benchmark) in at]
     if not judged:
         return
     groups = rows.groupby(peers_by, sort=False).indices
