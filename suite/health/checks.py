@@ -18,6 +18,11 @@ from suite.results import FOREIGN_CASE, OUR_TOOL, LoadedResults, latest_runs, li
 from suite.results import route_kinds
 
 
+def _nodes_text(nodes: list) -> str:
+    """'node 1', 'nodes 0,1'."""
+    return f"node{'s' if len(nodes) > 1 else ''} {','.join(str(n) for n in nodes)}"
+
+
 def _numa_note(device: str, node: object, cpu: dict) -> str:
     """Why a host copy of `device` may have come from far memory, from the inventory (the GPU's NUMA node;
     the nodes the run's CPUs and memory could use); '' where the machine has one node with CPUs or the
@@ -28,13 +33,11 @@ def _numa_note(device: str, node: object, cpu: dict) -> str:
         return ""
     fix = f"numactl --cpunodebind={node} --membind={node} measures the near path"
     if isinstance(mems, list) and mems and node not in mems:
-        where = ",".join(str(n) for n in mems)
         return (f"; {device} is on NUMA node {node}, and this run's memory could come only from "
-                f"node{'s' if len(mems) > 1 else ''} {where} ({fix})")
+                f"{_nodes_text(mems)} ({fix})")
     if node not in used:
-        where = ",".join(str(n) for n in used)
-        return (f"; {device} is on NUMA node {node}, this run's CPUs on node{'s' if len(used) > 1 else ''} "
-                f"{where}: its host memory was likely on another node ({fix})")
+        return (f"; {device} is on NUMA node {node}, this run's CPUs on {_nodes_text(used)}: its host memory "
+                f"was likely on another node ({fix})")
     if len(used) > 1:
         return (f"; this run was not bound to {device}'s NUMA node ({node}): its host memory may have been "
                 f"on another ({fix})")
