@@ -72,7 +72,7 @@ def _cgroup_dirs(controller: str | None) -> list[Path]:
     root = CGROUP_ROOT if controller is None else CGROUP_ROOT / controller
     for line in lines:
         _, names, path = (line.split(":", 2) + ["", ""])[:3]
-        if (controller is None and names == "") or (controller is not None and controller in names.split(",")):
+        if (controller or "") in names.split(","):  # cgroup v2's line names no controller: "0::/path"
             own = root / path.strip().lstrip("/")
             own = own if own.is_dir() else root
             return [own, *[p for p in own.parents if root in (p, *p.parents)]] if controller is None else [own]
