@@ -88,20 +88,19 @@ def summary(benches: list[dict]) -> list[str]:
 def _sweep(uni: list[dict], accel: str | None) -> list[str]:
     """The size sweep of host<->device (or the host copy on a CPU-only machine), first accelerator."""
     sweep: dict = defaultdict(dict)
-    columns: list = []
+    columns: dict = {}  # in first-seen order
     for i in uni:
         path = i.get("path")
-        if path is None or accel is None and path != "host":
-            continue
-        if accel is not None and accel not in (i["src"], i["dst"]) or path in ("peer", "local"):
+        ours = path == "host" if accel is None else accel in (i["src"], i["dst"])
+        if path in (None, "peer", "local") or not ours:
             continue
         col = f"{path} {i.get('memory', '-')}" + (" nb" if i.get("non_blocking") else "")
-        columns += [col] if col not in columns else []
+        columns[col] = None
         sweep[i["size"]][col] = cell(i["gbps"])
     if not sweep:
         return []
     title = f"copy: GB/s by size, cpu<->{accel}" if accel else "copy: GB/s by size, cpu->cpu"
-    return grid(title, {format_size(s): sweep[s] for s in sorted(sweep)}, columns, "size")
+    return grid(title, {format_size(s): sweep[s] for s in sorted(sweep)}, list(columns), "size")
 
 
 def _links(table) -> bool:
