@@ -78,6 +78,8 @@ MEASURED_KEYS = frozenset(
         "host_share",
         "bound",
         "issue",  # a copy batch's launch: one graph replay or a launch per copy (how it ran; the bytes say what)
+        "nccl_algo",  # what NCCL chose for a collective (its TUNING log): how it ran, shown, never matched on
+        "nccl_proto",
         "timeout_s",
         # Where an imported result came from and how often it ran: provenance, not a parameter.
         "iters",

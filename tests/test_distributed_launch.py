@@ -120,6 +120,42 @@ def test_nccls_log_is_set_up_only_where_the_user_left_it_and_never_per_call(tmp_
     assert env == {"NCCL_CONF_FILE": str(conf)}
 
 
+def test_one_untimed_call_per_case_logs_which_algorithm_and_protocol_nccl_took(monkeypatch):
+    """NCCL's TUNING line as its enqueue.cc formats it (rank 0, 2.19 on), written where NCCL_DEBUG_FILE says; a
+    fake libnccl stands for ncclResetDebugInit: NOTHING here ran on NCCL."""
+    line = "node-0:1234:1240 [0] NCCL INFO AllReduce: 4194304 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..31}"
+    for name in launch.NCCL_LOG_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    resets: list[dict] = []
+
+    class FakeNccl:
+        def ncclResetDebugInit(self):
+            resets.append({k: os.environ.get(k) for k in launch.NCCL_LOG_VARIABLES})
+
+    with launch.nccl_tuning_log(FakeNccl) as found:
+        path = Path(os.environ["NCCL_DEBUG_FILE"])
+        path.write_text("node-0:1234:1240 [0] NCCL INFO Broadcast: 8 Bytes -> Algo TREE proto LL channel{Lo..Hi}="
+                        "{0..0}\n" + line + "\n", encoding="utf-8")
+    assert found == {"nccl_algo": "RING", "nccl_proto": "SIMPLE"}, "the last call's line: the check's"
+    assert resets[0]["NCCL_DEBUG"] == "INFO" and resets[0]["NCCL_DEBUG_SUBSYS"] == "TUNING"
+    assert resets[1] == dict.fromkeys(launch.NCCL_LOG_VARIABLES), "off again before anything is timed"
+    assert not path.parent.exists() and not any(k in os.environ for k in launch.NCCL_LOG_VARIABLES)
+
+    # The user's logging stands; an NCCL that cannot re-read its settings is left alone. Nothing is recorded.
+    monkeypatch.setenv("NCCL_DEBUG", "WARN")
+    with launch.nccl_tuning_log(lambda: pytest.fail("the user's NCCL_DEBUG stands")) as found:
+        pass
+    assert found == {} and os.environ["NCCL_DEBUG"] == "WARN"
+    monkeypatch.delenv("NCCL_DEBUG")
+    with launch.nccl_tuning_log(lambda: None) as found:
+        pass
+    assert found == {} and not any(k in os.environ for k in launch.NCCL_LOG_VARIABLES)
+    assert launch._loaded_nccl() is None, "no NCCL loaded here (a CPU build of torch)"
+    from suite.cases.collectives.nccl_log import tuning_choice
+
+    assert tuning_choice("node-0:1:1 [0] NCCL INFO Channel 00/32 : 0 1 2 3") == {}, "send/recv log no such line"
+
+
 def test_what_nccl_chose_reaches_the_results_once(monkeypatch):
     """The wiring, with a fake NCCL that writes a published log where NCCL_DEBUG_FILE says: NOTHING here ran on
     NCCL or a GPU. The log is read after the group's first collective, its variables and file are gone after,

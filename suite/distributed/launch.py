@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -113,13 +114,56 @@ def start_nccl_log(environ: dict | None = None) -> Path | dict:
     Where the user set NCCL_DEBUG* (in the environment or an NCCL configuration file), their setting stands:
     the reason NCCL's choices go unrecorded."""
     env = os.environ if environ is None else environ
-    theirs = [k for k in NCCL_LOG_VARIABLES if k in env]
-    theirs += [k for k, v in launch_environment(env).items() if k not in env and "NCCL_DEBUG" in v]
-    if theirs:
+    if theirs := users_nccl_log(env):
         return {"unknown": f"the user set NCCL's logging: {', '.join(theirs)}"}
     path = Path(tempfile.mkdtemp(prefix="suite-nccl-")) / "nccl.log"
     env.update(NCCL_LOG, NCCL_DEBUG_FILE=str(path))
     return path
+
+
+def users_nccl_log(env) -> list[str]:
+    """The NCCL_DEBUG* settings the user made (in the environment or an NCCL configuration file)."""
+    theirs = [k for k in NCCL_LOG_VARIABLES if k in env]
+    return theirs + [k for k, v in launch_environment(env).items() if k not in env and "NCCL_DEBUG" in v]
+
+
+def _loaded_nccl():
+    """The libnccl this process already runs (torch's), where it can re-read its log settings
+    (ncclResetDebugInit: NCCL 2.24.3 on); None where it cannot, or NCCL is linked into torch."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libnccl.so.2", mode=os.RTLD_NOLOAD)
+    except (OSError, AttributeError):  # not loaded, or no RTLD_NOLOAD (not Linux)
+        return None
+    return lib if hasattr(lib, "ncclResetDebugInit") else None
+
+
+@contextlib.contextmanager
+def nccl_tuning_log(loaded=_loaded_nccl):
+    """Around one untimed collective on rank 0: NCCL's TUNING log (a line per collective naming the algorithm and
+    protocol it took; rank 0 logs it) into a file of its own, switched off again before anything is timed. Yields
+    a dict that then holds `nccl_algo` and `nccl_proto`; it stays empty where the user set NCCL's logging (theirs
+    stands) or the NCCL in this process cannot re-read its settings."""
+    found: dict = {}
+    lib = None if users_nccl_log(os.environ) else loaded()
+    if lib is None:
+        yield found
+        return
+    from suite.cases.collectives.nccl_log import tuning_choice
+
+    path = Path(tempfile.mkdtemp(prefix="suite-nccl-")) / "tuning.log"
+    os.environ.update(NCCL_DEBUG="INFO", NCCL_DEBUG_SUBSYS="TUNING", NCCL_DEBUG_FILE=str(path))
+    lib.ncclResetDebugInit()
+    try:
+        yield found
+    finally:
+        for name in NCCL_LOG_VARIABLES:
+            os.environ.pop(name, None)
+        lib.ncclResetDebugInit()  # NCCL's default (no log) from its next message on; it closes the file then
+        with contextlib.suppress(OSError):  # NCCL writes the file line-buffered: the call's line is in it
+            found.update(tuning_choice(path.read_text(encoding="utf-8", errors="replace")))
+        shutil.rmtree(path.parent, ignore_errors=True)
 
 
 def stop_nccl_log(log: Path | dict, environ: dict | None = None) -> dict:

@@ -6,6 +6,7 @@ output, reduce_scatter: the input); algbw = S / t and busbw = algbw x factor (nc
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Callable
@@ -13,6 +14,7 @@ from typing import Callable
 import torch
 
 from suite import distributed
+from suite.distributed.launch import nccl_tuning_log
 from suite.cases import Case, SkipCase, Work, make_case
 from suite.cases.common import torch_dtype
 from suite.units import GB, format_size
@@ -335,14 +337,20 @@ def build(case: Case, config) -> Work:
     nbytes = count * dtype.itemsize
     tolerance = reduce_tolerance(dtype, n)
 
+    def logged():
+        """Which algorithm and protocol NCCL took for this case, from the check's call (rank 0 logs it)."""
+        return nccl_tuning_log() if p["backend"] == "nccl" and rank == 0 else contextlib.nullcontext({})
+
     def check() -> None:
         from suite.devices import synchronize
 
         problem = None
         try:
             bufs.reset()
-            bufs.fn()
+            with logged() as choice:
+                bufs.fn()
             synchronize(state.device)
+            extra.update(choice)
             if not (bufs.only_root and rank != ROOT):
                 found = _mismatch(bufs.result(), bufs.expected(), bufs.exact, tolerance)
                 problem = found and f"{op} {case.id}: {found}"

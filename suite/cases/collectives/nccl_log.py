@@ -2,8 +2,9 @@
 
 Read once per run from the log NCCL writes while its first communicator starts (suite.distributed.launch sets
 it up): NVLink SHARP (NVLS) multicast, multi-node NVLink, the channels of each kind, and the algorithm and
-protocol where the environment or an nccl.conf set them. Which algorithm each call took is NCCL's TUNING
-subsystem, a line per collective inside the timed loop: not read. Lines from another rank are alike.
+protocol where the environment or an nccl.conf set them. Which algorithm and protocol a call took is NCCL's
+TUNING subsystem, a line per collective: read for one untimed call per case (suite.distributed.launch's
+nccl_tuning_log), never inside the timed loop. Lines from another rank are alike.
 """
 
 from __future__ import annotations
@@ -35,3 +36,14 @@ def nccl_choices(text: str) -> dict:
     for match in _CHANNELS.finditer(text):
         found.setdefault(f"{match.group(2)}_channels", int(match.group(1)))
     return found
+
+
+# `NCCL INFO AllReduce: 4194304 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..31}` (2.19 on; rank 0 only).
+_TUNING = re.compile(r"NCCL INFO \w+: \d+ Bytes -> Algo (\w+) proto (\w+)")
+
+
+def tuning_choice(text: str) -> dict:
+    """`nccl_algo` and `nccl_proto` of the last collective the TUNING log names; {} where it names none (Send
+    and Recv, which all_to_all is made of, log no such line)."""
+    found = _TUNING.findall(text)
+    return {"nccl_algo": found[-1][0], "nccl_proto": found[-1][1]} if found else {}
