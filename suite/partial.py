@@ -197,9 +197,9 @@ LOCK_WAIT_S = 10.0
 
 class RunLock:
     """One run at a time per results file: `<json>.partial.jsonl.lock`, held (flock) from the start of a run to
-    its end. Two runs given one --benchmark-json both wrote the partial file, and the first to finish deleted
-    it and left the JSON of only one of them. Where the file system has no locks (some network mounts), runs
-    are not kept apart, as before."""
+    its end: two runs given one --benchmark-json would both write the partial file, and the first to finish
+    would delete it and leave the JSON of only one. Where the file system has no locks (some network mounts),
+    runs are not kept apart."""
 
     def __init__(self, partial: Path) -> None:
         self.path = partial.with_name(partial.name + ".lock")
@@ -451,7 +451,7 @@ class PartialState:
             self.write({"finished": nodeid, "outcome": outcome})
 
     def finish(self) -> None:
-        """Close the file; drop it once the complete JSON exists (it now holds everything)."""
+        """Close the file; drop it once the complete JSON exists (that holds everything)."""
         try:
             self._finish()
         finally:
