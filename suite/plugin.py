@@ -149,7 +149,7 @@ class Terminated(KeyboardInterrupt):
 
 
 # The exit status of a run that SIGTERM stopped: what a shell reports for a process SIGTERM killed, so a job
-# script that tells a time limit from a failure by it sees what it saw before the run handled the signal.
+# script that tells a time limit from a failure by the exit status sees the usual one.
 TERMINATED_EXIT = 128 + signal.SIGTERM
 
 
@@ -408,7 +408,7 @@ def pytest_sessionfinish_save(session: pytest.Session):
     Where there is no journal, its JSON is kept, written through `_save_json`.
 
     The JSON is written to a temporary file and renamed into place: pytest-benchmark truncates the file and
-    then writes it, so a full disk left an empty JSON (and a traceback). A write that fails now leaves the
+    then writes it, so a full disk would leave an empty JSON (and a traceback). A write that fails leaves the
     earlier file as it was, says so in one line, and fails the run; the partial file keeps the results.
 
     Ctrl-C (or a KeyboardInterrupt): pytest-benchmark would write the benchmarks finished so far as a
@@ -418,7 +418,7 @@ def pytest_sessionfinish_save(session: pytest.Session):
     config = session.config
     state = config.stash.get(_PARTIAL, None)
     outcome = config.stash.setdefault(_OUTCOME, Outcome())
-    # The tests are over: a SIGTERM from here on ends the process at once, as it did before the run handled it.
+    # The tests are over: a SIGTERM from here on ends the process at once (its default action).
     # An exception raised inside pytest-benchmark's save would be a traceback, and killing loses nothing: the
     # JSON is renamed into place whole or not at all, and the partial file holds every result until then.
     _default_sigterm(config)
