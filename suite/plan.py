@@ -28,7 +28,7 @@ DEFAULT_OVERHEAD_S = 0.06
 SKIP_OVERHEAD_S = 0.005
 # Interpreter start, importing torch, collection, the inventory, the CPU's rate probe, writing the JSON and the
 # summary: the wall time of `pytest benchmarks` minus the sum of its per-test durations (scripts/bench_timing.py:
-# 5.0 s before the probe; scripts/plan_vs_actual.py: 5.9-6.2 s with it, at load 2 on 2 cores).
+# 5.0 s without the probe; scripts/plan_vs_actual.py: 5.9-6.2 s with it, at load 2 on 2 cores).
 SESSION_OVERHEAD_S = 6.5
 # A torchrun launch of a family that runs under it (every rank imports torch and joins the process group).
 TORCHRUN_OVERHEAD_S = 15.0
@@ -71,8 +71,8 @@ def overhead_s(family: str) -> float:
 
 
 def __getattr__(name: str):
-    # `suite.plan.OVERHEAD_S`, the name docs/timing.md and scripts/bench_timing.py use: the registry's figures
-    # now, so that a family registered after this import is in it.
+    # `suite.plan.OVERHEAD_S`, the name docs/timing.md and scripts/bench_timing.py use: read from the registry
+    # on each access, so that a family registered after this import is in it.
     if name == "OVERHEAD_S":
         return overheads()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
