@@ -98,13 +98,11 @@ MEASURED_KEYS = frozenset(
 )
 # extra_info of how precision stopping ended, carried as columns (the report shows them) but never matched on.
 STOP_KEYS = ("stopped_on", "margin", "precision_target", "confidence")
-# extra_info of the machine's state, carried as columns but never matched on: what joins a GPU pair (`NV18`,
-# `SYS`; devices.nvml_links), which health groups peer pairs by and the copy matrix shows; and how long a
-# power, thermal, board or reliability limit held the GPUs' clocks down while a benchmark was warmed up and
-# timed (devices.ClockWatch), which health names beside a slow result; and the NUMA node a host copy's host
-# side was bound to (devices.host_near); and whether the host or the device set an accelerator figure's time,
-# with the share of a round the host spent issuing it (suite.timing.bound_info), so a host-bound figure is
-# never judged as the device's.
+# extra_info of the machine's state, carried as columns but never matched on: `link`, what joins a GPU pair
+# (`NV18`, `SYS`; devices.nvml_links: health groups peer pairs by it); clocks_held*, how long a limit held the
+# clocks down over warm-up and timing (devices.ClockWatch: health names it beside a slow result);
+# host_numa_node (devices.host_near); bound and host_share, whether the host set an accelerator figure's time
+# (suite.timing.bound_info), so a host-bound figure is never judged as the device's.
 STATE_KEYS = ("link", "host_numa_node", "host_share", "bound", "clocks_held", "clocks_held_power", "clocks_held_thermal", "clocks_held_board_limit",
               "clocks_held_reliability", "clocks_held_hw_thermal", "clocks_held_hw_power_brake",
               "clocks_held_rank", "per_device_tflops", *TELEMETRY_KEYS)  # telemetry: health's causes, perf per watt
