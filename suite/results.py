@@ -109,7 +109,7 @@ def _overlapping(runs: list[tuple[str, frozenset]]) -> list[tuple[set[str], list
 
 def _tell_shared_hostnames_apart(machines: dict[str, Machine], parts: list, warnings: list[str]) -> None:
     """Two nodes that report one hostname (a cloud image's `ubuntu`, a container's) with different GPUs are two
-    machines: without this, health and compare took the newer run for the other's and judged only one.
+    machines: else health and compare would take the newer run for the other's and judge only one.
 
     Runs of one host are one machine while their GPUs overlap: a GPU replaced under warranty, or a run on
     some of the node's GPUs (CUDA_VISIBLE_DEVICES), keeps the others. Only runs whose GPUs share none are
