@@ -51,8 +51,8 @@ class BudgetSchedule:
         self.overhead = overheads()
         self.observed: dict[str, list[float]] = {}  # family -> overheads seen
         self.rounds_s: dict[str, list[float]] = {}  # family -> round lengths seen (median of each benchmark)
-        # Their medians, kept up to date by finish(): start() reads them for every pending benchmark, and
-        # taking a median there made a run of thousands of benchmarks spend seconds (quadratic) on it.
+        # Their medians, kept up to date by finish(): start() reads them for every pending benchmark, where a
+        # median taken each time would cost a run of thousands of benchmarks seconds (quadratic).
         self._overhead_median: dict[str, float] = {}
         self._round_median: dict[str, float] = {}
 
