@@ -185,7 +185,7 @@ def is_diagnostics(path: Path) -> bool:
 
 def _is_binary(path: Path) -> bool:
     """A NUL byte near the start: an image, an archive, a core dump, never results (which are text). Read whole,
-    such a file cost ~10x its size in memory on the way to being refused."""
+    such a file would cost ~10x its size in memory on the way to being refused."""
     try:
         with open(path, "rb") as fh:
             return b"\x00" in fh.read(4096)
