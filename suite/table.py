@@ -105,7 +105,8 @@ STOP_KEYS = ("stopped_on", "margin", "precision_target", "confidence")
 # (suite.timing.bound_info), so a host-bound figure is never judged as the device's.
 STATE_KEYS = ("link", "host_numa_node", "host_share", "bound", "clocks_held", "clocks_held_power", "clocks_held_thermal", "clocks_held_board_limit",
               "clocks_held_reliability", "clocks_held_hw_thermal", "clocks_held_hw_power_brake",
-              "clocks_held_rank", "per_device_tflops", *TELEMETRY_KEYS)  # telemetry: health's causes, perf per watt
+              "clocks_held_rank", "per_device_tflops", "nccl_algo", "nccl_proto",
+              *TELEMETRY_KEYS)  # telemetry: health's causes, perf per watt; NCCL's per-case choice: the fleet note
 STAT_KEYS = ("median", "iqr", "q1", "q3", "min", "max", "mean", "stddev", "rounds", "iterations")
 # A result is invalid (a finding, never a pass) when a number of its stats or extra_info is non-finite, one it
 # is measured by (CHECKED_KEYS) negative, or its time or a rate zero: the `invalid` column holds why ("NaN

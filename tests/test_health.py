@@ -464,6 +464,20 @@ def test_a_slow_nodes_fleet_finding_names_what_nccl_chose_otherwise(tmp_path, ca
     assert [f["text"] for f in node(result, "node-4")["findings"] if f["kind"] == "fleet"][0].endswith("×)")
 
 
+def test_a_slow_nodes_fleet_finding_names_the_algorithm_nccl_took_per_case_otherwise(tmp_path, capsys):
+    """extra_info.nccl_algo/nccl_proto (NCCL's TUNING line for a case's untimed check call): a node whose
+    all-reduce took RING where its peers took NVLS says so."""
+    for i, (busbw, algo) in enumerate([(470, "NVLS"), (480, "NVLS"), (475, "NVLS"), (472, "NVLS"), (320, "RING")]):
+        bench = all_reduce(busbw, 8, 1)
+        bench["extra_info"].update(nccl_algo=algo, nccl_proto="SIMPLE")
+        fleet.write(tmp_path, f"n{i}", ours(f"node-{i}", 8, [bench]))
+    code, result = health_json(capsys, str(tmp_path))
+    texts = [f["text"] for f in node(result, "node-4")["findings"] if f["kind"] == "fleet"]
+    assert code == 1 and len(texts) == 1, result
+    assert texts[0].endswith(" (NCCL chose: algo/proto RING/SIMPLE here, NVLS/SIMPLE on node-0, node-1, node-2 "
+                             "and 1 more)"), texts
+
+
 def test_missing_findings_do_not_depend_on_other_files(capsys):
     path = str(IMPORTED / "nvbandwidth" / "constructed_issue6_h100x4.json")
 

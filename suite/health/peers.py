@@ -177,12 +177,19 @@ def pcie_narrow(loaded: LoadedResults, labels: list[str], findings: list[Finding
     return checked
 
 
+def _choices(loaded: LoadedResults, label: str) -> dict[str, str]:
+    """A run's NCCL choices (nccl_said), with the algorithm/protocol pairs its cases took (extra_info.nccl_algo)."""
+    rows = loaded.table[(loaded.table["label"] == label) & loaded.table["nccl_algo"].notna()]
+    taken = sorted(set(rows["nccl_algo"].astype(str) + "/" + rows["nccl_proto"].astype(str)))
+    return {**nccl_said(loaded.machines[label].distributed), **({"algo/proto": ", ".join(taken)} if taken else {})}
+
+
 def nccl_differs(loaded: LoadedResults, label: str, others: list[str]) -> str:
     """` (NCCL chose: nvls no here, yes on b, c)`: what NCCL said it chose in this run and otherwise in the other
     machines' (NVLS or not moves all-reduce busbw by a third); "" where nothing recorded differs."""
-    said = {other: nccl_said(loaded.machines[other].distributed) for other in others}
+    said = {other: _choices(loaded, other) for other in others}
     parts = []
-    for key, value in nccl_said(loaded.machines[label].distributed).items():
+    for key, value in _choices(loaded, label).items():
         theirs: dict[str, list[str]] = {}
         for other, choices in said.items():
             if key != "unknown" and choices.get(key, value) != value:
